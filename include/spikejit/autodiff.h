@@ -1,0 +1,21 @@
+// Reverse-mode differentiation of a forward step (a rule per op, one reverse sweep).
+#pragma once
+
+#include "spikejit/ir.h"
+
+namespace spikejit::autodiff {
+
+// From the lowered forward step, derives the backward step:
+//   leaves   Saved(i)       the forward value `saved[i]` at step t (chosen as the fewest values per
+//                           step from which everything the backward needs is recomputed),
+//            GradOutput(i)  dL/d outputs[i][t],   GradState(i)  dL/d states[i][t],   Param(i)
+//   results  grad_inputs (dL/d inputs[t]), grad_prev_states (dL/d states[t-1]), grad_params
+//            (this step's contribution). spike(x) gives grad * surrogate'(x); detach gives zero.
+ir::Step differentiate(const ir::Step& forward);
+
+// The surrogate derivative g'(x) as IR nodes appended to `nodes` (used by `differentiate`,
+// exposed for tests). Returns the id of the result.
+ir::ValueId append_surrogate_derivative(std::vector<ir::Node>& nodes, const ir::Surrogate& s,
+                                        ir::ValueId x);
+
+}  // namespace spikejit::autodiff

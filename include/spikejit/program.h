@@ -1,0 +1,30 @@
+// A neuron ready to run: its definition, its lowered forward step and its backward step.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "spikejit/ir.h"
+
+namespace spikejit {
+
+class Program {
+ public:
+  // Parses the neuron text format (throws ParseError with every diagnostic).
+  static Program from_text(std::string_view text, std::string_view file = "<text>");
+  static Program from_file(const std::string& path);
+  explicit Program(ir::Neuron neuron);  // verifies
+
+  const ir::Neuron& neuron() const;
+  const ir::Step& forward() const;   // the lowered forward step
+  const ir::Step& backward() const;  // derived by autodiff on first use (thread-safe)
+  std::string canonical() const;     // canonical text of the neuron
+  std::string hash() const;          // hex digest of the canonical text
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace spikejit

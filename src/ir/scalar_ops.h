@@ -1,0 +1,73 @@
+// The scalar semantics of every non-leaf IR op: the single definition the CPU executor, constant
+// folding and the tests share. Bool values are carried as 0 or 1 in the float type F.
+#pragma once
+
+#include <cmath>
+
+#include "spikejit/ir.h"
+
+namespace spikejit::ir {
+
+// Rounds half to even, like torch.round (std::nearbyint under the default rounding mode).
+template <class F>
+inline F round_half_even(F x) {
+  return std::nearbyint(x);
+}
+
+template <class F>
+inline F sigmoid(F x) {
+  return F(1) / (F(1) + std::exp(-x));
+}
+
+// Applies `op` to a, b, c (unused ones ignored). `op` must not be a leaf or Spike's surrogate
+// (Spike here is only the forward Heaviside).
+template <class F>
+inline F apply_op(Op op, F a, F b, F c) {
+  switch (op) {
+    case Op::Add: return a + b;
+    case Op::Sub: return a - b;
+    case Op::Mul: return a * b;
+    case Op::Div: return a / b;
+    case Op::Neg: return -a;
+    case Op::Reciprocal: return F(1) / a;
+    case Op::Fmod: return std::fmod(a, b);
+    case Op::Pow: return std::pow(a, b);
+    // NaN propagates like torch.minimum / torch.maximum.
+    case Op::Min: return (std::isnan(a) || std::isnan(b)) ? a + b : (a < b ? a : b);
+    case Op::Max: return (std::isnan(a) || std::isnan(b)) ? a + b : (a > b ? a : b);
+    case Op::Clamp: return std::isnan(a) ? a : (a < b ? b : (a > c ? c : a));
+    case Op::Exp: return std::exp(a);
+    case Op::Log: return std::log(a);
+    case Op::Log2: return std::log2(a);
+    case Op::Sqrt: return std::sqrt(a);
+    case Op::Rsqrt: return F(1) / std::sqrt(a);
+    case Op::Sigmoid: return sigmoid(a);
+    case Op::Tanh: return std::tanh(a);
+    case Op::Sin: return std::sin(a);
+    case Op::Cos: return std::cos(a);
+    case Op::Erf: return std::erf(a);
+    case Op::Abs: return std::fabs(a);
+    case Op::Relu: return std::isnan(a) ? a : (a > F(0) ? a : F(0));
+    case Op::Sign: return std::isnan(a) ? a : F((a > F(0)) - (a < F(0)));
+    case Op::Round: return round_half_even(a);
+    case Op::Floor: return std::floor(a);
+    case Op::Ceil: return std::ceil(a);
+    case Op::Eq: return F(a == b);
+    case Op::Ne: return F(a != b);
+    case Op::Lt: return F(a < b);
+    case Op::Le: return F(a <= b);
+    case Op::Gt: return F(a > b);
+    case Op::Ge: return F(a >= b);
+    case Op::And: return F(a != F(0) && b != F(0));
+    case Op::Or: return F(a != F(0) || b != F(0));
+    case Op::Not: return F(a == F(0));
+    case Op::Where: return a != F(0) ? b : c;
+    case Op::ToFloat: return a;
+    case Op::ToBool: return F(a != F(0));
+    case Op::Spike: return F(a >= F(0));
+    case Op::Detach: return a;
+    default: return F(0);  // leaves are never applied
+  }
+}
+
+}  // namespace spikejit::ir
