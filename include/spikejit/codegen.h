@@ -5,7 +5,11 @@
 // with `struct SpikejitArgs { long long steps; long long neurons; void* buffers[kMaxBuffers]; }`
 // passed by value; `KernelSource::buffers` names each slot of `buffers` in order. One thread
 // owns `elements_per_thread` neurons and walks the whole time axis; the grid is
-// ceil(N / (elements_per_thread * block_size)) blocks of `block_size` threads.
+// ceil(N / (elements_per_thread * block_size)) blocks of `block_size` threads (see
+// KernelVariant). T and N are only run-time arguments. Every buffer is read or written only when
+// its pointer is not null: an absent gradient input reads as zero, an absent written buffer is
+// skipped. T = 0 is handled (final states = initial states, grad_initial_states = the final
+// gradient or zero, parameter gradients zero); N = 0 must not be launched.
 #pragma once
 
 #include <cstdint>
@@ -29,29 +33,64 @@ struct KernelSpec {
   // Backward: which optional gradients are read (absent ones are zero, not read).
   bool grad_state_seqs = false;
   bool grad_final_states = false;
-  std::string key() const;         // stable text, part of cache keys
+  // TrainingForward / Backward: 0 saves backward().saved per step (one pass, default). k > 0
+  // saves only the states every k steps (O(T/k) memory); Backward then recomputes each segment of
+  // k steps from its checkpoint and the inputs, bit for bit like the forward (1 <= k <= 256).
+  int checkpoint_every = 0;
+  std::string key() const;         // stable text, part of cache keys (only the fields that apply)
 };
 
 // What one buffer slot holds.
 enum class BufferRole : uint8_t {
   Input, InitialState, Param, Output, StateSeq, FinalState, Saved,
   GradOutput, GradStateSeq, GradFinalState, GradInput, GradInitialState, GradParam,
+  Workspace,  // Backward with scalar parameters: per-block partial sums, see KernelVariant
 };
 struct BufferSlot {
   BufferRole role;
   int index;          // which input / state / output / param / saved value
   bool per_step;      // [T, N] sequence (else [N], or [1] for scalar parameters)
   bool scalar_param;  // a scalar parameter: one element
+  // Saved in checkpoint mode: state `index` before steps 0, k, 2k, ..., shape [ceil(T/k), N],
+  // in the compute dtype (float32; float64 for float64 storage) so that recomputation is exact.
+  bool checkpoint = false;
+};
+
+// One compiled entry of a KernelSource. All variants of a source share its buffers (same ABI)
+// and compute the same results; they differ in how many neurons a thread owns.
+struct KernelVariant {
+  std::string entry;
+  int block_size = 256;
+  int elements_per_thread = 1;
+  // Backward with scalar parameters: the kernel writes, per scalar parameter j (in declaration
+  // order among the scalar ones) and block b, the block's partial sum as a double at
+  // workspace[j * blocks(N) + b]; then `reduce_entry` (same arguments, grid = the number of
+  // scalar parameters, block = reduce_block_size) adds them in a fixed order and writes
+  // grad_params. Empty when there is nothing to reduce. Deterministic: same bits every run.
+  std::string reduce_entry;
+  int reduce_block_size = 256;
+  int scalar_params = 0;
+
+  int64_t blocks(int64_t neurons) const;           // grid size of `entry` (0 for N = 0)
+  int64_t workspace_bytes(int64_t neurons) const;  // size of the Workspace buffer (0: none)
 };
 
 struct KernelSource {
-  std::string entry;                // symbol name of the __global__ function
+  std::string entry;                // symbol name of the __global__ function (= variants[0])
   std::string source;               // complete CUDA C++ translation unit (NVRTC-compilable)
   std::vector<BufferSlot> buffers;  // order of SpikejitArgs::buffers
-  int block_size = 256;
-  int elements_per_thread = 1;
+  int block_size = 256;             // of variants[0]
+  int elements_per_thread = 1;      // of variants[0]
+  // variants[0]: EPT = 16 bytes / element size with 16-byte vector loads where every row is
+  // aligned (one uniform test per launch, scalar path otherwise), for large N. variants[1]: one
+  // neuron per thread with a deeper prefetch of future steps, for small N (latency-bound).
+  std::vector<KernelVariant> variants;
 };
 
 KernelSource generate(const Program& program, const KernelSpec& spec);
+
+// The variant to launch for `neurons` on a device with `multiprocessors` SMs: the vector variant
+// once it fills the device, else the one-neuron-per-thread variant (more threads in flight).
+const KernelVariant& pick_variant(const KernelSource& source, int64_t neurons, int multiprocessors);
 
 }  // namespace spikejit::codegen

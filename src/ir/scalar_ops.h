@@ -35,7 +35,8 @@ inline F apply_op(Op op, F a, F b, F c) {
     // NaN propagates like torch.minimum / torch.maximum.
     case Op::Min: return (std::isnan(a) || std::isnan(b)) ? a + b : (a < b ? a : b);
     case Op::Max: return (std::isnan(a) || std::isnan(b)) ? a + b : (a > b ? a : b);
-    case Op::Clamp: return std::isnan(a) ? a : (a < b ? b : (a > c ? c : a));
+    // Like torch.clamp: min(max(x, lo), hi), so hi wins when lo > hi.
+    case Op::Clamp: return std::isnan(a) ? a : (a < b ? b : a) > c ? c : (a < b ? b : a);
     case Op::Exp: return std::exp(a);
     case Op::Log: return std::log(a);
     case Op::Log2: return std::log2(a);

@@ -1,0 +1,171 @@
+// Kernel calls on caller-owned memory. Every buffer is described from Python as
+// (data_ptr: int, dtype code: int, shape: list[int]) of a contiguous tensor, or None when an
+// optional buffer is absent. Dtype codes follow spikejit::DType: 0 float32, 1 float64,
+// 2 float16, 3 bfloat16. The GIL is released while a kernel runs.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "spikejit/buffers.h"
+#include "spikejit/cpu.h"
+#include "spikejit/cuda.h"
+#include "spikejit/error.h"
+#include "spikejit/program.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace spikejit::python {
+namespace {
+
+using Buffer = std::optional<std::tuple<uintptr_t, int, std::vector<int64_t>>>;
+using Buffers = std::vector<Buffer>;
+using Shape = std::vector<int64_t>;
+
+TensorView to_view(const Buffer& b, const char* argument, size_t index) {
+  if (!b) return TensorView();
+  const auto& [data, code, shape] = *b;
+  if (code < 0 || code > static_cast<int>(DType::BF16))
+    throw ArgumentError(std::string(argument) + "[" + std::to_string(index) + "]",
+                        "a dtype code 0..3 (float32, float64, float16, bfloat16)", std::to_string(code));
+  return TensorView(reinterpret_cast<void*>(data), static_cast<DType>(code), shape);
+}
+
+std::vector<TensorView> to_views(const Buffers& buffers, const char* argument) {
+  std::vector<TensorView> out;
+  out.reserve(buffers.size());
+  for (size_t i = 0; i < buffers.size(); ++i) out.push_back(to_view(buffers[i], argument, i));
+  return out;
+}
+
+ForwardBuffers forward_buffers(int64_t steps, const Shape& neuron_shape, const Buffers& inputs,
+                               const Buffers& initial_states, const Buffers& params,
+                               const Buffers& outputs, const Buffers& state_seqs,
+                               const Buffers& final_states, const Buffers& saved) {
+  ForwardBuffers b;
+  b.steps = steps;
+  b.neuron_shape = neuron_shape;
+  b.inputs = to_views(inputs, "inputs");
+  b.initial_states = to_views(initial_states, "initial_states");
+  b.params = to_views(params, "params");
+  b.outputs = to_views(outputs, "outputs");
+  b.state_seqs = to_views(state_seqs, "state_seqs");
+  b.final_states = to_views(final_states, "final_states");
+  b.saved = to_views(saved, "saved");
+  return b;
+}
+
+BackwardBuffers backward_buffers(int64_t steps, const Shape& neuron_shape, const Buffers& saved,
+                                 const Buffers& params, const Buffers& grad_outputs,
+                                 const Buffers& grad_state_seqs, const Buffers& grad_final_states,
+                                 const Buffers& grad_inputs, const Buffers& grad_initial_states,
+                                 const Buffers& grad_params) {
+  BackwardBuffers b;
+  b.steps = steps;
+  b.neuron_shape = neuron_shape;
+  b.saved = to_views(saved, "saved");
+  b.params = to_views(params, "params");
+  b.grad_outputs = to_views(grad_outputs, "grad_outputs");
+  b.grad_state_seqs = to_views(grad_state_seqs, "grad_state_seqs");
+  b.grad_final_states = to_views(grad_final_states, "grad_final_states");
+  b.grad_inputs = to_views(grad_inputs, "grad_inputs");
+  b.grad_initial_states = to_views(grad_initial_states, "grad_initial_states");
+  b.grad_params = to_views(grad_params, "grad_params");
+  return b;
+}
+
+cpu::Options cpu_options(int threads, const std::string& compute) {
+  cpu::Options o;
+  o.threads = threads;
+  if (compute == "auto") o.compute = cpu::Compute::Auto;
+  else if (compute == "float32") o.compute = cpu::Compute::F32;
+  else if (compute == "float64") o.compute = cpu::Compute::F64;
+  else throw ArgumentError("compute", "'auto', 'float32' or 'float64'", "'" + compute + "'");
+  if (threads < 0) throw ArgumentError("threads", "a count >= 0 (0: all hardware threads)", std::to_string(threads));
+  return o;
+}
+
+void cpu_forward(const Program& program, int64_t steps, const Shape& neuron_shape,
+                 const Buffers& inputs, const Buffers& initial_states, const Buffers& params,
+                 const Buffers& outputs, const Buffers& state_seqs, const Buffers& final_states,
+                 const Buffers& saved, int threads, const std::string& compute) {
+  ForwardBuffers b = forward_buffers(steps, neuron_shape, inputs, initial_states, params, outputs,
+                                     state_seqs, final_states, saved);
+  cpu::Options o = cpu_options(threads, compute);
+  nb::gil_scoped_release release;
+  cpu::forward(program, b, o);
+}
+
+void cpu_backward(const Program& program, int64_t steps, const Shape& neuron_shape,
+                  const Buffers& saved, const Buffers& params, const Buffers& grad_outputs,
+                  const Buffers& grad_state_seqs, const Buffers& grad_final_states,
+                  const Buffers& grad_inputs, const Buffers& grad_initial_states,
+                  const Buffers& grad_params, int threads, const std::string& compute) {
+  BackwardBuffers b = backward_buffers(steps, neuron_shape, saved, params, grad_outputs, grad_state_seqs,
+                                       grad_final_states, grad_inputs, grad_initial_states, grad_params);
+  cpu::Options o = cpu_options(threads, compute);
+  nb::gil_scoped_release release;
+  cpu::backward(program, b, o);
+}
+
+void cuda_forward(const Program& program, int64_t steps, const Shape& neuron_shape,
+                  const Buffers& inputs, const Buffers& initial_states, const Buffers& params,
+                  const Buffers& outputs, const Buffers& state_seqs, const Buffers& final_states,
+                  const Buffers& saved, uintptr_t stream, int device) {
+  ForwardBuffers b = forward_buffers(steps, neuron_shape, inputs, initial_states, params, outputs,
+                                     state_seqs, final_states, saved);
+  nb::gil_scoped_release release;
+  cuda::forward(program, b, reinterpret_cast<void*>(stream), device);
+}
+
+void cuda_backward(const Program& program, int64_t steps, const Shape& neuron_shape,
+                   const Buffers& saved, const Buffers& params, const Buffers& grad_outputs,
+                   const Buffers& grad_state_seqs, const Buffers& grad_final_states,
+                   const Buffers& grad_inputs, const Buffers& grad_initial_states,
+                   const Buffers& grad_params, uintptr_t stream, int device) {
+  BackwardBuffers b = backward_buffers(steps, neuron_shape, saved, params, grad_outputs, grad_state_seqs,
+                                       grad_final_states, grad_inputs, grad_initial_states, grad_params);
+  nb::gil_scoped_release release;
+  cuda::backward(program, b, reinterpret_cast<void*>(stream), device);
+}
+
+}  // namespace
+
+void bind_kernels(nb::module_& m) {
+  m.def("cpu_forward", &cpu_forward, "program"_a, "steps"_a, "neuron_shape"_a, "inputs"_a,
+        "initial_states"_a, "params"_a, "outputs"_a, "state_seqs"_a, "final_states"_a, "saved"_a,
+        "threads"_a = 0, "compute"_a = "auto",
+        "Inference (saved empty) or training forward on CPU buffers.");
+  m.def("cpu_backward", &cpu_backward, "program"_a, "steps"_a, "neuron_shape"_a, "saved"_a,
+        "params"_a, "grad_outputs"_a, "grad_state_seqs"_a, "grad_final_states"_a, "grad_inputs"_a,
+        "grad_initial_states"_a, "grad_params"_a, "threads"_a = 0, "compute"_a = "auto",
+        "Backward on CPU buffers.");
+  m.def("cuda_forward", &cuda_forward, "program"_a, "steps"_a, "neuron_shape"_a, "inputs"_a,
+        "initial_states"_a, "params"_a, "outputs"_a, "state_seqs"_a, "final_states"_a, "saved"_a,
+        "stream"_a, "device"_a,
+        "Inference or training forward on device buffers, launched on `stream` (a CUstream).");
+  m.def("cuda_backward", &cuda_backward, "program"_a, "steps"_a, "neuron_shape"_a, "saved"_a,
+        "params"_a, "grad_outputs"_a, "grad_state_seqs"_a, "grad_final_states"_a, "grad_inputs"_a,
+        "grad_initial_states"_a, "grad_params"_a, "stream"_a, "device"_a,
+        "Backward on device buffers, launched on `stream` (a CUstream).");
+  m.def(
+      "cuda_available",
+      [] {
+        std::string why;
+        bool ok = cuda::available(&why);
+        return std::make_pair(ok, why);
+      },
+      "(True, '') when a CUDA driver with a device and an NVRTC library can be opened, else "
+      "(False, what was not found and where it looked).");
+}
+
+}  // namespace spikejit::python

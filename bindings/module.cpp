@@ -1,0 +1,11 @@
+// The extension module `spikejit._core`: the C++ core as seen from Python. The `spikejit`
+// package builds the PyTorch integration on top of it.
+#include "bindings.h"
+
+NB_MODULE(_core, m) {
+  m.doc() = "spikejit C++ core: neuron programs, built-in neurons, CPU and CUDA kernels";
+  spikejit::python::bind_errors(m);
+  spikejit::python::bind_program(m);
+  spikejit::python::bind_builtins(m);
+  spikejit::python::bind_kernels(m);
+}

@@ -1,0 +1,83 @@
+// spikejit._core.Program: a parsed, verified neuron with its forward and backward steps.
+#include <string>
+#include <vector>
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "spikejit/ir.h"
+#include "spikejit/program.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace spikejit::python {
+namespace {
+
+template <typename Decl>
+std::vector<std::string> names(const std::vector<Decl>& decls) {
+  std::vector<std::string> out;
+  for (const Decl& d : decls) out.push_back(d.name);
+  return out;
+}
+
+const char* param_kind_name(ir::ParamKind kind) {
+  return kind == ir::ParamKind::Scalar ? "scalar" : "per_neuron";
+}
+
+}  // namespace
+
+void bind_program(nb::module_& m) {
+  nb::class_<Program>(m, "Program", "A neuron ready to run: definition, forward step, backward step.")
+      .def_static(
+          "from_text",
+          [](const std::string& text, const std::string& file) { return Program::from_text(text, file); },
+          "text"_a, "file"_a = "<text>", "Parses the neuron text format (raises ParseError).")
+      .def_static("from_file", &Program::from_file, "path"_a)
+      .def_prop_ro("name", [](const Program& p) { return p.neuron().name; })
+      .def_prop_ro("inputs", [](const Program& p) { return names(p.neuron().inputs); })
+      .def_prop_ro("states", [](const Program& p) { return names(p.neuron().states); })
+      .def_prop_ro("outputs", [](const Program& p) { return names(p.neuron().outputs); })
+      .def_prop_ro("num_inputs", [](const Program& p) { return p.neuron().inputs.size(); })
+      .def_prop_ro("num_states", [](const Program& p) { return p.neuron().states.size(); })
+      .def_prop_ro("num_outputs", [](const Program& p) { return p.neuron().outputs.size(); })
+      .def_prop_ro(
+          "params",
+          [](const Program& p) {
+            std::vector<std::tuple<std::string, std::string, double>> out;
+            for (const ir::ParamDecl& d : p.neuron().params)
+              out.emplace_back(d.name, param_kind_name(d.kind), d.init);
+            return out;
+          },
+          "(name, 'scalar' | 'per_neuron', initial value) of each parameter, in order.")
+      .def_prop_ro(
+          "state_defaults",
+          [](const Program& p) {
+            std::vector<double> out;
+            for (size_t i = 0; i < p.neuron().states.size(); ++i)
+              out.push_back(ir::state_default(p.neuron(), static_cast<int>(i)));
+            return out;
+          },
+          "The initial value of each state when none is given.")
+      .def_prop_ro(
+          "constants",
+          [](const Program& p) {
+            std::vector<std::tuple<std::string, double>> out;
+            for (const ir::ConstDecl& d : p.neuron().constants) out.emplace_back(d.name, d.value);
+            return out;
+          })
+      .def_prop_ro(
+          "num_saved", [](const Program& p) { return p.backward().saved.size(); },
+          "How many [T, *S] buffers the training forward stores for the backward.")
+      .def("canonical", &Program::canonical, "The canonical text of the neuron.")
+      .def("hash", &Program::hash, "Hex SHA-256 of the canonical text.")
+      .def("forward_text", [](const Program& p) { return ir::to_string(p.forward()); })
+      .def("backward_text", [](const Program& p) { return ir::to_string(p.backward()); })
+      .def("__repr__", [](const Program& p) {
+        return "<spikejit._core.Program " + p.neuron().name + " " + p.hash().substr(0, 12) + ">";
+      });
+}
+
+}  // namespace spikejit::python

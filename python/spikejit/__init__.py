@@ -1,0 +1,51 @@
+"""spikejit: fused multi-step spiking-neuron kernels for PyTorch.
+
+    import spikejit
+    lif = spikejit.LIFNode(tau=2.0, step_mode="m")          # SpikingJelly's arguments
+    s_seq = lif(x_seq)                                      # [T, *S]
+    node = spikejit.FlexSN(core, num_inputs=1, num_states=1, num_outputs=1)   # your own neuron
+
+CPU tensors run on the C++ executor, CUDA tensors on kernels generated and compiled at run time
+(NVRTC, no toolkit needed). Every op is a torch.library custom op with a fake implementation
+and autograd, so torch.compile(fullgraph=True) sees no graph breaks.
+"""
+from . import _core
+from ._core import ArgumentError, Error, ParseError, Program
+from . import ops, registry, surrogate
+from .flexsn import FlexSN, FlexSNKernel, UnsupportedCoreError
+from .functional import (if_multi_step, lif_multi_step, multistep_if, multistep_lif, multistep_plif,
+                         plif_multi_step)
+from .neuron import IFNode, LIFNode, ParametricLIFNode
+from .scan import (eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available,
+                   lowerable_scan_final_state)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Program", "ParseError", "ArgumentError", "Error", "UnsupportedCoreError",
+    "IFNode", "LIFNode", "ParametricLIFNode", "FlexSN", "FlexSNKernel",
+    "multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step", "plif_multi_step",
+    "eager_scan", "eager_scan_final_state", "lowerable_scan", "lowerable_scan_final_state",
+    "lowerable_scan_available", "bit_spike_compress", "bit_spike_decompress", "cuda_available",
+    "surrogate", "registry", "ops",
+]
+
+
+def cuda_available() -> bool:
+    """True when spikejit can run CUDA kernels here (a driver, a device and NVRTC)."""
+    return _core.cuda_available()[0]
+
+
+def cuda_unavailable_reason() -> str:
+    """Why CUDA kernels cannot run here ('' when they can): what was not found and where."""
+    return _core.cuda_available()[1]
+
+
+def bit_spike_compress(s):
+    """Spikes -> uint8[ceil(n / 8)]: element 8j+i of the flattened input at bit i of byte j."""
+    return ops.bit_spike_compress(s)
+
+
+def bit_spike_decompress(compressed, shape):
+    """The inverse of bit_spike_compress: a uint8 0/1 tensor of `shape`."""
+    return ops.bit_spike_decompress(compressed, list(shape))

@@ -1,0 +1,487 @@
+"""Translation of a traced one-step core (an ATen FX graph from make_fx) into the neuron text
+format. Covers the reference's op table (section 4.2) plus a few more elementwise ops; anything
+else raises UnsupportedOp naming the op."""
+import functools
+import math
+import re
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from . import surrogate as _surrogate
+from .ops import SURROGATE_INFO
+
+FLOAT, BOOL = "float", "bool"
+
+
+class UnsupportedOp(Exception):
+    """The core uses something the IR cannot express; `op` names it."""
+
+    def __init__(self, op: str, detail: str = ""):
+        super().__init__(f"{op}{': ' + detail if detail else ''}")
+        self.op = op
+
+
+class Value:
+    """An expression in the text format with its IR type."""
+
+    __slots__ = ("text", "type")
+
+    def __init__(self, text: str, type_: str):
+        self.text = text
+        self.type = type_
+
+
+def literal(number) -> Value:
+    if isinstance(number, bool):
+        return Value("true" if number else "false", BOOL)
+    if not isinstance(number, (int, float)):
+        raise UnsupportedOp("literal", f"a {type(number).__name__} argument")
+    x = float(number)
+    if math.isnan(x):
+        return Value("(0.0 / 0.0)", FLOAT)
+    if math.isinf(x):
+        return Value("(1.0 / 0.0)" if x > 0 else "(-1.0 / 0.0)", FLOAT)
+    return Value(repr(x) if x >= 0 else f"({x!r})", FLOAT)
+
+
+def _value(v) -> Value:
+    return v if isinstance(v, Value) else literal(v)
+
+
+def as_float(v) -> str:
+    """`v` (a Value or a Python number) as a Float expression."""
+    v = _value(v)
+    return f"float({v.text})" if v.type == BOOL else v.text
+
+
+def as_bool(v) -> str:
+    """`v` (a Value or a Python number) as a Bool expression."""
+    v = _value(v)
+    return f"bool({v.text})" if v.type == FLOAT else v.text
+
+
+def _f(text: str) -> Value:
+    return Value(text, FLOAT)
+
+
+def _b(text: str) -> Value:
+    return Value(text, BOOL)
+
+
+# ---- op rules: (args as Values or Python objects, kwargs) -> Value ------------------------------
+
+def _alpha(kwargs, b: Value) -> str:
+    alpha = kwargs.get("alpha", 1)
+    return as_float(b) if alpha == 1 else f"({literal(alpha).text} * {as_float(b)})"
+
+
+def _binary(symbol):
+    return lambda a, b, **kw: _f(f"({as_float(a)} {symbol} {as_float(b)})")
+
+
+def _call(name, result=FLOAT):
+    def rule(*args, **kw):
+        return Value(f"{name}({', '.join(as_float(a) for a in args)})", result)
+    return rule
+
+
+def _compare(symbol):
+    return lambda a, b, **kw: _b(f"({as_float(a)} {symbol} {as_float(b)})")
+
+
+def _logic(symbol):
+    return lambda a, b, **kw: _b(f"({as_bool(a)} {symbol} {as_bool(b)})")
+
+
+def _bitwise(symbol):
+    def rule(a, b, **kw):
+        a, b = _value(a), _value(b)
+        if a.type != BOOL or b.type != BOOL:
+            raise UnsupportedOp(f"bitwise {symbol}", "on non-boolean values")
+        return _b(f"({a.text} {symbol} {b.text})")
+    return rule
+
+
+def _bitwise_not(a, **kw):
+    a = _value(a)
+    if a.type != BOOL:
+        raise UnsupportedOp("bitwise_not", "on non-boolean values")
+    return _b(f"(not {a.text})")
+
+
+def _xor(a, b, **kw):
+    return _b(f"(({as_bool(a)} or {as_bool(b)}) and not ({as_bool(a)} and {as_bool(b)}))")
+
+
+def _bitwise_xor(a, b, **kw):
+    a, b = _value(a), _value(b)
+    if a.type != BOOL or b.type != BOOL:
+        raise UnsupportedOp("bitwise xor", "on non-boolean values")
+    return _xor(a, b)
+
+
+def _where(c, a, b, **kw):
+    a, b = _value(a), _value(b)
+    if a.type == BOOL and b.type == BOOL:
+        return _b(f"where({as_bool(c)}, {a.text}, {b.text})")
+    return _f(f"where({as_bool(c)}, {as_float(a)}, {as_float(b)})")
+
+
+def _clamp(a, lo=None, hi=None, **kw):
+    lo = kw.get("min", lo)
+    hi = kw.get("max", hi)
+    text = as_float(a)
+    if lo is not None and hi is not None:
+        return _f(f"clamp({text}, {as_float(lo)}, {as_float(hi)})")
+    if lo is not None:
+        return _f(f"max({text}, {as_float(lo)})")
+    if hi is not None:
+        return _f(f"min({text}, {as_float(hi)})")
+    return _f(text)
+
+
+def _div_mode(a, b, rounding_mode=None, **kw):
+    rounding_mode = kw.get("rounding_mode", rounding_mode)
+    q = f"({as_float(a)} / {as_float(b)})"
+    if rounding_mode is None:
+        return _f(q)
+    if rounding_mode == "floor":
+        return _f(f"floor({q})")
+    if rounding_mode == "trunc":
+        return _f(f"where({q} < 0, ceil({q}), floor({q}))")
+    raise UnsupportedOp("div", f"rounding_mode={rounding_mode!r}")
+
+
+def _remainder(a, b, **kw):
+    # Python/torch remainder: the result takes the sign of the divisor.
+    r = f"fmod({as_float(a)}, {as_float(b)})"
+    b_text = as_float(b)
+    return _f(f"where(({r} != 0) and (({r} < 0) != ({b_text} < 0)), {r} + {b_text}, {r})")
+
+
+def _trunc(a, **kw):
+    t = as_float(a)
+    return _f(f"where({t} < 0, ceil({t}), floor({t}))")
+
+
+def _round(a, decimals=0, **kw):
+    if kw.get("decimals", decimals) != 0:
+        raise UnsupportedOp("round", "with decimals")
+    return _f(f"round({as_float(a)})")
+
+
+def _to_copy(a, **kw):
+    a = _value(a)
+    dtype = kw.get("dtype")
+    if dtype is None:
+        return a
+    if dtype == torch.bool:
+        return _b(as_bool(a))
+    if dtype.is_floating_point:
+        return _f(as_float(a))
+    raise UnsupportedOp("_to_copy", f"to {dtype}")
+
+
+def _identity(a, *rest, **kw):
+    return _value(a)
+
+
+def _detach(a, **kw):
+    a = _value(a)
+    return a if a.type == BOOL else _f(f"detach({a.text})")
+
+
+def _fill(value_index):
+    def rule(*args, **kw):
+        value = kw.get("fill_value", args[value_index] if len(args) > value_index else None)
+        return value if isinstance(value, Value) else literal(value)
+    return rule
+
+
+def _constant(number):
+    return lambda *args, **kw: literal(number)
+
+
+def _masked_fill(a, mask, value, **kw):
+    return _where(mask, value, a)
+
+
+def _heaviside(x, values, **kw):
+    t = as_float(x)
+    return _f(f"where({t} > 0, 1.0, where({t} == 0, {as_float(values)}, 0.0))")
+
+
+def _leaky_relu(x, slope=0.01, **kw):
+    t = as_float(x)
+    return _f(f"where({t} > 0, {t}, {t} * {as_float(slope)})")
+
+
+def _pow_scalar_base(base, exponent, **kw):
+    return _f(f"pow({as_float(base)}, {as_float(exponent)})")
+
+
+def _spike(x, name, params, **kw):
+    if name not in SURROGATE_INFO:
+        raise UnsupportedOp("spikejit.spike", f"unknown surrogate {name!r}")
+    return _f(f"spike({as_float(x)}, {_surrogate.text(name, params)})")
+
+
+RULES: Dict[str, Callable] = {
+    # arithmetic
+    "aten.add.Tensor": lambda a, b, **kw: _f(f"({as_float(a)} + {_alpha(kw, b)})"),
+    "aten.add.Scalar": lambda a, b, **kw: _f(f"({as_float(a)} + {_alpha(kw, b)})"),
+    "aten.sub.Tensor": lambda a, b, **kw: _f(f"({as_float(a)} - {_alpha(kw, b)})"),
+    "aten.sub.Scalar": lambda a, b, **kw: _f(f"({as_float(a)} - {_alpha(kw, b)})"),
+    "aten.rsub.Scalar": lambda a, b, **kw: _f(f"({as_float(b)} - {_alpha(kw, a)})"),
+    "aten.rsub.Tensor": lambda a, b, **kw: _f(f"({as_float(b)} - {_alpha(kw, a)})"),
+    "aten.mul.Tensor": _binary("*"), "aten.mul.Scalar": _binary("*"),
+    "aten.div.Tensor": _binary("/"), "aten.div.Scalar": _binary("/"),
+    "aten.div.Tensor_mode": _div_mode, "aten.div.Scalar_mode": _div_mode,
+    "aten.neg.default": lambda a, **kw: _f(f"(-{as_float(a)})"),
+    "aten.reciprocal.default": _call("reciprocal"),
+    "aten.fmod.Tensor": _call("fmod"), "aten.fmod.Scalar": _call("fmod"),
+    "aten.remainder.Tensor": _remainder, "aten.remainder.Scalar": _remainder,
+    "aten.pow.Tensor_Scalar": _call("pow"), "aten.pow.Tensor_Tensor": _call("pow"),
+    "aten.pow.Scalar": _pow_scalar_base,
+    "aten.minimum.default": _call("min"), "aten.maximum.default": _call("max"),
+    "aten.clamp.default": _clamp, "aten.clamp.Tensor": _clamp,
+    "aten.clamp_min.default": lambda a, lo, **kw: _clamp(a, lo, None),
+    "aten.clamp_min.Tensor": lambda a, lo, **kw: _clamp(a, lo, None),
+    "aten.clamp_max.default": lambda a, hi, **kw: _clamp(a, None, hi),
+    "aten.clamp_max.Tensor": lambda a, hi, **kw: _clamp(a, None, hi),
+    # transcendentals and friends
+    **{f"aten.{op}.default": _call(op) for op in
+       ("exp", "log", "log2", "sqrt", "rsqrt", "sigmoid", "tanh", "sin", "cos", "erf", "abs", "relu",
+        "sign", "floor", "ceil")},
+    "aten.sgn.default": _call("sign"),
+    "aten.round.default": _round, "aten.round.decimals": _round,
+    "aten.trunc.default": _trunc,
+    "aten.leaky_relu.default": _leaky_relu,
+    "aten.heaviside.default": _heaviside,
+    # comparisons and logic
+    **{f"aten.{op}.{overload}": _compare(symbol)
+       for op, symbol in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))
+       for overload in ("Tensor", "Scalar")},
+    "aten.logical_and.default": _logic("and"), "aten.logical_or.default": _logic("or"),
+    "aten.logical_not.default": lambda a, **kw: _b(f"(not {as_bool(a)})"),
+    "aten.logical_xor.default": _xor,
+    "aten.bitwise_and.Tensor": _bitwise("and"), "aten.bitwise_or.Tensor": _bitwise("or"),
+    "aten.bitwise_xor.Tensor": _bitwise_xor,
+    "aten.bitwise_not.default": _bitwise_not,
+    # selection
+    "aten.where.self": _where, "aten.where.ScalarSelf": _where, "aten.where.ScalarOther": _where,
+    "aten.where.Scalar": _where,
+    "aten.masked_fill.Scalar": _masked_fill, "aten.masked_fill.Tensor": _masked_fill,
+    # backward helpers
+    "aten.sigmoid_backward.default": lambda g, y, **kw: _f(f"({as_float(g)} * {as_float(y)} * (1 - {as_float(y)}))"),
+    "aten.tanh_backward.default": lambda g, y, **kw: _f(f"({as_float(g)} * (1 - {as_float(y)} * {as_float(y)}))"),
+    "aten.threshold_backward.default": lambda g, x, thr, **kw: _f(f"where({as_float(x)} > {as_float(thr)}, {as_float(g)}, 0.0)"),
+    # types, copies, constants
+    "aten._to_copy.default": _to_copy,
+    "aten.clone.default": _identity, "aten.alias.default": _identity,
+    "aten.lift_fresh_copy.default": _identity,
+    "aten.detach.default": _detach,
+    "aten.scalar_tensor.default": _fill(0),
+    "aten.zeros_like.default": _constant(0.0), "aten.ones_like.default": _constant(1.0),
+    "aten.full_like.default": _fill(1),
+    "aten.new_zeros.default": _constant(0.0), "aten.new_ones.default": _constant(1.0),
+    "aten.new_full.default": _fill(2),
+    "aten.zeros.default": _constant(0.0), "aten.ones.default": _constant(1.0),
+    "aten.full.default": _fill(1),
+    # spiking
+    "spikejit.spike.default": _spike,
+}
+
+
+# ---- tensors the core closes over -------------------------------------------------------------
+
+def _collect_candidates(obj, out: List[Tensor], seen: set, depth: int = 0) -> None:
+    """Tensors reachable from a callable: module parameters and buffers, tensor attributes,
+    closure cells, functools.partial arguments, bound `self`, referenced globals."""
+    if depth > 4 or id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, Tensor):
+        out.append(obj)
+        return
+    if isinstance(obj, torch.nn.Module):
+        out.extend(obj.parameters())
+        out.extend(obj.buffers())
+        for value in vars(obj).values():
+            if isinstance(value, (Tensor, list, tuple)):
+                _collect_candidates(value, out, seen, depth + 1)
+        return
+    if isinstance(obj, (list, tuple)):
+        for item in obj:
+            _collect_candidates(item, out, seen, depth + 1)
+        return
+    if isinstance(obj, dict):
+        for item in obj.values():
+            _collect_candidates(item, out, seen, depth + 1)
+        return
+    if isinstance(obj, functools.partial):
+        _collect_candidates(obj.func, out, seen, depth + 1)
+        _collect_candidates(list(obj.args) + list(obj.keywords.values()), out, seen, depth + 1)
+        return
+    if hasattr(obj, "__self__") and hasattr(obj, "__func__"):
+        _collect_candidates(obj.__self__, out, seen, depth + 1)
+        _collect_candidates(obj.__func__, out, seen, depth + 1)
+        return
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        for cell in getattr(obj, "__closure__", None) or ():
+            try:
+                _collect_candidates(cell.cell_contents, out, seen, depth + 1)
+            except ValueError:  # an empty cell
+                pass
+        globals_ = getattr(obj, "__globals__", {})
+        for name in code.co_names:
+            value = globals_.get(name)
+            if isinstance(value, (Tensor, torch.nn.Module)):
+                _collect_candidates(value, out, seen, depth + 1)
+        return
+    if callable(obj) and hasattr(obj, "__dict__"):
+        _collect_candidates(type(obj).__call__, out, seen, depth + 1)
+        for value in vars(obj).values():
+            if isinstance(value, (Tensor, torch.nn.Module, list, tuple)):
+                _collect_candidates(value, out, seen, depth + 1)
+
+
+def _same_storage(a: Tensor, b: Tensor) -> bool:
+    return (a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+            and a.stride() == b.stride() and a.data_ptr() == b.data_ptr())
+
+
+def _live_tensor(constant: Tensor, candidates: Sequence[Tensor]) -> Optional[Tensor]:
+    for c in candidates:
+        if c is constant:
+            return c
+    for c in candidates:
+        if _same_storage(c, constant):
+            return c
+    return None
+
+
+# ---- translation -----------------------------------------------------------------------------
+
+class Traced:
+    """A translated core: its text, and the tensors bound to its IR parameters, in order."""
+
+    def __init__(self, text: str, params: List[Tensor], param_kinds: List[str]):
+        self.text = text
+        self.params = params
+        self.param_kinds = param_kinds
+
+
+def _safe_name(core) -> str:
+    name = getattr(core, "__name__", None) or type(core).__name__
+    name = re.sub(r"[^0-9A-Za-z_]", "_", name).strip("_") or "core"
+    return "flexsn_" + name
+
+
+def trace_core(core: Callable, num_inputs: int, num_states: int, num_outputs: int,
+               example_inputs: Sequence[Tensor]) -> Traced:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with torch.no_grad():
+        try:
+            gm = make_fx(core, tracing_mode="real")(*example_inputs)
+        except UnsupportedOp:
+            raise
+        except Exception as e:  # tracing itself failed: data-dependent control flow, ...
+            raise UnsupportedOp("tracing", f"{type(e).__name__}: {e}") from e
+
+    candidates: List[Tensor] = []
+    _collect_candidates(core, candidates, set())
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != num_inputs + num_states:
+        raise ValueError(f"core: expected {num_inputs + num_states} arguments, traced {len(placeholders)}")
+    output_node = next(n for n in gm.graph.nodes if n.op == "output")
+    returned = output_node.args[0]
+    returned = list(returned) if isinstance(returned, (tuple, list)) else [returned]
+    if len(returned) != num_outputs + num_states:
+        raise ValueError(f"core: expected {num_outputs} outputs and {num_states} next states "
+                         f"({num_outputs + num_states} values), got {len(returned)}")
+
+    # Only what the results depend on is translated (make_fx keeps dead autograd nodes).
+    needed, stack = set(), [r for r in returned if isinstance(r, torch.fx.Node)]
+    while stack:
+        node = stack.pop()
+        if node in needed:
+            continue
+        needed.add(node)
+        stack.extend(node.all_input_nodes)
+
+    values: Dict[torch.fx.Node, Value] = {}
+    body: List[str] = []
+    param_decls: List[str] = []
+    params: List[Tensor] = []
+    param_kinds: List[str] = []
+    param_of: Dict[int, str] = {}
+
+    for i, node in enumerate(placeholders):
+        values[node] = _f(f"x{i}" if i < num_inputs else f"v{i - num_inputs}")
+
+    def arg(a):
+        if isinstance(a, torch.fx.Node):
+            return values[a]
+        if isinstance(a, (list, tuple)):
+            return [arg(x) for x in a]
+        return a
+
+    for node in gm.graph.nodes:
+        if node not in needed or node.op in ("placeholder", "output"):
+            continue
+        if node.op == "get_attr":
+            constant = getattr(gm, node.target)
+            if not isinstance(constant, Tensor) or not constant.dtype.is_floating_point:
+                raise UnsupportedOp("get_attr", f"a captured {getattr(constant, 'dtype', type(constant))} value")
+            live = _live_tensor(constant, candidates)
+            if live is None and constant.numel() == 1:
+                values[node] = literal(constant.item())  # a constant created inside the core
+                continue
+            tensor = live if live is not None else constant
+            key = id(tensor)
+            if key not in param_of:
+                name = f"p{len(params)}"
+                param_of[key] = name
+                params.append(tensor)
+                if tensor.numel() == 1:
+                    param_kinds.append("scalar")
+                    init = float(tensor.detach().item())
+                    param_decls.append(f"param {name} = {init if math.isfinite(init) else 0.0!r}")
+                else:
+                    param_kinds.append("per_neuron")
+                    param_decls.append(f"param {name}[neuron] = 0.0")
+            values[node] = _f(param_of[key])
+            continue
+        if node.op != "call_function":
+            raise UnsupportedOp(f"{node.op} {node.target}")
+        target = str(node.target)
+        rule = RULES.get(target)
+        if rule is None:
+            raise UnsupportedOp(target)
+        value = rule(*arg(node.args), **{k: arg(v) for k, v in node.kwargs.items()})
+        name = f"t{len(body)}"
+        body.append(f"{name} = {value.text}")
+        values[node] = Value(name, value.type)
+
+    results = []
+    for i, r in enumerate(returned):
+        if not isinstance(r, torch.fx.Node):
+            raise UnsupportedOp("output", f"a non-tensor result {r!r}")
+        body.append(f"r{i} = {as_float(values[r])}")
+        results.append(f"r{i}")
+
+    lines = [f"neuron {_safe_name(core)}"]
+    lines += [f"input x{i}" for i in range(num_inputs)]
+    lines += [f"state v{j} = 0" for j in range(num_states)]
+    lines += param_decls
+    lines += [f"output y{i}" for i in range(num_outputs)]
+    lines += body
+    lines += [f"y{i} = {results[i]}" for i in range(num_outputs)]
+    lines += [f"v{j} = {results[num_outputs + j]}" for j in range(num_states)]
+    return Traced("\n".join(lines) + "\n", params, param_kinds)

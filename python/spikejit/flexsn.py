@@ -1,0 +1,372 @@
+"""FlexSN: a spiking neuron from a PyTorch function of one time step.
+
+    def core(x, v):                      # (*inputs, *states) -> (*outputs, *next_states)
+        h = v + (x - v) / 2.0
+        s = spikejit.surrogate.Sigmoid(alpha=4.0)(h - 1.0)
+        return s, h * (1.0 - s)
+    node = spikejit.FlexSN(core, num_inputs=1, num_states=1, num_outputs=1)
+    s_seq = node(x_seq)                  # [T, *S] -> [T, *S], fused kernels, autograd included
+
+`core` is traced with make_fx, translated into the neuron IR and compiled into the same kernels
+as the built-in neurons. Tensors it closes over (module parameters, closure cells, attributes
+of a bound `self`, functools.partial arguments) become IR parameters, read at every call and
+given gradients: one-element tensors are scalar parameters, others per-neuron parameters that
+broadcast to the neuron shape. After translation the program is checked against the eager core
+(values and gradients on random inputs). When an op is outside the supported table, or the
+check fails, FlexSN warns (naming the op) and runs an eager scan instead; `strict=True` raises.
+"""
+import copy
+import warnings
+from typing import Callable, List, Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from . import _core, registry
+from ._trace import UnsupportedOp, trace_core
+from .functional import run_neuron
+from .scan import eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available, \
+    lowerable_scan_final_state
+
+__all__ = ["FlexSN", "FlexSNKernel", "UnsupportedCoreError"]
+
+KERNEL_BACKENDS = ("spikejit", "triton", "inductor")
+BACKENDS = KERNEL_BACKENDS + ("torch", "hop")
+
+
+class UnsupportedCoreError(NotImplementedError):
+    """Raised under strict=True when a core cannot be compiled; `.op` names what is missing."""
+
+    def __init__(self, message: str, op: str):
+        super().__init__(message)
+        self.op = op
+
+
+def _check_count(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {value!r}")
+    return value
+
+
+def _as_list(results) -> list:
+    return list(results) if isinstance(results, (tuple, list)) else [results]
+
+
+def _example_device(params: Sequence[Tensor]) -> torch.device:
+    return params[0].device if params else torch.device("cpu")
+
+
+class _CompiledCore:
+    """A core translated into a registered program, with the tensors bound to its parameters."""
+
+    def __init__(self, core, num_inputs, num_states, num_outputs, example_inputs):
+        traced = trace_core(core, num_inputs, num_states, num_outputs, example_inputs)
+        try:
+            self.program = _core.Program.from_text(traced.text, "<FlexSN core>")
+        except _core.ParseError as e:  # the translation produced something the IR rejects
+            raise UnsupportedOp("translation", str(e)) from e
+        self.params = traced.params
+        self.param_kinds = traced.param_kinds
+        self.text = traced.text
+        self.num_inputs, self.num_states, self.num_outputs = num_inputs, num_states, num_outputs
+        self.handle = registry.register(self.program)
+
+    def runtime_params(self, x_seq: Tensor, params: Optional[Sequence[Tensor]] = None) -> List[Tensor]:
+        """The parameter tensors as the ops take them: x_seq's dtype, scalars as [1], per-neuron
+        tensors broadcast to the neuron shape (gradients flow back through the broadcast)."""
+        out = []
+        neuron_shape = x_seq.shape[1:]
+        for i, (p, kind) in enumerate(zip(self.params if params is None else params, self.param_kinds)):
+            if p.device != x_seq.device:
+                raise ValueError(f"core parameter {i}: on {p.device}, but the inputs are on {x_seq.device}")
+            p = p.to(x_seq.dtype)
+            if kind == "scalar":
+                out.append(p.reshape(1))
+                continue
+            try:
+                out.append(p.expand(neuron_shape))
+            except RuntimeError:
+                raise ValueError(f"core parameter {i}: shape {list(p.shape)} does not broadcast to the "
+                                 f"neuron shape {list(neuron_shape)}") from None
+        return out
+
+    def run(self, inputs, states, store_state_seqs, params=None):
+        return run_neuron(self.handle, self.num_outputs, self.num_states, list(inputs), list(states),
+                          self.runtime_params(inputs[0], params), store_state_seqs)
+
+
+def _verify(compiled: _CompiledCore, core: Callable, device: torch.device) -> None:
+    """Checks the compiled program against the eager core on random inputs: outputs, next states
+    and gradients (inputs, states, parameters that require gradients). Raises UnsupportedOp."""
+    ni, ns, no = compiled.num_inputs, compiled.num_states, compiled.num_outputs
+    dtype = torch.float64 if device.type == "cpu" else torch.float32
+    tolerance = dict(rtol=1e-6, atol=1e-7) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-5)
+    per_neuron = [p.shape for p, k in zip(compiled.params, compiled.param_kinds) if k == "per_neuron"]
+    shape = torch.broadcast_shapes(*per_neuron) if per_neuron else torch.Size([64])
+    generator = torch.Generator(device="cpu").manual_seed(20240611)
+
+    def random():
+        return (torch.randn(shape, generator=generator, dtype=torch.float64) * 1.5).to(device, dtype)
+
+    args = [random().requires_grad_() for _ in range(ni + ns)]
+    cotangents = [random() for _ in range(no + ns)]
+    trainable = [i for i, p in enumerate(compiled.params) if p.requires_grad]
+    try:
+        with torch.enable_grad():
+            eager = [e.expand(shape) for e in _as_list(core(*args))]
+            eager_grads = torch.autograd.grad(eager, args + [compiled.params[i] for i in trainable],
+                                              cotangents, allow_unused=True)
+    except Exception as e:
+        raise UnsupportedOp("verification", f"the eager core failed on random inputs: {e}") from e
+
+    params = [p.detach().to(dtype).requires_grad_() for p in compiled.params]
+    seqs = [a.detach().unsqueeze(0).requires_grad_() for a in args[:ni]]
+    states = [a.detach().requires_grad_() for a in args[ni:]]
+    with torch.enable_grad():
+        outputs, finals, _ = compiled.run(seqs, states, False, params)
+        ours = [o[0] for o in outputs] + list(finals)
+        ours_grads = torch.autograd.grad(ours, seqs + states + [params[i] for i in trainable], cotangents,
+                                         allow_unused=True)
+    ours_grads = [g[0] if g is not None and k < ni else g for k, g in enumerate(ours_grads)]
+
+    for k, (a, b) in enumerate(zip(eager, ours)):
+        if not torch.allclose(a.detach().to(dtype), b.detach(), equal_nan=True, **tolerance):
+            raise UnsupportedOp("verification", f"result {k} of the compiled neuron differs from the eager core")
+    for k, (a, b) in enumerate(zip(eager_grads, ours_grads)):
+        if a is None and b is None:
+            continue
+        a = torch.zeros_like(b) if a is None else a.to(dtype)
+        b = torch.zeros_like(a) if b is None else b
+        if a.shape != b.shape or not torch.allclose(a, b, equal_nan=True, **tolerance):
+            raise UnsupportedOp("verification", f"gradient {k} of the compiled neuron differs from eager "
+                                "autograd (a surrogate written as an autograd.Function? use spikejit.surrogate)")
+
+
+class FlexSN(nn.Module):
+    """A neuron from a one-step core; see the module docstring.
+
+    Arguments follow SpikingJelly's FlexSN: `core`, `num_inputs`, `num_states`, `num_outputs`,
+    `example_inputs` (per-step tensors used for tracing; default one-element float32 zeros),
+    `requires_grad` (per input and state: False detaches it), `step_mode` ('m': inputs [T, *S];
+    's': one step), `backend` ('spikejit' — also 'triton'/'inductor' —, 'torch' for an eager
+    scan, 'hop' for torch's scan operator), `store_state_seqs`, `example_outputs` (accepted and
+    checked for count; outputs always have the per-step shape of the inputs), and `strict`.
+    """
+
+    def __init__(self, core: Callable, num_inputs: int, num_states: int, num_outputs: int,
+                 example_inputs: Optional[Sequence[Tensor]] = None, requires_grad: Optional[Sequence[bool]] = None,
+                 step_mode: str = "m", backend: str = "spikejit", store_state_seqs: bool = False,
+                 example_outputs: Optional[Sequence[Tensor]] = None, strict: bool = False):
+        super().__init__()
+        if not callable(core):
+            raise TypeError(f"core: expected a callable, got {type(core).__name__}")
+        self.num_inputs = _check_count("num_inputs", num_inputs, 1)
+        self.num_states = _check_count("num_states", num_states, 0)
+        self.num_outputs = _check_count("num_outputs", num_outputs, 0)
+        if step_mode not in ("s", "m"):
+            raise ValueError(f"step_mode: expected 's' or 'm', got {step_mode!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+        count = num_inputs + num_states
+        if requires_grad is not None and len(requires_grad) != count:
+            raise ValueError(f"requires_grad: expected {count} flags (inputs then states), got {len(requires_grad)}")
+        if example_inputs is not None and len(example_inputs) != count:
+            raise ValueError(f"example_inputs: expected {count} tensors (inputs then states), got {len(example_inputs)}")
+        if example_outputs is not None and len(example_outputs) != num_outputs:
+            raise ValueError(f"example_outputs: expected {num_outputs} tensors, got {len(example_outputs)}")
+        self.core = core
+        self.requires_grad = None if requires_grad is None else [bool(r) for r in requires_grad]
+        self.step_mode = step_mode
+        self.backend = backend
+        self.store_state_seqs = bool(store_state_seqs)
+        self.strict = bool(strict)
+        self.fallback_reason = None
+        self._compiled = None
+        self._finalizer = None
+        if backend in KERNEL_BACKENDS:
+            self._compile(example_inputs)
+        self.states = None
+        self.state_seqs = None
+
+    # -- compilation ---------------------------------------------------------------------------
+
+    def _compile(self, example_inputs):
+        count = self.num_inputs + self.num_states
+        try:
+            candidates = []
+            from ._trace import _collect_candidates
+            _collect_candidates(self.core, candidates, set())
+            device = _example_device(candidates)
+            if example_inputs is None:
+                examples = [torch.zeros(1, device=device) for _ in range(count)]
+            else:
+                examples = [e.detach().clone() for e in example_inputs]
+                device = examples[0].device
+            compiled = _CompiledCore(self.core, self.num_inputs, self.num_states, self.num_outputs, examples)
+            try:
+                _verify(compiled, self.core, device)
+            except BaseException:
+                registry.release_owner(compiled.handle)
+                raise
+        except UnsupportedOp as e:
+            message = (f"FlexSN: cannot compile the core ({e}); "
+                       f"{'strict mode' if self.strict else 'falling back to an eager scan'}")
+            if self.strict:
+                raise UnsupportedCoreError(message, e.op) from e
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            self.fallback_reason = str(e)
+            return
+        self._compiled = compiled
+        self._finalizer = registry.attach_owner(self, compiled.handle)
+
+    @property
+    def handle(self) -> Optional[int]:
+        """The registry handle of the compiled program, or None when running eagerly."""
+        return None if self._compiled is None else self._compiled.handle
+
+    @property
+    def program(self):
+        """The compiled spikejit._core.Program, or None."""
+        return None if self._compiled is None else self._compiled.program
+
+    def __deepcopy__(self, memo):
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            if key == "_finalizer":
+                continue
+            new.__dict__[key] = copy.deepcopy(value, memo) if key != "_compiled" else None
+        new._finalizer = None
+        if self._compiled is not None:
+            compiled = copy.copy(self._compiled)
+            compiled.params = [copy.deepcopy(p, memo) for p in self._compiled.params]
+            registry.retain_owner(compiled.handle)
+            new._compiled = compiled
+            new._finalizer = registry.attach_owner(new, compiled.handle)
+        return new
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def init_states(num_states: int, step_mode: str, *args) -> List[Tensor]:
+        """Initial states: zeros shaped like one step of the first input. Override to change."""
+        x = args[0]
+        like = x if step_mode == "s" else x.new_empty(x.shape[1:])
+        return [torch.zeros_like(like) for _ in range(num_states)]
+
+    def _custom_init(self) -> bool:
+        return type(self).init_states is not FlexSN.init_states
+
+    def reset(self) -> None:
+        self.states = None
+        self.state_seqs = None
+
+    def _current_states(self, inputs, step_shape):
+        states = self.states
+        if states is not None and all(s.shape == step_shape for s in states):
+            return list(states)
+        return None
+
+    # -- forward -------------------------------------------------------------------------------
+
+    def _check_inputs(self, inputs):
+        if len(inputs) != self.num_inputs:
+            raise ValueError(f"inputs: expected {self.num_inputs} tensors, got {len(inputs)}")
+        for i, x in enumerate(inputs):
+            if not isinstance(x, Tensor):
+                raise TypeError(f"inputs[{i}]: expected a tensor, got {type(x).__name__}")
+            if x.shape != inputs[0].shape:
+                raise ValueError(f"inputs[{i}]: expected shape {list(inputs[0].shape)} (that of inputs[0]), "
+                                 f"got {list(x.shape)}")
+        if self.step_mode == "m" and inputs[0].dim() < 1:
+            raise ValueError("inputs[0]: expected a sequence [T, *S]")
+
+    def _mask(self, inputs, states):
+        if self.requires_grad is None:
+            return list(inputs), states
+        flags = self.requires_grad
+        inputs = [x if flags[i] else x.detach() for i, x in enumerate(inputs)]
+        if states is not None:
+            states = [s if s is None or flags[self.num_inputs + j] else s.detach() for j, s in enumerate(states)]
+        return inputs, states
+
+    def single_step_forward(self, *inputs):
+        self._check_inputs(inputs)
+        states = self._current_states(inputs, inputs[0].shape)
+        if states is None:
+            states = self.init_states(self.num_states, "s", *inputs)
+        inputs, states = self._mask(inputs, states)
+        results = _as_list(self.core(*inputs, *states))
+        if len(results) != self.num_outputs + self.num_states:
+            raise ValueError(f"core: expected {self.num_outputs + self.num_states} values, got {len(results)}")
+        self.states = results[self.num_outputs:]
+        return results[:self.num_outputs]
+
+    def multi_step_functional_forward(self, *inputs, states: Optional[Sequence[Tensor]] = None):
+        """(outputs, final states, state sequences or None) without touching the module's state;
+        `states=None` starts from init_states (or the program's zeros)."""
+        self._check_inputs(inputs)
+        inputs = list(inputs)
+        if states is None and (self._compiled is None or self._custom_init()):
+            states = self.init_states(self.num_states, "m", *inputs)
+        inputs, states = self._mask(inputs, None if states is None else list(states))
+        if self._compiled is not None:
+            init = [None] * self.num_states if states is None else states
+            outputs, finals, seqs = self._compiled.run(inputs, init, self.store_state_seqs)
+            return list(outputs), list(finals), (list(seqs) if seqs is not None else None)
+        use_hop = self.backend == "hop" and lowerable_scan_available()
+        if self.store_state_seqs:
+            scan = lowerable_scan if use_hop else eager_scan
+            outputs, seqs = scan(self.core, inputs, states, self.num_outputs)
+            finals = [seq[-1] if seq.shape[0] > 0 else s.clone() for seq, s in zip(seqs, states)]
+            return outputs, finals, seqs
+        scan = lowerable_scan_final_state if use_hop else eager_scan_final_state
+        outputs, finals = scan(self.core, inputs, states, self.num_outputs)
+        return outputs, finals, None
+
+    def multi_step_forward(self, *inputs):
+        self._check_inputs(inputs)
+        states = self._current_states(inputs, inputs[0].shape[1:])
+        outputs, finals, seqs = self.multi_step_functional_forward(*inputs, states=states)
+        self.states = finals
+        if self.store_state_seqs:
+            self.state_seqs = seqs
+        return outputs
+
+    def forward(self, *inputs):
+        if self.step_mode == "m":
+            outputs = self.multi_step_forward(*inputs)
+        else:
+            outputs = self.single_step_forward(*inputs)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def extra_repr(self) -> str:
+        mode = "kernels" if self._compiled is not None else f"eager ({self.fallback_reason or self.backend})"
+        return (f"num_inputs={self.num_inputs}, num_states={self.num_states}, num_outputs={self.num_outputs}, "
+                f"step_mode={self.step_mode}, {mode}")
+
+
+class FlexSNKernel:
+    """The functional kernel API: `kernel(*input_seqs, *init_states) -> (*output_seqs, *state_seqs)`.
+    The core must compile (strict); the kernels live as long as this object or its copies."""
+
+    def __init__(self, core: Callable, num_inputs: int, num_states: int, num_outputs: int,
+                 example_inputs: Optional[Sequence[Tensor]] = None, requires_grad: Optional[Sequence[bool]] = None):
+        self._module = FlexSN(core, num_inputs, num_states, num_outputs, example_inputs, requires_grad,
+                              step_mode="m", store_state_seqs=True, strict=True)
+
+    @property
+    def handle(self) -> int:
+        return self._module.handle
+
+    def __call__(self, *args):
+        m = self._module
+        if len(args) != m.num_inputs + m.num_states:
+            raise ValueError(f"args: expected {m.num_inputs} input sequences and {m.num_states} states, got {len(args)}")
+        outputs, _, seqs = m.multi_step_functional_forward(*args[:m.num_inputs], states=list(args[m.num_inputs:]))
+        return tuple(outputs) + tuple(seqs)
+
+    def __deepcopy__(self, memo):
+        new = FlexSNKernel.__new__(FlexSNKernel)
+        new._module = copy.deepcopy(self._module, memo)
+        return new

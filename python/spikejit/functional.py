@@ -1,0 +1,211 @@
+"""Multi-step IF / LIF / PLIF as functions.
+
+Seed-compatible (SpikingJelly's triton_kernel, reference section 1.1):
+    multistep_if(x_seq, v_init, v_threshold, v_reset, detach_reset, surrogate_function,
+                 store_v_seq=True) -> (s_seq, v_seq if store_v_seq else v_last)
+    multistep_lif(x_seq, v_init, decay_input, tau, v_threshold, v_reset, detach_reset,
+                  surrogate_function, store_v_seq=True) -> (s_seq, v_seq or v_last)
+    multistep_plif(x_seq, v_init, r_tau, decay_input, v_threshold, v_reset, detach_reset,
+                   surrogate_function) -> (s_seq, v_seq)          # r_tau = 1/tau, a 1-element tensor
+SpikingJelly 2.x functional style (explicit state, learnable w with 1/tau = sigmoid(w)):
+    if_multi_step / lif_multi_step / plif_multi_step(...) -> (s_seq, v_last, v_seq or None)
+
+`v_init` may be None: the state starts at v_reset (0 under soft reset). `v_reset=None` selects
+the soft reset. Every function runs the fused kernels (CPU executor or CUDA) through the
+`spikejit::neuron_*` ops, with autograd when any input requires a gradient.
+"""
+import threading
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _core, ops, registry
+from . import surrogate as _surrogate
+
+__all__ = ["multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step",
+           "plif_multi_step", "builtin_handle", "run_neuron"]
+
+_cache_lock = threading.Lock()
+_builtin_handles = {}
+
+
+def _plif_r_text(v_threshold, v_reset, detach_reset, surrogate_name, surrogate_params, decay_input):
+    """PLIF with the reciprocal time constant r = 1/tau itself as the parameter (the seed's
+    multistep_plif takes r_tau), written like neurons/plif.sj."""
+    soft = v_reset is None
+    return "\n".join([
+        "neuron plif_r",
+        "input x",
+        "state v = v_reset",
+        "param r_tau = 0.5",
+        f"const v_threshold = {float(v_threshold)!r}, v_reset = {0.0 if soft else float(v_reset)!r}",
+        f"const decay_input = {str(bool(decay_input)).lower()}, soft_reset = {str(soft).lower()}, "
+        f"detach_reset = {str(bool(detach_reset)).lower()}",
+        "output s",
+        "h = where(decay_input, v + (x - (v - v_reset)) * r_tau, v - (v - v_reset) * r_tau + x)",
+        f"s = spike(h - v_threshold, {_surrogate.text(surrogate_name, surrogate_params)})",
+        "s_reset = where(detach_reset, detach(s), s)",
+        "v = where(soft_reset, h - s_reset * v_threshold, (1 - s_reset) * h + s_reset * v_reset)",
+    ])
+
+
+def _check_number(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: expected a float, got {type(value).__name__}")
+    return float(value)
+
+
+@torch.compiler.assume_constant_result
+def builtin_handle(kind: str, v_threshold: float, v_reset: Optional[float], detach_reset: bool,
+                   surrogate_name: str, surrogate_params: tuple, decay_input: bool = True,
+                   tau: float = 2.0) -> int:
+    """The registry handle of a built-in neuron ('if', 'lif', 'plif', 'plif_r') for these
+    options; programs are built once per distinct options and kept for the process."""
+    key = (kind, v_threshold, v_reset, detach_reset, surrogate_name, tuple(surrogate_params),
+           decay_input, tau if kind == "lif" else None)
+    handle = _builtin_handles.get(key)
+    if handle is not None:
+        return handle
+    with _cache_lock:
+        handle = _builtin_handles.get(key)
+        if handle is None:
+            v_threshold = _check_number("v_threshold", v_threshold)
+            if v_reset is not None:
+                v_reset = _check_number("v_reset", v_reset)
+            if kind == "plif_r":
+                program = _core.Program.from_text(
+                    _plif_r_text(v_threshold, v_reset, detach_reset, surrogate_name, surrogate_params,
+                                 decay_input), "<plif_r>")
+            else:
+                program = _core.builtin(kind, v_threshold=v_threshold, v_reset=v_reset,
+                                        detach_reset=bool(detach_reset), surrogate=surrogate_name,
+                                        surrogate_params=list(surrogate_params),
+                                        decay_input=bool(decay_input),
+                                        tau=_check_number("tau", tau) if kind == "lif" else 2.0)
+            handle = registry.register(program)  # the cache is its owner, for the process
+            _builtin_handles[key] = handle
+    return handle
+
+
+def _needs_grad(tensors) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    return any(t is not None and t.requires_grad for t in tensors)
+
+
+def run_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_states, params,
+               store_state_seqs: bool):
+    """Runs a registered neuron over [T, *S] inputs; None in `init_states` means the state's
+    declared default. Returns (outputs, final_states,
+    state_seqs or None), taking the training op (with autograd) when a gradient is needed."""
+    init_states = ops.initial_states(handle, init_states, inputs[0])
+    if _needs_grad(list(inputs) + init_states + list(params)):
+        results = torch.ops.spikejit.neuron_forward(handle, inputs, init_states, params, store_state_seqs)
+        outputs = results[:num_outputs]
+        finals = results[num_outputs:num_outputs + num_states]
+        seqs = results[num_outputs + num_states:num_outputs + 2 * num_states] if store_state_seqs else None
+    else:
+        results = torch.ops.spikejit.neuron_inference(handle, inputs, init_states, params, store_state_seqs, True)
+        outputs = results[:num_outputs]
+        seqs = results[num_outputs:num_outputs + num_states] if store_state_seqs else None
+        finals = results[len(results) - num_states:]
+    return outputs, finals, seqs
+
+
+def _check_sequence(x_seq):
+    if not isinstance(x_seq, Tensor):
+        raise TypeError(f"x_seq: expected a tensor [T, *S], got {type(x_seq).__name__}")
+    if x_seq.dim() < 1:
+        raise ValueError(f"x_seq: expected a tensor [T, *S] with a time axis, got shape {list(x_seq.shape)}")
+
+
+def _initial_state(v_init, x_seq):
+    """None (the neuron's default, v_reset) or v_init as a [*S] tensor in x_seq's dtype."""
+    if v_init is None:
+        return None
+    if not isinstance(v_init, Tensor):
+        raise TypeError(f"v_init: expected a tensor or None, got {type(v_init).__name__}")
+    shape = x_seq.shape[1:]
+    if v_init.shape != shape:
+        if v_init.numel() != x_seq[0].numel():
+            raise ValueError(f"v_init: expected shape {list(shape)} (x_seq.shape[1:]), got {list(v_init.shape)}")
+        v_init = v_init.reshape(shape)
+    if v_init.device != x_seq.device:
+        raise ValueError(f"v_init: expected a tensor on {x_seq.device} (that of x_seq), got one on {v_init.device}")
+    return v_init.to(x_seq.dtype)
+
+
+def _scalar_param(value, name, x_seq):
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{name}: expected a one-element tensor, got {type(value).__name__}")
+    if value.numel() != 1:
+        raise ValueError(f"{name}: expected a one-element tensor, got shape {list(value.shape)}")
+    if value.device != x_seq.device:
+        raise ValueError(f"{name}: expected a tensor on {x_seq.device} (that of x_seq), got one on {value.device}")
+    return value.reshape(1).to(x_seq.dtype)
+
+
+def _run_builtin(handle, x_seq, v_init, params, store_v_seq):
+    outputs, finals, seqs = run_neuron(handle, 1, 1, [x_seq], [_initial_state(v_init, x_seq)], params,
+                                       store_v_seq)
+    return outputs[0], finals[0], (seqs[0] if store_v_seq else None)
+
+
+def if_multi_step(x_seq: Tensor, v: Optional[Tensor] = None, v_threshold: float = 1.0,
+                  v_reset: Optional[float] = 0.0, surrogate_function=None, detach_reset: bool = False,
+                  store_v_seq: bool = False):
+    """IF over [T, *S]: (s_seq, v_last, v_seq or None)."""
+    _check_sequence(x_seq)
+    name, params = _surrogate.resolve(surrogate_function)
+    handle = builtin_handle("if", v_threshold, v_reset, detach_reset, name, params)
+    return _run_builtin(handle, x_seq, v, [], store_v_seq)
+
+
+def lif_multi_step(x_seq: Tensor, v: Optional[Tensor] = None, tau: float = 2.0, decay_input: bool = True,
+                   v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, surrogate_function=None,
+                   detach_reset: bool = False, store_v_seq: bool = False):
+    """LIF over [T, *S]: (s_seq, v_last, v_seq or None)."""
+    _check_sequence(x_seq)
+    name, params = _surrogate.resolve(surrogate_function)
+    handle = builtin_handle("lif", v_threshold, v_reset, detach_reset, name, params, decay_input, tau)
+    return _run_builtin(handle, x_seq, v, [], store_v_seq)
+
+
+def plif_multi_step(x_seq: Tensor, v: Optional[Tensor], w: Tensor, decay_input: bool = True,
+                    v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, surrogate_function=None,
+                    detach_reset: bool = False, store_v_seq: bool = False):
+    """Parametric LIF over [T, *S] with learnable w, 1/tau = sigmoid(w): (s_seq, v_last, v_seq or None)."""
+    _check_sequence(x_seq)
+    name, params = _surrogate.resolve(surrogate_function)
+    handle = builtin_handle("plif", v_threshold, v_reset, detach_reset, name, params, decay_input)
+    return _run_builtin(handle, x_seq, v, [_scalar_param(w, "w", x_seq)], store_v_seq)
+
+
+def multistep_if(x_seq: Tensor, v_init: Optional[Tensor], v_threshold: float = 1.0,
+                 v_reset: Optional[float] = 0.0, detach_reset: bool = False, surrogate_function=None,
+                 store_v_seq: bool = True):
+    """Seed contract: (s_seq, v_seq) when store_v_seq, else (s_seq, v_last)."""
+    s_seq, v_last, v_seq = if_multi_step(x_seq, v_init, v_threshold, v_reset, surrogate_function,
+                                         detach_reset, store_v_seq)
+    return s_seq, (v_seq if store_v_seq else v_last)
+
+
+def multistep_lif(x_seq: Tensor, v_init: Optional[Tensor], decay_input: bool = True, tau: float = 2.0,
+                  v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, detach_reset: bool = False,
+                  surrogate_function=None, store_v_seq: bool = True):
+    """Seed contract: (s_seq, v_seq) when store_v_seq, else (s_seq, v_last)."""
+    s_seq, v_last, v_seq = lif_multi_step(x_seq, v_init, tau, decay_input, v_threshold, v_reset,
+                                          surrogate_function, detach_reset, store_v_seq)
+    return s_seq, (v_seq if store_v_seq else v_last)
+
+
+def multistep_plif(x_seq: Tensor, v_init: Optional[Tensor], r_tau: Tensor, decay_input: bool = True,
+                   v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, detach_reset: bool = False,
+                   surrogate_function=None):
+    """Seed contract: r_tau = 1/tau (a one-element tensor, gradient included); returns (s_seq, v_seq)."""
+    _check_sequence(x_seq)
+    name, params = _surrogate.resolve(surrogate_function)
+    handle = builtin_handle("plif_r", v_threshold, v_reset, detach_reset, name, params, decay_input)
+    s_seq, _, v_seq = _run_builtin(handle, x_seq, v_init, [_scalar_param(r_tau, "r_tau", x_seq)], True)
+    return s_seq, v_seq

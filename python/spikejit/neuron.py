@@ -1,0 +1,193 @@
+"""IFNode, LIFNode and ParametricLIFNode with SpikingJelly's constructor arguments and behaviour.
+
+    node = spikejit.LIFNode(tau=2.0, v_reset=None, surrogate_function=spikejit.surrogate.ATan(),
+                            step_mode="m", store_v_seq=True)
+    s_seq = node(x_seq)          # [T, *S]; node.v is the last state, node.v_seq the whole sequence
+    node.reset()
+
+Every step runs the fused kernels. Hyper-parameters may be changed between calls; the program
+for a set of options is built once per process. `backend` is accepted for compatibility with
+SpikingJelly ("torch", "cupy", "triton", "inductor") and always means spikejit.
+"""
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from . import surrogate as _surrogate
+from .functional import builtin_handle, run_neuron
+
+__all__ = ["BaseNode", "IFNode", "LIFNode", "ParametricLIFNode"]
+
+BACKENDS = ("spikejit", "torch", "cupy", "triton", "inductor")
+
+
+def _check_float(name, value, allow_none=False):
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        expected = "a float or None" if allow_none else "a float"
+        raise TypeError(f"{name}: expected {expected}, got {type(value).__name__}")
+
+
+class BaseNode(nn.Module):
+    """Common state handling of the built-in neurons (one state `v`)."""
+
+    def __init__(self, v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, surrogate_function=None,
+                 detach_reset: bool = False, step_mode: str = "s", backend: str = "spikejit",
+                 store_v_seq: bool = False):
+        super().__init__()
+        _check_float("v_threshold", v_threshold)
+        _check_float("v_reset", v_reset, allow_none=True)
+        if not isinstance(detach_reset, bool):
+            raise TypeError(f"detach_reset: expected a bool, got {type(detach_reset).__name__}")
+        if step_mode not in ("s", "m"):
+            raise ValueError(f"step_mode: expected 's' or 'm', got {step_mode!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+        _surrogate.resolve(surrogate_function)  # rejects unsupported surrogates now
+        self.v_threshold = float(v_threshold)
+        self.v_reset = None if v_reset is None else float(v_reset)
+        self.surrogate_function = _surrogate.Sigmoid() if surrogate_function is None else surrogate_function
+        self.detach_reset = detach_reset
+        self.step_mode = step_mode
+        self.backend = backend
+        self.store_v_seq = store_v_seq
+        self.v = self._v_default()
+        self.v_seq = None
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def _v_default(self) -> float:
+        return 0.0 if self.v_reset is None else self.v_reset
+
+    def reset(self) -> None:
+        """Forgets the state: v back to v_reset (0 under soft reset), v_seq to None."""
+        self.v = self._v_default()
+        self.v_seq = None
+
+    def detach(self) -> None:
+        """Cuts the state from the autograd graph (truncated BPTT)."""
+        if isinstance(self.v, Tensor):
+            self.v = self.v.detach()
+        if isinstance(self.v_seq, Tensor):
+            self.v_seq = self.v_seq.detach()
+
+    def _initial_v(self, x_seq: Tensor) -> Optional[Tensor]:
+        """The state to start from for inputs [T, *S]: None means the kernel's default (v_reset);
+        a stored state of another shape is dropped, as SpikingJelly does."""
+        v = self.v
+        shape = x_seq.shape[1:]
+        if isinstance(v, Tensor) and v.shape == shape:
+            return v.to(device=x_seq.device, dtype=x_seq.dtype)
+        if isinstance(v, Tensor) or v == self._v_default():
+            return None
+        return torch.full(shape, float(v), dtype=x_seq.dtype, device=x_seq.device)
+
+    # -- subclasses ----------------------------------------------------------------------------
+
+    def _handle(self) -> int:
+        raise NotImplementedError
+
+    def _params(self, x_seq: Tensor):
+        return []
+
+    # -- forward -------------------------------------------------------------------------------
+
+    def _check_input(self, x: Tensor, what: str, min_dim: int) -> None:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{what}: expected a tensor, got {type(x).__name__}")
+        if x.dim() < min_dim:
+            raise ValueError(f"{what}: expected at least {min_dim} dimensions, got shape {list(x.shape)}")
+
+    def multi_step_forward(self, x_seq: Tensor) -> Tensor:
+        self._check_input(x_seq, "x_seq", 1)
+        outputs, finals, seqs = run_neuron(self._handle(), 1, 1, [x_seq], [self._initial_v(x_seq)],
+                                           self._params(x_seq),
+                                           self.store_v_seq)
+        self.v = finals[0]
+        if self.store_v_seq:
+            self.v_seq = seqs[0]
+        return outputs[0]
+
+    def single_step_forward(self, x: Tensor) -> Tensor:
+        self._check_input(x, "x", 0)
+        x_seq = x.unsqueeze(0)
+        outputs, finals, _ = run_neuron(self._handle(), 1, 1, [x_seq], [self._initial_v(x_seq)],
+                                        self._params(x_seq), False)
+        self.v = finals[0]
+        if self.store_v_seq:
+            step = self.v.unsqueeze(0)
+            if isinstance(self.v_seq, Tensor) and self.v_seq.shape[1:] == step.shape[1:]:
+                self.v_seq = torch.cat((self.v_seq, step))
+            else:
+                self.v_seq = step
+        return outputs[0][0]
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.step_mode == "m":
+            return self.multi_step_forward(x)
+        if self.step_mode == "s":
+            return self.single_step_forward(x)
+        raise ValueError(f"step_mode: expected 's' or 'm', got {self.step_mode!r}")
+
+    def extra_repr(self) -> str:
+        return (f"v_threshold={self.v_threshold}, v_reset={self.v_reset}, detach_reset={self.detach_reset}, "
+                f"step_mode={self.step_mode}, store_v_seq={self.store_v_seq}")
+
+
+class IFNode(BaseNode):
+    """Integrate-and-fire: h = v + x; s = H(h - v_threshold); hard or soft reset."""
+
+    def _handle(self) -> int:
+        name, params = _surrogate.resolve(self.surrogate_function)
+        return builtin_handle("if", self.v_threshold, self.v_reset, self.detach_reset, name, params)
+
+
+class LIFNode(BaseNode):
+    """Leaky integrate-and-fire: h = v + (x - (v - v_reset)) / tau (decay_input) or
+    h = v - (v - v_reset) / tau + x."""
+
+    def __init__(self, tau: float = 2.0, decay_input: bool = True, v_threshold: float = 1.0,
+                 v_reset: Optional[float] = 0.0, surrogate_function=None, detach_reset: bool = False,
+                 step_mode: str = "s", backend: str = "spikejit", store_v_seq: bool = False):
+        _check_float("tau", tau)
+        if not tau > 1.0:
+            raise ValueError(f"tau: expected a float > 1, got {tau}")
+        super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq)
+        self.tau = float(tau)
+        self.decay_input = bool(decay_input)
+
+    def _handle(self) -> int:
+        name, params = _surrogate.resolve(self.surrogate_function)
+        return builtin_handle("lif", self.v_threshold, self.v_reset, self.detach_reset, name, params,
+                              self.decay_input, self.tau)
+
+    def extra_repr(self) -> str:
+        return f"tau={self.tau}, decay_input={self.decay_input}, " + super().extra_repr()
+
+
+class ParametricLIFNode(BaseNode):
+    """LIF with a learnable scalar w, 1/tau = sigmoid(w), w initialised to -log(init_tau - 1)."""
+
+    def __init__(self, init_tau: float = 2.0, decay_input: bool = True, v_threshold: float = 1.0,
+                 v_reset: Optional[float] = 0.0, surrogate_function=None, detach_reset: bool = False,
+                 step_mode: str = "s", backend: str = "spikejit", store_v_seq: bool = False):
+        _check_float("init_tau", init_tau)
+        if not init_tau > 1.0:
+            raise ValueError(f"init_tau: expected a float > 1, got {init_tau}")
+        super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq)
+        self.decay_input = bool(decay_input)
+        self.w = nn.Parameter(torch.as_tensor(-math.log(init_tau - 1.0)))
+
+    def _handle(self) -> int:
+        name, params = _surrogate.resolve(self.surrogate_function)
+        return builtin_handle("plif", self.v_threshold, self.v_reset, self.detach_reset, name, params,
+                              self.decay_input)
+
+    def _params(self, x_seq: Tensor):
+        return [self.w.reshape(1).to(x_seq.dtype)]
+
+    def extra_repr(self) -> str:
+        return f"tau={1.0 / self.w.detach().sigmoid().item():.4g}, decay_input={self.decay_input}, " + super().extra_repr()

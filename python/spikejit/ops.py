@@ -1,0 +1,400 @@
+"""The custom ops of spikejit, registered with torch.library in the namespace `spikejit`.
+
+    spikejit::neuron_inference(handle, inputs, init_states, params, store_state_seqs, final_state)
+        init_states: [] (every state starts at its declared default) or one tensor per state
+        -> [*outputs, *state_seqs (if store_state_seqs), *final_states (if final_state)]
+    spikejit::neuron_forward(handle, inputs, init_states, params, store_state_seqs)
+        -> [*outputs, *final_states, *state_seqs (if store_state_seqs), *saved]     (has autograd)
+    spikejit::neuron_backward(handle, seq_shape, dtype, device, saved, params,
+                              grad_outputs, grad_final_states, grad_state_seqs)
+        -> [*grad_inputs, *grad_initial_states, *grad_params]
+    spikejit::spike(x, surrogate, params) -> Heaviside(x), backward grad * surrogate'(x)
+    spikejit::bit_spike_compress(s) / spikejit::bit_spike_decompress(c, shape)
+
+`handle` names a program in `spikejit.registry`. Sequences are [T, *S], states and per-neuron
+parameters [*S], scalar parameters [] or [1]; every tensor of one call has one dtype and one
+device. CPU tensors run on the C++ executor, CUDA tensors on generated kernels launched on the
+current stream; nothing synchronises and nothing reads tensor values on the host.
+"""
+from typing import List, Optional
+
+import torch
+from torch import Tensor
+
+from . import _core, registry
+from ._surrogate_grads import SURROGATE_GRADIENTS, surrogate_gradient
+
+DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
+
+
+class _Counts:
+    """The declaration counts of a program, read once per handle (hot path)."""
+
+    __slots__ = ("inputs", "states", "outputs", "params", "state_defaults", "saved")
+
+    def __init__(self, program):
+        self.inputs = program.num_inputs
+        self.states = program.num_states
+        self.outputs = program.num_outputs
+        self.params = [kind for _, kind, _ in program.params]
+        self.state_defaults = program.state_defaults
+        self.saved = None  # derived on first training use (runs autodiff)
+
+
+_counts_cache = {}
+
+
+def _counts(handle: int):
+    program = registry.program(handle)
+    counts = _counts_cache.get(handle)
+    if counts is None:
+        counts = _counts_cache[handle] = _Counts(program)
+    return program, counts
+
+
+def initial_states(handle: int, states, x_seq: Tensor) -> List[Tensor]:
+    """The `init_states` argument of the ops from a list with None for "the default": [] when
+    every entry is None, else one tensor per state (defaults filled in)."""
+    if all(s is None for s in states):
+        return []
+    if all(s is not None for s in states):
+        return list(states)
+    _, counts = _counts(handle)
+    if len(states) != counts.states:
+        raise ValueError(f"init_states: expected {counts.states} entries, got {len(states)}")
+    shape = x_seq.shape[1:]
+    return [torch.full(shape, counts.state_defaults[j], dtype=x_seq.dtype, device=x_seq.device) if s is None else s
+            for j, s in enumerate(states)]
+
+
+def _num_saved(program, counts) -> int:
+    if counts.saved is None:
+        counts.saved = program.num_saved
+    return counts.saved
+
+
+def _describe(t: Tensor) -> str:
+    return f"{str(t.dtype).replace('torch.', '')}{list(t.shape)} on {t.device}"
+
+
+def _check_call(counts, inputs, init_states, params):
+    """Validates counts, shapes, dtypes and devices; returns (seq_shape, neuron_shape)."""
+    if counts.inputs == 0:
+        raise ValueError("handle: spikejit ops need a neuron with at least one input (it gives T and S)")
+    if len(inputs) != counts.inputs:
+        raise ValueError(f"inputs: expected {counts.inputs} tensors, got {len(inputs)}")
+    if len(init_states) not in (0, counts.states):
+        raise ValueError(f"init_states: expected 0 or {counts.states} entries, got {len(init_states)}")
+    if len(params) != len(counts.params):
+        raise ValueError(f"params: expected {len(counts.params)} tensors, got {len(params)}")
+    x = inputs[0]
+    if x.dim() < 1:
+        raise ValueError(f"inputs[0]: expected a sequence [T, *S], got {_describe(x)}")
+    if x.dtype not in DTYPE_CODES:
+        raise TypeError(f"inputs[0]: expected float32, float64, float16 or bfloat16, got {_describe(x)}")
+    seq_shape = list(x.shape)
+    neuron_shape = seq_shape[1:]
+
+    def same(t, name, shape):
+        if t.dtype != x.dtype:
+            raise TypeError(f"{name}: expected dtype {x.dtype} (that of inputs[0]), got {_describe(t)}")
+        if t.device != x.device:
+            raise ValueError(f"{name}: expected a tensor on {x.device} (that of inputs[0]), got {_describe(t)}")
+        if shape is not None and list(t.shape) != shape:
+            raise ValueError(f"{name}: expected shape {shape}, got {_describe(t)}")
+
+    for i, t in enumerate(inputs[1:], 1):
+        same(t, f"inputs[{i}]", seq_shape)
+    for i, t in enumerate(init_states):
+        if t is not None:
+            same(t, f"init_states[{i}]", neuron_shape)
+    for i, (t, kind) in enumerate(zip(params, counts.params)):
+        same(t, f"params[{i}]", neuron_shape if kind == "per_neuron" else None)
+        if kind == "scalar" and (t.dim() > 1 or t.numel() != 1):
+            raise ValueError(f"params[{i}]: expected a scalar parameter of shape [] or [1], got {_describe(t)}")
+    return seq_shape, neuron_shape
+
+
+def _spec(t: Optional[Tensor]):
+    return None if t is None else (t.data_ptr(), DTYPE_CODES[t.dtype], list(t.shape))
+
+
+def _specs(tensors):
+    return [_spec(t) for t in tensors]
+
+
+def _contiguous(tensors):
+    return [None if t is None else t.contiguous() for t in tensors]
+
+
+def _launch_forward(program, device, seq_shape, inputs, init_states, params, outputs, state_seqs,
+                    final_states, saved):
+    args = (program, seq_shape[0], seq_shape[1:], _specs(inputs), _specs(init_states), _specs(params),
+            _specs(outputs), _specs(state_seqs), _specs(final_states), _specs(saved))
+    if device.type == "cpu":
+        _core.cpu_forward(*args, threads=torch.get_num_threads())
+    elif device.type == "cuda":
+        stream = torch.cuda.current_stream(device).cuda_stream
+        _core.cuda_forward(*args, stream=stream, device=device.index)
+    else:
+        raise ValueError(f"inputs[0]: expected a CPU or CUDA tensor, got one on {device}")
+
+
+def _launch_backward(program, device, seq_shape, saved, params, grad_outputs, grad_state_seqs,
+                     grad_final_states, grad_inputs, grad_initial_states, grad_params):
+    args = (program, seq_shape[0], seq_shape[1:], _specs(saved), _specs(params), _specs(grad_outputs),
+            _specs(grad_state_seqs), _specs(grad_final_states), _specs(grad_inputs),
+            _specs(grad_initial_states), _specs(grad_params))
+    if device.type == "cpu":
+        _core.cpu_backward(*args, threads=torch.get_num_threads())
+    elif device.type == "cuda":
+        stream = torch.cuda.current_stream(device).cuda_stream
+        _core.cuda_backward(*args, stream=stream, device=device.index)
+    else:
+        raise ValueError(f"device: expected a CPU or CUDA device, got {device}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Inference
+
+
+@torch.library.custom_op("spikejit::neuron_inference", mutates_args=())
+def neuron_inference(handle: int, inputs: List[Tensor], init_states: List[Tensor],
+                     params: List[Tensor], store_state_seqs: bool, final_state: bool) -> List[Tensor]:
+    program, counts = _counts(handle)
+    seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
+    x = inputs[0]
+    outputs = [x.new_empty(seq_shape) for _ in range(counts.outputs)]
+    state_seqs = [x.new_empty(seq_shape) for _ in range(counts.states)] if store_state_seqs else []
+    final_states = [x.new_empty(neuron_shape) for _ in range(counts.states)] if final_state else []
+    _launch_forward(program, x.device, seq_shape, _contiguous(inputs), _contiguous(init_states),
+                    _contiguous(params), outputs, state_seqs, final_states, [])
+    return outputs + state_seqs + final_states
+
+
+@neuron_inference.register_fake
+def _(handle, inputs, init_states, params, store_state_seqs, final_state):
+    _, counts = _counts(handle)
+    seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
+    x = inputs[0]
+    outputs = [x.new_empty(seq_shape) for _ in range(counts.outputs)]
+    state_seqs = [x.new_empty(seq_shape) for _ in range(counts.states)] if store_state_seqs else []
+    final_states = [x.new_empty(neuron_shape) for _ in range(counts.states)] if final_state else []
+    return outputs + state_seqs + final_states
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+
+
+def _training_buffers(program, counts, inputs, init_states, params, store_state_seqs):
+    seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
+    x = inputs[0]
+    outputs = [x.new_empty(seq_shape) for _ in range(counts.outputs)]
+    final_states = [x.new_empty(neuron_shape) for _ in range(counts.states)]
+    state_seqs = [x.new_empty(seq_shape) for _ in range(counts.states)] if store_state_seqs else []
+    saved = [x.new_empty(seq_shape) for _ in range(_num_saved(program, counts))]
+    return seq_shape, outputs, final_states, state_seqs, saved
+
+
+@torch.library.custom_op("spikejit::neuron_forward", mutates_args=())
+def neuron_forward(handle: int, inputs: List[Tensor], init_states: List[Tensor],
+                   params: List[Tensor], store_state_seqs: bool) -> List[Tensor]:
+    program, counts = _counts(handle)
+    seq_shape, outputs, final_states, state_seqs, saved = _training_buffers(
+        program, counts, inputs, init_states, params, store_state_seqs)
+    _launch_forward(program, inputs[0].device, seq_shape, _contiguous(inputs), _contiguous(init_states),
+                    _contiguous(params), outputs, state_seqs, final_states, saved)
+    return outputs + final_states + state_seqs + saved
+
+
+@neuron_forward.register_fake
+def _(handle, inputs, init_states, params, store_state_seqs):
+    program, counts = _counts(handle)
+    _, outputs, final_states, state_seqs, saved = _training_buffers(
+        program, counts, inputs, init_states, params, store_state_seqs)
+    return outputs + final_states + state_seqs + saved
+
+
+def _check_grads(grads, count, name, shape, dtype, device):
+    if len(grads) not in (0, count):
+        raise ValueError(f"{name}: expected 0 or {count} entries, got {len(grads)}")
+    for i, g in enumerate(grads):
+        if g is None:
+            continue
+        if list(g.shape) != shape:
+            raise ValueError(f"{name}[{i}]: expected shape {shape}, got {_describe(g)}")
+        if g.dtype != dtype or g.device != device:
+            raise TypeError(f"{name}[{i}]: expected {dtype} on {device}, got {_describe(g)}")
+
+
+def _backward_results(counts, seq_shape, dtype, device, saved, params, grad_outputs,
+                      grad_final_states, grad_state_seqs):
+    neuron_shape = list(seq_shape[1:])
+    if dtype not in DTYPE_CODES:
+        raise TypeError(f"dtype: expected float32, float64, float16 or bfloat16, got {dtype}")
+    _check_grads(grad_outputs, counts.outputs, "grad_outputs", list(seq_shape), dtype, device)
+    _check_grads(grad_final_states, counts.states, "grad_final_states", neuron_shape, dtype, device)
+    _check_grads(grad_state_seqs, counts.states, "grad_state_seqs", list(seq_shape), dtype, device)
+    if len(params) != len(counts.params):
+        raise ValueError(f"params: expected {len(counts.params)} tensors, got {len(params)}")
+    grad_inputs = [torch.empty(seq_shape, dtype=dtype, device=device) for _ in range(counts.inputs)]
+    grad_states = [torch.empty(neuron_shape, dtype=dtype, device=device) for _ in range(counts.states)]
+    grad_params = [torch.empty_like(p) for p in params]
+    return grad_inputs, grad_states, grad_params
+
+
+@torch.library.custom_op("spikejit::neuron_backward", mutates_args=())
+def neuron_backward(handle: int, seq_shape: List[int], dtype: torch.dtype, device: torch.device,
+                    saved: List[Tensor], params: List[Tensor], grad_outputs: List[Optional[Tensor]],
+                    grad_final_states: List[Optional[Tensor]],
+                    grad_state_seqs: List[Optional[Tensor]]) -> List[Tensor]:
+    program, counts = _counts(handle)
+    if len(saved) != _num_saved(program, counts):
+        raise ValueError(f"saved: expected {counts.saved} tensors, got {len(saved)}")
+    grad_inputs, grad_states, grad_params = _backward_results(
+        counts, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states, grad_state_seqs)
+    _launch_backward(program, device, seq_shape, _contiguous(saved), _contiguous(params),
+                     _contiguous(grad_outputs), _contiguous(grad_state_seqs),
+                     _contiguous(grad_final_states), grad_inputs, grad_states, grad_params)
+    return grad_inputs + grad_states + grad_params
+
+
+@neuron_backward.register_fake
+def _(handle, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states, grad_state_seqs):
+    _, counts = _counts(handle)
+    grad_inputs, grad_states, grad_params = _backward_results(
+        counts, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states, grad_state_seqs)
+    return grad_inputs + grad_states + grad_params
+
+
+class _ActiveReference:
+    """Keeps a program registered while the autograd node that holds it is alive."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: int):
+        registry.retain_active(handle)
+        self.handle = handle
+
+    def __del__(self):
+        registry.release_active(self.handle)
+
+
+def _setup_forward(ctx, inputs, output):
+    handle, xs, init_states, params, store_state_seqs = inputs
+    _, counts = _counts(handle)
+    first_saved = counts.outputs + counts.states * (2 if store_state_seqs else 1)
+    ctx.save_for_backward(*output[first_saved:], *params)
+    ctx.num_saved = len(output) - first_saved
+    ctx.handle = handle
+    ctx.active_reference = _ActiveReference(handle)
+    ctx.counts = counts
+    ctx.store_state_seqs = store_state_seqs
+    ctx.seq_shape = list(xs[0].shape)
+    ctx.dtype = xs[0].dtype
+    ctx.device = xs[0].device
+    ctx.states_given = len(init_states) > 0
+
+
+def _backward_forward(ctx, grads):
+    counts = ctx.counts
+    ns, no = counts.states, counts.outputs
+    tensors = ctx.saved_tensors
+    saved, params = list(tensors[:ctx.num_saved]), list(tensors[ctx.num_saved:])
+    grad_outputs = list(grads[:no])
+    grad_final_states = list(grads[no:no + ns])
+    grad_state_seqs = list(grads[no + ns:no + 2 * ns]) if ctx.store_state_seqs else []
+    results = torch.ops.spikejit.neuron_backward(
+        ctx.handle, ctx.seq_shape, ctx.dtype, ctx.device, saved, params, grad_outputs,
+        grad_final_states, grad_state_seqs)
+    ni = counts.inputs
+    grad_inputs = results[:ni]
+    grad_states = results[ni:ni + ns] if ctx.states_given else []
+    grad_params = results[ni + ns:]
+    return None, grad_inputs, grad_states, grad_params, None
+
+
+torch.library.register_autograd("spikejit::neuron_forward", _backward_forward, setup_context=_setup_forward)
+
+
+# ---------------------------------------------------------------------------------------------
+# Spike with a surrogate gradient
+
+
+def check_surrogate(surrogate: str, params) -> None:
+    """ValueError unless `surrogate` is a known snake_case name with its full parameter list."""
+    info = SURROGATE_INFO.get(surrogate)
+    if info is None:
+        known = ", ".join(sorted(SURROGATE_INFO))
+        raise ValueError(f"surrogate: expected one of {known}, got {surrogate!r}")
+    if len(params) != len(info[1]):
+        raise ValueError(f"params: surrogate {surrogate} takes {len(info[1])} parameters {info[1]}, got {len(params)}")
+
+
+SURROGATE_INFO = {name: (class_name, param_names, defaults)
+                  for name, class_name, param_names, defaults in _core.surrogates()}
+assert set(SURROGATE_INFO) == set(SURROGATE_GRADIENTS), "a Python gradient for every C++ surrogate"
+
+
+@torch.library.custom_op("spikejit::spike", mutates_args=())
+def spike(x: Tensor, surrogate: str, params: List[float]) -> Tensor:
+    check_surrogate(surrogate, params)
+    return (x >= 0).to(x.dtype)
+
+
+@spike.register_fake
+def _(x, surrogate, params):
+    check_surrogate(surrogate, params)
+    return torch.empty_like(x)
+
+
+def _setup_spike(ctx, inputs, output):
+    x, surrogate, params = inputs
+    ctx.save_for_backward(x)
+    ctx.surrogate = surrogate
+    ctx.params = params
+
+
+def _backward_spike(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return grad * surrogate_gradient(x, ctx.surrogate, ctx.params), None, None
+
+
+torch.library.register_autograd("spikejit::spike", _backward_spike, setup_context=_setup_spike)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bit-spike compression: element 8j+i of the flattened input at bit i of byte j (LSB first),
+# the last byte zero-padded; any nonzero element counts as a spike.
+
+
+@torch.library.custom_op("spikejit::bit_spike_compress", mutates_args=())
+def bit_spike_compress(s: Tensor) -> Tensor:
+    bits = (s.reshape(-1) != 0).to(torch.uint8)
+    padding = (-bits.numel()) % 8
+    bits = torch.nn.functional.pad(bits, (0, padding)).view(-1, 8)
+    weights = torch.tensor([1 << i for i in range(8)], dtype=torch.uint8, device=s.device)
+    return (bits * weights).sum(dim=1, dtype=torch.uint8)
+
+
+@bit_spike_compress.register_fake
+def _(s):
+    return s.new_empty(((s.numel() + 7) // 8,), dtype=torch.uint8)
+
+
+@torch.library.custom_op("spikejit::bit_spike_decompress", mutates_args=())
+def bit_spike_decompress(compressed: Tensor, shape: List[int]) -> Tensor:
+    n = 1
+    for d in shape:
+        n *= d
+    if compressed.dtype != torch.uint8 or compressed.dim() != 1 or compressed.numel() != (n + 7) // 8:
+        raise ValueError(f"compressed: expected uint8[{(n + 7) // 8}] for shape {list(shape)}, got {_describe(compressed)}")
+    shifts = torch.arange(8, dtype=torch.uint8, device=compressed.device)
+    bits = (compressed.unsqueeze(1) >> shifts) & 1
+    return bits.reshape(-1)[:n].reshape(shape).clone()
+
+
+@bit_spike_decompress.register_fake
+def _(compressed, shape):
+    return compressed.new_empty(list(shape), dtype=torch.uint8)

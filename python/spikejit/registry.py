@@ -1,0 +1,109 @@
+"""Programs referenced from the custom ops by an integer handle.
+
+`torch.library` schemas cannot carry a C++ program, and Dynamo must not trace one, so every
+program lives in this process-wide registry and the ops take its handle (a graph constant).
+Lifetime (reference section 3.5): an entry lives while it has an owner (a module, a cache, a
+copy of a module) or an active reference (a training forward whose backward has not run yet).
+When both counts reach zero the entry is removed. Handles increase and are never reused.
+"""
+import itertools
+import threading
+import weakref
+
+from . import _core
+
+_lock = threading.Lock()
+_entries = {}
+_next_handle = itertools.count(1)
+
+
+class _Entry:
+    __slots__ = ("program", "owner_refs", "active_refs")
+
+    def __init__(self, program):
+        self.program = program
+        self.owner_refs = 1
+        self.active_refs = 0
+
+
+def _as_handle(handle) -> int:
+    try:
+        return int(handle)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"handle: expected an int, got {type(handle).__name__}") from None
+
+
+def register(program: "_core.Program") -> int:
+    """Adds `program` with one owner reference; returns its handle."""
+    if not isinstance(program, _core.Program):
+        raise TypeError(f"program: expected spikejit._core.Program, got {type(program).__name__}")
+    with _lock:
+        handle = next(_next_handle)
+        _entries[handle] = _Entry(program)
+    return handle
+
+
+def program(handle) -> "_core.Program":
+    """The program of a live handle; RuntimeError if the handle is unknown or released."""
+    handle = _as_handle(handle)
+    entry = _entries.get(handle)
+    if entry is None:
+        raise RuntimeError(f"spikejit: kernel handle {handle} is not registered (released or never created)")
+    return entry.program
+
+
+def _change(handle, owner_delta: int, active_delta: int) -> None:
+    handle = _as_handle(handle)
+    with _lock:
+        entry = _entries.get(handle)
+        if entry is None:
+            if owner_delta > 0 or active_delta > 0:
+                raise RuntimeError(f"spikejit: kernel handle {handle} is not registered")
+            return
+        entry.owner_refs = max(0, entry.owner_refs + owner_delta)
+        entry.active_refs = max(0, entry.active_refs + active_delta)
+        if entry.owner_refs == 0 and entry.active_refs == 0:
+            del _entries[handle]
+
+
+def retain_owner(handle) -> None:
+    _change(handle, 1, 0)
+
+
+def release_owner(handle) -> None:
+    _change(handle, -1, 0)
+
+
+def retain_active(handle) -> None:
+    _change(handle, 0, 1)
+
+
+def release_active(handle) -> None:
+    _change(handle, 0, -1)
+
+
+def is_registered(handle) -> bool:
+    return _as_handle(handle) in _entries
+
+
+def info() -> dict:
+    """Read-only totals: {'entries', 'owner_refs', 'active_refs'}."""
+    with _lock:
+        return {
+            "entries": len(_entries),
+            "owner_refs": sum(e.owner_refs for e in _entries.values()),
+            "active_refs": sum(e.active_refs for e in _entries.values()),
+        }
+
+
+def handle_info(handle) -> dict:
+    """{'owner_refs', 'active_refs'} of one live handle."""
+    entry = _entries.get(_as_handle(handle))
+    if entry is None:
+        raise RuntimeError(f"spikejit: kernel handle {handle} is not registered")
+    return {"owner_refs": entry.owner_refs, "active_refs": entry.active_refs}
+
+
+def attach_owner(owner, handle) -> weakref.finalize:
+    """Releases one owner reference of `handle` when `owner` is garbage-collected."""
+    return weakref.finalize(owner, release_owner, handle)

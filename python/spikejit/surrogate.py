@@ -1,0 +1,124 @@
+"""Surrogate-gradient spike functions with SpikingJelly's names, parameters and defaults.
+
+    spikejit.surrogate.Sigmoid(alpha=4.0)(x)      # Heaviside forward, alpha*sig*(1-sig) backward
+    spikejit.surrogate.spike(x, "atan", [2.0])    # the same through the functional form
+
+Inside a FlexSN core these trace to the IR's `spike` op (one `spikejit::spike` node). The neurons
+also accept SpikingJelly's own surrogate objects (matched by exact class name, parameters read
+from their attributes), names ("sigmoid", "ATan") and None (Sigmoid(alpha=4)).
+"""
+from typing import Sequence, Tuple
+
+import torch
+from torch import nn
+
+from . import _core
+from .ops import SURROGATE_INFO
+
+__all__ = ["SurrogateFunction", "spike", "heaviside", "resolve"]
+
+_BY_CLASS_NAME = {class_name: name for name, (class_name, _, _) in SURROGATE_INFO.items()}
+
+
+class SurrogateFunction(nn.Module):
+    """Base class: `name` is the snake_case surrogate name, `params` the full parameter list."""
+
+    name = ""
+    param_names: Tuple[str, ...] = ()
+    defaults: Tuple[float, ...] = ()
+
+    def __init__(self, *args, spiking: bool = True, **kwargs):
+        super().__init__()
+        if spiking is not True:
+            raise ValueError(f"spiking: spikejit surrogates fire Heaviside spikes; spiking={spiking!r} is not supported")
+        if len(args) > len(self.param_names):
+            raise TypeError(f"{type(self).__name__} takes at most {len(self.param_names)} parameters "
+                            f"{self.param_names}, got {len(args)}")
+        values = dict(zip(self.param_names, self.defaults))
+        values.update(zip(self.param_names, args))
+        for key, value in kwargs.items():
+            if key not in values:
+                raise TypeError(f"{type(self).__name__} got an unexpected parameter {key!r}; "
+                                f"it takes {self.param_names}")
+            values[key] = value
+        for key in self.param_names:
+            setattr(self, key, float(values[key]))
+        self.spiking = True
+
+    @property
+    def params(self) -> Tuple[float, ...]:
+        return tuple(float(getattr(self, key)) for key in self.param_names)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.spikejit.spike(x, self.name, list(self.params))
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={getattr(self, k)}" for k in self.param_names)
+
+
+def _make_class(name: str, class_name: str, param_names, defaults):
+    doc = (f"SpikingJelly's {class_name} surrogate: Heaviside forward, {name} gradient; "
+           f"parameters {tuple(param_names)} default {tuple(defaults)}.")
+    return type(class_name, (SurrogateFunction,), {
+        "name": name, "param_names": tuple(param_names), "defaults": tuple(defaults),
+        "__doc__": doc, "__module__": __name__,
+    })
+
+
+for _name, _class_name, _param_names, _defaults in _core.surrogates():
+    globals()[_class_name] = _make_class(_name, _class_name, _param_names, _defaults)
+    __all__.append(_class_name)
+
+
+def resolve(surrogate_function, argument: str = "surrogate_function") -> Tuple[str, Tuple[float, ...]]:
+    """(snake_case name, full parameter tuple) of a surrogate given in any accepted form."""
+    if surrogate_function is None:
+        return "sigmoid", (4.0,)
+    if isinstance(surrogate_function, SurrogateFunction):
+        return surrogate_function.name, surrogate_function.params
+    if isinstance(surrogate_function, str):
+        key = _BY_CLASS_NAME.get(surrogate_function, surrogate_function)
+        if key not in SURROGATE_INFO:
+            raise ValueError(f"{argument}: unknown surrogate {surrogate_function!r}; known: "
+                             f"{', '.join(sorted(_BY_CLASS_NAME))}")
+        return key, tuple(SURROGATE_INFO[key][2])
+    class_name = type(surrogate_function).__name__
+    key = _BY_CLASS_NAME.get(class_name)
+    if key is None:
+        raise ValueError(f"{argument}: unsupported surrogate {class_name}; spikejit supports "
+                         f"{', '.join(sorted(_BY_CLASS_NAME))} (spikejit.surrogate or SpikingJelly's classes)")
+    if getattr(surrogate_function, "spiking", True) is not True:
+        raise ValueError(f"{argument}: {class_name}(spiking=False) is not supported; spikejit fires Heaviside spikes")
+    _, param_names, defaults = SURROGATE_INFO[key]
+    params = []
+    for p, default in zip(param_names, defaults):
+        value = getattr(surrogate_function, p, default)
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise ValueError(f"{argument}: {class_name}.{p} must be a number, got a tensor of shape {list(value.shape)}")
+            value = value.item()
+        params.append(float(value))
+    return key, tuple(params)
+
+
+def spike(x: torch.Tensor, surrogate="sigmoid", params: Sequence[float] = None) -> torch.Tensor:
+    """Heaviside(x) = (x >= 0) with the surrogate's gradient. `surrogate` is a name (params
+    default to SpikingJelly's) or any surrogate object accepted by `resolve`."""
+    name, resolved = resolve(surrogate, "surrogate")
+    if params is not None:
+        resolved = list(resolved)
+        if len(params) > len(resolved):
+            raise ValueError(f"params: surrogate {name} takes {len(resolved)} parameters, got {len(params)}")
+        resolved[:len(params)] = [float(p) for p in params]
+    return torch.ops.spikejit.spike(x, name, list(resolved))
+
+
+def heaviside(x: torch.Tensor) -> torch.Tensor:
+    """(x >= 0) in x's dtype, without a gradient."""
+    return (x >= 0).to(x.dtype)
+
+
+def text(name: str, params: Sequence[float]) -> str:
+    """The surrogate in the neuron text format, e.g. `Sigmoid(alpha = 4.0)`."""
+    class_name, param_names, _ = SURROGATE_INFO[name]
+    return class_name + "(" + ", ".join(f"{p} = {float(v)!r}" for p, v in zip(param_names, params)) + ")"

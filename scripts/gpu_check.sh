@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The whole GPU check in one call, on a machine with an NVIDIA GPU:
+#   build (Release, tests and benchmarks) -> ctest with SPIKEJIT_REQUIRE_CUDA=1 (GPU tests fail
+#   instead of skipping) -> compute-sanitizer memcheck and initcheck on a representative filter of
+#   test_cuda_kernels -> the GPU benchmark.
+# Logs and results go to $OUT (default ./gpu-out): at most 8 files, each cut to its last 15 MiB.
+# The exit code is 0 only when every step passed.
+#
+# GoogleTest / Google Benchmark: the system's when CMake finds them; otherwise Debian packages
+# in build-deps/ (made on a machine with apt by `scripts/gpu_check.sh --fetch-deps`) are unpacked
+# into the build folder and used.
+#
+# Environment: OUT, BUILD_DIR (default ./build-gpu), JOBS (default: all cores),
+# SANITIZER_FILTER (gtest filter for compute-sanitizer), SPIKEJIT_CACHE_DIR (default: in the build).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DEPS_DIR="$ROOT/build-deps"
+
+if [[ "${1:-}" == "--fetch-deps" ]]; then
+  mkdir -p "$DEPS_DIR" && cd "$DEPS_DIR" || exit 1
+  apt-get download libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian || exit 1
+  ls -l "$DEPS_DIR"
+  exit 0
+fi
+
+OUT=${OUT:-$ROOT/gpu-out}
+BUILD=${BUILD_DIR:-$ROOT/build-gpu}
+JOBS=${JOBS:-$(nproc)}
+SANITIZER_FILTER=${SANITIZER_FILTER:-CudaKernels.MultiState*:CudaKernels.EdgeShapes*:CudaKernels.Rejects*}
+mkdir -p "$OUT" "$BUILD"
+export SPIKEJIT_REQUIRE_CUDA=1
+export SPIKEJIT_CACHE_DIR=${SPIKEJIT_CACHE_DIR:-$BUILD/kernel-cache}
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+status=0
+
+# step NAME LOG COMMAND...: runs COMMAND, appends its output to $OUT/LOG, records rc and time.
+step() {
+  local name=$1 log=$OUT/$2
+  shift 2
+  local start=$SECONDS
+  echo "== $name: $*" >> "$log"
+  "$@" >> "$log" 2>&1
+  local rc=$?
+  printf '%-12s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - start))" "$*" | tee -a "$SUMMARY"
+  [[ $rc -eq 0 ]] || status=1
+  return $rc
+}
+
+find_sanitizer() {
+  local candidates=(compute-sanitizer "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer"
+                    /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer)
+  for c in "${candidates[@]}" /usr/local/cuda-*/bin/compute-sanitizer; do
+    if command -v "$c" > /dev/null 2>&1; then echo "$c"; return 0; fi
+  done
+  return 1
+}
+
+{
+  date -u
+  nvidia-smi 2>&1 || echo "nvidia-smi not found"
+  echo "cores: $(nproc)"
+  cmake --version | head -1
+  "${CXX:-c++}" --version | head -1
+  echo "SPIKEJIT_CACHE_DIR=$SPIKEJIT_CACHE_DIR"
+} > "$OUT/environment.txt" 2>&1
+
+PREFIX_ARGS=()
+if compgen -G "$DEPS_DIR/*.deb" > /dev/null; then
+  for deb in "$DEPS_DIR"/*.deb; do dpkg -x "$deb" "$BUILD/deps"; done
+  PREFIX_ARGS=(-DCMAKE_PREFIX_PATH="$BUILD/deps/usr")
+  echo "using GoogleTest / Benchmark from $DEPS_DIR" >> "$OUT/environment.txt"
+fi
+
+GENERATOR=()
+command -v ninja > /dev/null 2>&1 && GENERATOR=(-G Ninja)
+if [[ -f "$BUILD/CMakeCache.txt" ]]; then GENERATOR=(); fi
+
+step configure build.log cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DSPIKEJIT_BUILD_TESTS=ON -DSPIKEJIT_BUILD_BENCH=ON "${PREFIX_ARGS[@]}" &&
+step build build.log cmake --build "$BUILD" -j "$JOBS"
+built=$?
+
+if [[ $built -eq 0 ]]; then
+  step ctest ctest.log ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" --timeout 400
+
+  if sanitizer=$(find_sanitizer); then
+    step memcheck sanitizer.log "$sanitizer" --tool memcheck --error-exitcode 1 \
+      "$BUILD/test_cuda_kernels" --gtest_filter="$SANITIZER_FILTER"
+    step initcheck sanitizer.log "$sanitizer" --tool initcheck --error-exitcode 1 \
+      "$BUILD/test_cuda_kernels" --gtest_filter="CudaKernels.MultiState*"
+  else
+    echo "compute-sanitizer not found" | tee -a "$SUMMARY" >> "$OUT/sanitizer.log"
+    status=1
+  fi
+
+  if [[ -x "$BUILD/bench_cuda_neurons" ]]; then
+    step bench bench.txt "$BUILD/bench_cuda_neurons" --csv "$OUT/bench_cuda_neurons.csv"
+  else
+    echo "bench_cuda_neurons not built (bench/bench_cuda_neurons.cpp missing?)" | tee -a "$SUMMARY"
+  fi
+fi
+
+for f in "$OUT"/*; do
+  if [[ -f "$f" && $(stat -c %s "$f") -gt $((15 << 20)) ]]; then
+    tail -c $((15 << 20)) "$f" > "$f.tmp" && mv "$f.tmp" "$f"
+  fi
+done
+echo "overall: $([[ $status -eq 0 ]] && echo PASS || echo FAIL)" | tee -a "$SUMMARY"
+exit $status

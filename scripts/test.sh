@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Every test: the Release build with warnings as errors (build/), the same tests under
+# AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/), and a bounded libFuzzer run of the
+# parser (clang, build-fuzz/). Set JOBS to change the build parallelism, FUZZ_SECONDS the fuzz time.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+JOBS=${JOBS:-$(nproc)}
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+bash scripts/deps.sh cmake make g++ libgtest-dev libbenchmark-dev clang libclang-rt-dev
+
+passed=0
+# Runs ctest in build dir $1 and adds its test count to `passed` (set -e stops on a failure).
+run_ctest() {
+  local log="$1/ctest.log"
+  ctest --test-dir "$1" --output-on-failure -j "$JOBS" | tee "$log"
+  passed=$((passed + $(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' "$log")))
+}
+
+echo "== Release build (build/)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSPIKEJIT_WERROR=ON
+cmake --build build -j "$JOBS"
+run_ctest build
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/)"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPIKEJIT_SANITIZE=ON -DSPIKEJIT_BUILD_BENCH=OFF
+cmake --build build-asan -j "$JOBS"
+run_ctest build-asan
+
+echo "== libFuzzer run of the parser, ${FUZZ_SECONDS}s (build-fuzz/)"
+# The library is instrumented too, so that the fuzzer sees coverage inside the parser.
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPIKEJIT_FUZZ=ON \
+  -DSPIKEJIT_BUILD_TESTS=OFF -DSPIKEJIT_BUILD_BENCH=OFF -DSPIKEJIT_BUILD_TOOLS=OFF \
+  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined"
+cmake --build build-fuzz -j "$JOBS" --target fuzz_parser
+mkdir -p build-fuzz/corpus build-fuzz/crashes
+# New inputs go to build-fuzz/corpus; the checked-in seeds in tests/fuzz/corpus are only read.
+build-fuzz/fuzz_parser -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 \
+  -artifact_prefix=build-fuzz/crashes/ build-fuzz/corpus tests/fuzz/corpus
+passed=$((passed + 1))
+
+echo "summary: $passed passed, 0 failed"

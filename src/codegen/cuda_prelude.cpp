@@ -1,0 +1,223 @@
+// No #include in the generated source: NVRTC compiles it without any header search, and the
+// fp16 / bf16 conversions are single PTX instructions.
+#include "codegen/cuda_prelude.h"
+
+#include "spikejit/codegen.h"
+
+namespace spikejit::codegen {
+namespace {
+
+const char* kAbi = R"(// ---- kernel ABI (shared with the runtime) ----------------------------------------------------
+constexpr int kMaxBuffers = @MAX_BUFFERS@;
+struct SpikejitArgs {
+  long long steps;    // T
+  long long neurons;  // N
+  void* buffers[kMaxBuffers];
+};
+
+#define SJ_AT_LEAST_1(n) ((n) > 0 ? (n) : 1)
+)";
+
+const char* kStorageF32 = R"(
+// ---- storage float32, arithmetic float32 ---------------------------------------------------
+typedef float real;
+typedef float storage;
+__device__ __forceinline__ real to_real(storage s) { return s; }
+__device__ __forceinline__ storage to_storage(real r) { return r; }
+)";
+
+const char* kStorageF64 = R"(
+// ---- storage float64, arithmetic float64 ---------------------------------------------------
+typedef double real;
+typedef double storage;
+__device__ __forceinline__ real to_real(storage s) { return s; }
+__device__ __forceinline__ storage to_storage(real r) { return r; }
+)";
+
+const char* kStorageF16 = R"(
+// ---- storage float16 (bits), arithmetic float32 --------------------------------------------
+typedef float real;
+typedef unsigned short storage;
+__device__ __forceinline__ real to_real(storage s) {
+  float r;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(s));
+  return r;
+}
+__device__ __forceinline__ storage to_storage(real r) {  // round to nearest even
+  unsigned short s;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(s) : "f"(r));
+  return s;
+}
+)";
+
+const char* kStorageBF16 = R"(
+// ---- storage bfloat16 (bits), arithmetic float32 -------------------------------------------
+typedef float real;
+typedef unsigned short storage;
+__device__ __forceinline__ real to_real(storage s) { return __uint_as_float((unsigned int)s << 16); }
+__device__ __forceinline__ storage to_storage(real r) {  // round to nearest even
+#if __CUDA_ARCH__ >= 800
+  unsigned short s;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(s) : "f"(r));
+  return s;
+#else
+  const unsigned int u = __float_as_uint(r);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+#endif
+}
+)";
+
+// Explicitly rounded operations: never contracted into FMAs whatever the compiler options, so
+// results equal the CPU executor's separately rounded ones and recomputation is bit-exact.
+const char* kMathF32 = R"(
+// ---- arithmetic (float) --------------------------------------------------------------------
+__device__ __forceinline__ real sj_add(real a, real b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ real sj_sub(real a, real b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ real sj_mul(real a, real b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ real sj_div(real a, real b) { return __fdiv_rn(a, b); }
+__device__ __forceinline__ real sj_sqrt(real a) { return __fsqrt_rn(a); }
+__device__ __forceinline__ real sj_fmod(real a, real b) { return fmodf(a, b); }
+__device__ __forceinline__ real sj_pow(real a, real b) { return powf(a, b); }
+__device__ __forceinline__ real sj_exp(real a) { return expf(a); }
+__device__ __forceinline__ real sj_log(real a) { return logf(a); }
+__device__ __forceinline__ real sj_log2(real a) { return log2f(a); }
+__device__ __forceinline__ real sj_tanh(real a) { return tanhf(a); }
+__device__ __forceinline__ real sj_sin(real a) { return sinf(a); }
+__device__ __forceinline__ real sj_cos(real a) { return cosf(a); }
+__device__ __forceinline__ real sj_erf(real a) { return erff(a); }
+__device__ __forceinline__ real sj_abs(real a) { return fabsf(a); }
+__device__ __forceinline__ real sj_round(real a) { return rintf(a); }  // half to even
+__device__ __forceinline__ real sj_floor(real a) { return floorf(a); }
+__device__ __forceinline__ real sj_ceil(real a) { return ceilf(a); }
+)";
+
+const char* kMathF64 = R"(
+// ---- arithmetic (double) -------------------------------------------------------------------
+__device__ __forceinline__ real sj_add(real a, real b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ real sj_sub(real a, real b) { return __dsub_rn(a, b); }
+__device__ __forceinline__ real sj_mul(real a, real b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ real sj_div(real a, real b) { return __ddiv_rn(a, b); }
+__device__ __forceinline__ real sj_sqrt(real a) { return __dsqrt_rn(a); }
+__device__ __forceinline__ real sj_fmod(real a, real b) { return fmod(a, b); }
+__device__ __forceinline__ real sj_pow(real a, real b) { return pow(a, b); }
+__device__ __forceinline__ real sj_exp(real a) { return exp(a); }
+__device__ __forceinline__ real sj_log(real a) { return log(a); }
+__device__ __forceinline__ real sj_log2(real a) { return log2(a); }
+__device__ __forceinline__ real sj_tanh(real a) { return tanh(a); }
+__device__ __forceinline__ real sj_sin(real a) { return sin(a); }
+__device__ __forceinline__ real sj_cos(real a) { return cos(a); }
+__device__ __forceinline__ real sj_erf(real a) { return erf(a); }
+__device__ __forceinline__ real sj_abs(real a) { return fabs(a); }
+__device__ __forceinline__ real sj_round(real a) { return rint(a); }  // half to even
+__device__ __forceinline__ real sj_floor(real a) { return floor(a); }
+__device__ __forceinline__ real sj_ceil(real a) { return ceil(a); }
+)";
+
+const char* kMathCommon = R"(
+__device__ __forceinline__ bool sj_isnan(real a) { return a != a; }
+__device__ __forceinline__ real sj_reciprocal(real a) { return sj_div((real)1, a); }
+__device__ __forceinline__ real sj_rsqrt(real a) { return sj_div((real)1, sj_sqrt(a)); }
+__device__ __forceinline__ real sj_sigmoid(real a) { return sj_div((real)1, sj_add((real)1, sj_exp(-a))); }
+// NaN propagates like torch.minimum / torch.maximum / torch.clamp / torch.relu / torch.sign.
+__device__ __forceinline__ real sj_min(real a, real b) {
+  return (sj_isnan(a) || sj_isnan(b)) ? sj_add(a, b) : (a < b ? a : b);
+}
+__device__ __forceinline__ real sj_max(real a, real b) {
+  return (sj_isnan(a) || sj_isnan(b)) ? sj_add(a, b) : (a > b ? a : b);
+}
+__device__ __forceinline__ real sj_clamp(real a, real lo, real hi) {
+  return sj_isnan(a) ? a : (a < lo ? lo : (a > hi ? hi : a));
+}
+__device__ __forceinline__ real sj_relu(real a) { return sj_isnan(a) ? a : (a > (real)0 ? a : (real)0); }
+__device__ __forceinline__ real sj_sign(real a) {
+  return sj_isnan(a) ? a : (real)((a > (real)0) - (a < (real)0));
+}
+)";
+
+const char* kRows = R"(
+// ---- rows: the EPT consecutive neurons of one thread at one step ---------------------------
+template <int EPT>
+struct Row {
+  storage v[EPT];
+};
+
+// VEC: one 16-byte access (the caller checked alignment and that all EPT neurons exist).
+// Otherwise element e is accessed only when e < count; missing elements read as zero.
+// A null base (an absent buffer) reads as zero and is never written.
+template <int EPT, bool VEC>
+__device__ __forceinline__ void row_load(const void* base, long long offset, int count, Row<EPT>& r) {
+  if (base == nullptr) {
+#pragma unroll
+    for (int e = 0; e < EPT; ++e) r.v[e] = (storage)0;
+    return;
+  }
+  const storage* p = static_cast<const storage*>(base) + offset;
+  if constexpr (VEC) {
+    static_assert(sizeof(Row<EPT>) == 16, "vector rows are 16 bytes");
+    const uint4 q = *reinterpret_cast<const uint4*>(p);
+    memcpy(&r, &q, 16);
+  } else {
+#pragma unroll
+    for (int e = 0; e < EPT; ++e) r.v[e] = e < count ? p[e] : (storage)0;
+  }
+}
+
+template <int EPT, bool VEC>
+__device__ __forceinline__ void row_store(void* base, long long offset, int count, const Row<EPT>& r) {
+  if (base == nullptr) return;
+  storage* p = static_cast<storage*>(base) + offset;
+  if constexpr (VEC) {
+    static_assert(sizeof(Row<EPT>) == 16, "vector rows are 16 bytes");
+    uint4 q;
+    memcpy(&q, &r, 16);
+    *reinterpret_cast<uint4*>(p) = q;
+  } else {
+#pragma unroll
+    for (int e = 0; e < EPT; ++e) {
+      if (e < count) p[e] = r.v[e];
+    }
+  }
+}
+
+// Rows of the compute type (checkpoints): element by element.
+template <int EPT>
+__device__ __forceinline__ void real_row_load(const void* base, long long offset, int count, real (&r)[EPT]) {
+  const real* p = static_cast<const real*>(base) + offset;
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) r[e] = (base != nullptr && e < count) ? p[e] : (real)0;
+}
+
+template <int EPT>
+__device__ __forceinline__ void real_row_store(void* base, long long offset, int count, const real (&r)[EPT]) {
+  if (base == nullptr) return;
+  real* p = static_cast<real*>(base) + offset;
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) {
+    if (e < count) p[e] = r[e];
+  }
+}
+)";
+
+}  // namespace
+
+int vector_elements(DType storage) { return 16 / static_cast<int>(dtype_size(storage)); }
+
+std::string cuda_prelude(DType storage) {
+  std::string abi = kAbi;
+  const std::string marker = "@MAX_BUFFERS@";
+  abi.replace(abi.find(marker), marker.size(), std::to_string(kMaxBuffers));
+  std::string s = abi;
+  switch (storage) {
+    case DType::F32: s += kStorageF32; break;
+    case DType::F64: s += kStorageF64; break;
+    case DType::F16: s += kStorageF16; break;
+    case DType::BF16: s += kStorageBF16; break;
+  }
+  s += storage == DType::F64 ? kMathF64 : kMathF32;
+  s += kMathCommon;
+  s += kRows;
+  return s;
+}
+
+}  // namespace spikejit::codegen

@@ -1,0 +1,435 @@
+// Why the bodies look like this:
+// * One thread owns EPT consecutive neurons and walks the time axis, keeping states (forward) or
+//   state gradients (backward) in registers. There is no communication between threads except the
+//   deterministic block reduction of scalar parameter gradients.
+// * The loads of step t + DEPTH are issued before step t is computed (a ring of DEPTH rows in
+//   registers, the time loop unrolled by DEPTH so the ring is indexed by constants): with small N
+//   there are few warps, and each step would otherwise wait a full memory latency.
+// * VEC instantiations use 16-byte accesses; the scalar ones handle unaligned buffers, N not a
+//   multiple of EPT and the last partial row. The choice is made once per thread.
+#include "codegen/kernel_bodies.h"
+
+namespace spikejit::codegen {
+
+const char* const kCommonBodies = R"(
+// ---- common --------------------------------------------------------------------------------
+__device__ __forceinline__ bool is_scalar_param(int i) { return ((kScalarParams >> i) & 1ull) != 0; }
+
+// True when every row buffer is 16-byte aligned and rows (t * N) stay aligned.
+template <int EPT>
+__device__ __forceinline__ bool rows_aligned(const SpikejitArgs& a) {
+  unsigned long long bits = (unsigned long long)(a.neurons % EPT);
+#pragma unroll
+  for (int s = 0; s < kMaxBuffers; ++s) {
+    if ((kRowSlots >> s) & 1ull) bits |= reinterpret_cast<unsigned long long>(a.buffers[s]) & 15ull;
+  }
+  return bits == 0;
+}
+
+template <int ROWS, int EPT, bool VEC>
+__device__ __forceinline__ void load_rows(const SpikejitArgs& a, int first_slot, long long offset, int count,
+                                          real (&out)[SJ_AT_LEAST_1(ROWS)][EPT]) {
+#pragma unroll
+  for (int i = 0; i < ROWS; ++i) {
+    Row<EPT> r;
+    row_load<EPT, VEC>(a.buffers[first_slot + i], offset, count, r);
+#pragma unroll
+    for (int e = 0; e < EPT; ++e) out[i][e] = to_real(r.v[e]);
+  }
+}
+
+template <int ROWS, int EPT, bool VEC>
+__device__ __forceinline__ void store_rows(const SpikejitArgs& a, int first_slot, long long offset, int count,
+                                           const real (&in)[SJ_AT_LEAST_1(ROWS)][EPT]) {
+#pragma unroll
+  for (int i = 0; i < ROWS; ++i) {
+    Row<EPT> r;
+#pragma unroll
+    for (int e = 0; e < EPT; ++e) r.v[e] = to_storage(in[i][e]);
+    row_store<EPT, VEC>(a.buffers[first_slot + i], offset, count, r);
+  }
+}
+
+// Scalar parameters are broadcast to every element.
+template <int EPT, bool VEC>
+__device__ __forceinline__ void load_params(const SpikejitArgs& a, long long n0, int count,
+                                            real (&pr)[kParamsA][EPT]) {
+#pragma unroll
+  for (int i = 0; i < kParams; ++i) {
+    if (is_scalar_param(i)) {
+      const real v = to_real(*static_cast<const storage*>(a.buffers[kSlotParam + i]));
+#pragma unroll
+      for (int e = 0; e < EPT; ++e) pr[i][e] = v;
+    } else {
+      Row<EPT> r;
+      row_load<EPT, VEC>(a.buffers[kSlotParam + i], n0, count, r);
+#pragma unroll
+      for (int e = 0; e < EPT; ++e) pr[i][e] = to_real(r.v[e]);
+    }
+  }
+}
+
+// Elements of this thread: n0 .. n0 + count - 1 (count = 0: none).
+template <int EPT, int BLOCK>
+__device__ __forceinline__ int thread_elements(const SpikejitArgs& a, long long& n0) {
+  n0 = ((long long)blockIdx.x * BLOCK + threadIdx.x) * EPT;
+  if (n0 >= a.neurons) return 0;
+  return a.neurons - n0 < EPT ? (int)(a.neurons - n0) : EPT;
+}
+)";
+
+const char* const kForwardBodies = R"(
+// ---- forward -------------------------------------------------------------------------------
+template <int EPT, bool VEC>
+__device__ __forceinline__ void load_inputs(const SpikejitArgs& a, long long offset, int count,
+                                            Row<EPT> (&rows)[kInputsA]) {
+#pragma unroll
+  for (int i = 0; i < kInputs; ++i) row_load<EPT, VEC>(a.buffers[kSlotInput + i], offset, count, rows[i]);
+}
+
+// One step for the thread's elements: updates `st`, stores the step's rows at `offset`.
+template <int EPT, bool VEC>
+__device__ __forceinline__ void forward_apply(const SpikejitArgs& a, long long offset, int count,
+                                              const Row<EPT> (&xr)[kInputsA], const real (&pr)[kParamsA][EPT],
+                                              real (&st)[kStatesA][EPT]) {
+  Row<EPT> out[kOutputsA], seq[kStatesA], sav[kSavedA];
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) {
+    real x[kInputsA], s[kStatesA], p[kParamsA], y[kOutputsA], s_next[kStatesA], saved[kSavedA];
+#pragma unroll
+    for (int i = 0; i < kInputs; ++i) x[i] = to_real(xr[i].v[e]);
+#pragma unroll
+    for (int i = 0; i < kStates; ++i) s[i] = st[i][e];
+#pragma unroll
+    for (int i = 0; i < kParams; ++i) p[i] = pr[i][e];
+    forward_step(x, s, p, y, s_next, saved);
+#pragma unroll
+    for (int i = 0; i < kOutputs; ++i) out[i].v[e] = to_storage(y[i]);
+#pragma unroll
+    for (int i = 0; i < kStates; ++i) {
+      st[i][e] = s_next[i];
+      seq[i].v[e] = to_storage(s_next[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kSaved; ++i) sav[i].v[e] = to_storage(saved[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < kOutputs; ++i) row_store<EPT, VEC>(a.buffers[kSlotOutput + i], offset, count, out[i]);
+  if constexpr (kStoreStateSeqs) {
+#pragma unroll
+    for (int i = 0; i < kStates; ++i) row_store<EPT, VEC>(a.buffers[kSlotStateSeq + i], offset, count, seq[i]);
+  }
+  if constexpr (kSaveSteps) {
+#pragma unroll
+    for (int i = 0; i < kSaved; ++i) row_store<EPT, VEC>(a.buffers[kSlotSaved + i], offset, count, sav[i]);
+  }
+}
+
+template <int EPT, int DEPTH, bool VEC>
+__device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0, int count) {
+  const long long T = a.steps, N = a.neurons;
+  real st[kStatesA][EPT], pr[kParamsA][EPT];
+  load_rows<kStates, EPT, VEC>(a, kSlotInitialState, n0, count, st);
+  load_params<EPT, VEC>(a, n0, count, pr);
+  Row<EPT> ring[DEPTH][kInputsA];
+#pragma unroll
+  for (int d = 0; d < DEPTH; ++d) {
+    if (d < T) load_inputs<EPT, VEC>(a, d * N + n0, count, ring[d]);
+  }
+  for (long long t0 = 0; t0 < T; t0 += DEPTH) {
+#pragma unroll
+    for (int d = 0; d < DEPTH; ++d) {
+      const long long t = t0 + d;
+      if (t < T) {
+        Row<EPT> xr[kInputsA];
+#pragma unroll
+        for (int i = 0; i < kInputs; ++i) xr[i] = ring[d][i];
+        if (t + DEPTH < T) load_inputs<EPT, VEC>(a, (t + DEPTH) * N + n0, count, ring[d]);
+        if constexpr (kCheckpointEvery > 0) {
+          constexpr int K = kCheckpointEvery > 0 ? kCheckpointEvery : 1;
+          if (t % K == 0) {
+#pragma unroll
+            for (int i = 0; i < kStates; ++i) real_row_store<EPT>(a.buffers[kSlotSaved + i], t / K * N + n0, count, st[i]);
+          }
+        }
+        forward_apply<EPT, VEC>(a, t * N + n0, count, xr, pr, st);
+      }
+    }
+  }
+  if constexpr (kWriteFinalStates) store_rows<kStates, EPT, VEC>(a, kSlotFinalState, n0, count, st);
+}
+
+template <int EPT, int BLOCK, int DEPTH>
+__device__ __forceinline__ void forward_entry(const SpikejitArgs& a) {
+  long long n0;
+  const int count = thread_elements<EPT, BLOCK>(a, n0);
+  if (count == 0) return;
+  if constexpr (EPT > 1) {
+    if (count == EPT && rows_aligned<EPT>(a)) {
+      forward_rows<EPT, DEPTH, true>(a, n0, count);
+      return;
+    }
+  }
+  forward_rows<EPT, DEPTH, false>(a, n0, count);
+}
+)";
+
+const char* const kBackwardBodies = R"(
+// ---- backward ------------------------------------------------------------------------------
+// The rows one backward step reads (saved values only when they are not recomputed).
+template <int EPT>
+struct StepRows {
+  Row<EPT> saved[kSavedA];
+  Row<EPT> grad_out[kOutputsA];
+  Row<EPT> grad_seq[kStatesA];
+};
+
+template <int EPT, bool VEC, bool SAVED>
+__device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, long long offset, int count, StepRows<EPT>& r) {
+  if constexpr (SAVED) {
+#pragma unroll
+    for (int i = 0; i < kSaved; ++i) row_load<EPT, VEC>(a.buffers[kSlotSaved + i], offset, count, r.saved[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < kOutputs; ++i) row_load<EPT, VEC>(a.buffers[kSlotGradOutput + i], offset, count, r.grad_out[i]);
+  if constexpr (kReadGradStateSeqs) {
+#pragma unroll
+    for (int i = 0; i < kStates; ++i) row_load<EPT, VEC>(a.buffers[kSlotGradStateSeq + i], offset, count, r.grad_seq[i]);
+  }
+}
+
+// One reverse step: `carry` holds dL/d states[t] from later steps on entry and dL/d states[t-1]
+// on return; parameter gradients accumulate in `gacc`; grad inputs are stored at `offset`.
+template <int EPT, bool VEC>
+__device__ __forceinline__ void backward_apply(const SpikejitArgs& a, long long offset, int count,
+                                               const real (&sv)[kSavedA][EPT], const StepRows<EPT>& g,
+                                               const real (&pr)[kParamsA][EPT], real (&carry)[kStatesA][EPT],
+                                               real (&gacc)[kParamsA][EPT]) {
+  Row<EPT> gin[kInputsA];
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) {
+    real saved[kSavedA], go[kOutputsA], gs[kStatesA], p[kParamsA];
+    real gi[kInputsA], g_prev[kStatesA], gp[kParamsA];
+#pragma unroll
+    for (int i = 0; i < kSaved; ++i) saved[i] = sv[i][e];
+#pragma unroll
+    for (int i = 0; i < kOutputs; ++i) go[i] = to_real(g.grad_out[i].v[e]);
+#pragma unroll
+    for (int i = 0; i < kStates; ++i)
+      gs[i] = kReadGradStateSeqs ? sj_add(to_real(g.grad_seq[i].v[e]), carry[i][e]) : carry[i][e];
+#pragma unroll
+    for (int i = 0; i < kParams; ++i) p[i] = pr[i][e];
+    backward_step(saved, go, gs, p, gi, g_prev, gp);
+#pragma unroll
+    for (int i = 0; i < kInputs; ++i) gin[i].v[e] = to_storage(gi[i]);
+#pragma unroll
+    for (int i = 0; i < kStates; ++i) carry[i][e] = g_prev[i];
+#pragma unroll
+    for (int i = 0; i < kParams; ++i) gacc[i][e] = sj_add(gacc[i][e], gp[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < kInputs; ++i) row_store<EPT, VEC>(a.buffers[kSlotGradInput + i], offset, count, gin[i]);
+}
+
+template <int EPT>
+__device__ __forceinline__ void backward_init(const SpikejitArgs& a, long long n0, int count,
+                                              real (&carry)[kStatesA][EPT], real (&gacc)[kParamsA][EPT]) {
+  if constexpr (kReadGradFinalStates) {
+    load_rows<kStates, EPT, false>(a, kSlotGradFinalState, n0, count, carry);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kStates; ++i)
+#pragma unroll
+      for (int e = 0; e < EPT; ++e) carry[i][e] = (real)0;
+  }
+#pragma unroll
+  for (int i = 0; i < kParams; ++i)
+#pragma unroll
+    for (int e = 0; e < EPT; ++e) gacc[i][e] = (real)0;
+}
+
+// Stores grad initial states and per-neuron parameter gradients; returns this thread's sums of
+// the scalar parameter gradients (in element order, in double).
+template <int EPT, bool VEC>
+__device__ __forceinline__ void backward_finish(const SpikejitArgs& a, long long n0, int count,
+                                                const real (&carry)[kStatesA][EPT], const real (&gacc)[kParamsA][EPT],
+                                                double (&partial)[kScalarParamCountA]) {
+  store_rows<kStates, EPT, VEC>(a, kSlotGradInitialState, n0, count, carry);
+  int scalar = 0;
+#pragma unroll
+  for (int i = 0; i < kParams; ++i) {
+    if (is_scalar_param(i)) {
+      double sum = (double)gacc[i][0];
+#pragma unroll
+      for (int e = 1; e < EPT; ++e) {
+        if (e < count) sum = __dadd_rn(sum, (double)gacc[i][e]);
+      }
+      partial[scalar++] = sum;
+    } else {
+      Row<EPT> r;
+#pragma unroll
+      for (int e = 0; e < EPT; ++e) r.v[e] = to_storage(gacc[i][e]);
+      row_store<EPT, VEC>(a.buffers[kSlotGradParam + i], n0, count, r);
+    }
+  }
+}
+
+template <int EPT, int DEPTH, bool VEC>
+__device__ __forceinline__ void backward_rows(const SpikejitArgs& a, long long n0, int count,
+                                              double (&partial)[kScalarParamCountA]) {
+  const long long T = a.steps, N = a.neurons;
+  real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamsA][EPT];
+  backward_init<EPT>(a, n0, count, carry, gacc);
+  load_params<EPT, VEC>(a, n0, count, pr);
+  StepRows<EPT> ring[DEPTH];
+#pragma unroll
+  for (int d = 0; d < DEPTH; ++d) {
+    if (d < T) load_step_rows<EPT, VEC, true>(a, (T - 1 - d) * N + n0, count, ring[d]);
+  }
+  for (long long t0 = T - 1; t0 >= 0; t0 -= DEPTH) {
+#pragma unroll
+    for (int d = 0; d < DEPTH; ++d) {
+      const long long t = t0 - d;
+      if (t >= 0) {
+        const StepRows<EPT> cur = ring[d];
+        if (t - DEPTH >= 0) load_step_rows<EPT, VEC, true>(a, (t - DEPTH) * N + n0, count, ring[d]);
+        real sv[kSavedA][EPT];
+#pragma unroll
+        for (int i = 0; i < kSaved; ++i)
+#pragma unroll
+          for (int e = 0; e < EPT; ++e) sv[i][e] = to_real(cur.saved[i].v[e]);
+        backward_apply<EPT, VEC>(a, t * N + n0, count, sv, cur, pr, carry, gacc);
+      }
+    }
+  }
+  backward_finish<EPT, VEC>(a, n0, count, carry, gacc, partial);
+}
+
+// Checkpoint mode: per segment of kCheckpointEvery steps (last segment first), recompute the
+// saved values from the checkpointed states and the inputs with the forward's own step
+// function, then run the reverse sweep over the segment.
+template <int EPT, bool VEC>
+__device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, long long n0, int count,
+                                                         double (&partial)[kScalarParamCountA]) {
+  constexpr int K = kCheckpointEvery > 0 ? kCheckpointEvery : 1;
+  // Small segments are unrolled so that `ring` lives in registers; long ones use local memory.
+  constexpr int kUnroll = K * kSavedA * EPT <= kCheckpointRegisters ? K : 1;
+  const long long T = a.steps, N = a.neurons;
+  real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamsA][EPT];
+  backward_init<EPT>(a, n0, count, carry, gacc);
+  load_params<EPT, VEC>(a, n0, count, pr);
+  for (long long seg = (T + K - 1) / K - 1; seg >= 0; --seg) {
+    const long long s0 = seg * K;
+    const int len = T - s0 < K ? (int)(T - s0) : K;
+    real st[kStatesA][EPT];
+#pragma unroll
+    for (int i = 0; i < kStates; ++i) real_row_load<EPT>(a.buffers[kSlotSaved + i], seg * N + n0, count, st[i]);
+    real ring[K][kSavedA][EPT];
+#pragma unroll kUnroll
+    for (int u = 0; u < K; ++u) {
+      if (u < len) {
+        Row<EPT> xr[kInputsA];
+#pragma unroll
+        for (int i = 0; i < kInputs; ++i) row_load<EPT, VEC>(a.buffers[kSlotInput + i], (s0 + u) * N + n0, count, xr[i]);
+#pragma unroll
+        for (int e = 0; e < EPT; ++e) {
+          real x[kInputsA], s[kStatesA], p[kParamsA], y[kOutputsA], s_next[kStatesA], saved[kSavedA];
+#pragma unroll
+          for (int i = 0; i < kInputs; ++i) x[i] = to_real(xr[i].v[e]);
+#pragma unroll
+          for (int i = 0; i < kStates; ++i) s[i] = st[i][e];
+#pragma unroll
+          for (int i = 0; i < kParams; ++i) p[i] = pr[i][e];
+          forward_step(x, s, p, y, s_next, saved);
+#pragma unroll
+          for (int i = 0; i < kStates; ++i) st[i][e] = s_next[i];
+#pragma unroll
+          for (int i = 0; i < kSaved; ++i) ring[u][i][e] = saved[i];
+        }
+      }
+    }
+#pragma unroll kUnroll
+    for (int u = K - 1; u >= 0; --u) {
+      if (u < len) {
+        StepRows<EPT> g;
+        load_step_rows<EPT, VEC, false>(a, (s0 + u) * N + n0, count, g);
+        backward_apply<EPT, VEC>(a, (s0 + u) * N + n0, count, ring[u], g, pr, carry, gacc);
+      }
+    }
+  }
+  backward_finish<EPT, VEC>(a, n0, count, carry, gacc, partial);
+}
+
+// Block b writes its sum of scalar parameter gradient j to workspace[j * gridDim.x + b]; the
+// tree order is fixed, so the result does not depend on scheduling.
+template <int BLOCK>
+__device__ __forceinline__ void write_block_partials(const SpikejitArgs& a, const double (&partial)[kScalarParamCountA]) {
+  __shared__ double red[BLOCK];
+  double* ws = static_cast<double*>(a.buffers[kSlotWorkspace]);
+#pragma unroll
+  for (int j = 0; j < kScalarParamCount; ++j) {
+    red[threadIdx.x] = partial[j];
+    __syncthreads();
+#pragma unroll
+    for (int s = BLOCK / 2; s > 0; s >>= 1) {
+      if ((int)threadIdx.x < s) red[threadIdx.x] = __dadd_rn(red[threadIdx.x], red[threadIdx.x + s]);
+      __syncthreads();
+    }
+    if (threadIdx.x == 0 && ws != nullptr) ws[(long long)j * gridDim.x + blockIdx.x] = red[0];
+    __syncthreads();
+  }
+}
+
+template <int EPT, int BLOCK, int DEPTH>
+__device__ __forceinline__ void backward_entry(const SpikejitArgs& a) {
+  double partial[kScalarParamCountA];
+#pragma unroll
+  for (int j = 0; j < kScalarParamCountA; ++j) partial[j] = 0.0;
+  long long n0;
+  const int count = thread_elements<EPT, BLOCK>(a, n0);
+  if (count > 0) {
+    const bool vec = EPT > 1 && count == EPT && rows_aligned<EPT>(a);
+    if constexpr (kCheckpointEvery > 0) {
+      if (vec) backward_checkpoint_rows<EPT, EPT != 1>(a, n0, count, partial);
+      else backward_checkpoint_rows<EPT, false>(a, n0, count, partial);
+    } else {
+      if (vec) backward_rows<EPT, DEPTH, EPT != 1>(a, n0, count, partial);
+      else backward_rows<EPT, DEPTH, false>(a, n0, count, partial);
+    }
+  }
+  if constexpr (kScalarParamCount > 0) write_block_partials<BLOCK>(a, partial);
+}
+
+// One block per scalar parameter: adds the per-block partials of the main kernel (launched with
+// the same EPT and BLOCK) in a fixed order and writes the gradient.
+template <int EPT, int BLOCK>
+__device__ __forceinline__ void reduce_entry(const SpikejitArgs& a) {
+  __shared__ double red[kReduceThreads];
+  const double* ws = static_cast<const double*>(a.buffers[kSlotWorkspace]);
+  if (ws == nullptr) return;
+  const long long per_block = (long long)EPT * BLOCK;
+  const long long parts = (a.neurons + per_block - 1) / per_block;
+  const int j = blockIdx.x;
+  double sum = 0.0;
+  for (long long b = threadIdx.x; b < parts; b += kReduceThreads) sum = __dadd_rn(sum, ws[j * parts + b]);
+  red[threadIdx.x] = sum;
+  __syncthreads();
+#pragma unroll
+  for (int s = kReduceThreads / 2; s > 0; s >>= 1) {
+    if ((int)threadIdx.x < s) red[threadIdx.x] = __dadd_rn(red[threadIdx.x], red[threadIdx.x + s]);
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  int scalar = 0;
+#pragma unroll
+  for (int i = 0; i < kParams; ++i) {
+    if (is_scalar_param(i)) {
+      storage* g = static_cast<storage*>(a.buffers[kSlotGradParam + i]);
+      if (scalar == j && g != nullptr) *g = to_storage((real)red[0]);
+      ++scalar;
+    }
+  }
+}
+)";
+
+}  // namespace spikejit::codegen

@@ -1,0 +1,37 @@
+// What one generated kernel reads and writes: the neuron's counts, the slots of
+// SpikejitArgs::buffers in order, and the kind's flags. Shared by the emitters of codegen.
+#pragma once
+
+#include <vector>
+
+#include "spikejit/codegen.h"
+#include "spikejit/ir.h"
+
+namespace spikejit::codegen {
+
+struct KernelPlan {
+  KernelSpec spec;
+  int inputs = 0, states = 0, outputs = 0;
+  std::vector<ir::ParamKind> params;
+  int saved = 0;              // backward().saved.size() for the training kinds, else 0
+  bool forward_saves = false;  // the forward step computes them (per-step save or recompute)
+  int scalar_params = 0;
+  std::vector<BufferSlot> slots;
+
+  bool backward() const { return spec.kind == KernelKind::Backward; }
+  bool checkpointed() const { return spec.checkpoint_every > 0; }
+  // Index of the first slot with `role`, or -1 when the kernel has none.
+  int first_slot(BufferRole role) const;
+};
+
+// The spec with the fields that do not apply to its kind reset, so that they cannot split caches
+// (what key() and the generator see).
+KernelSpec normalized(const KernelSpec& spec);
+
+// `backward` is the program's backward step; it is read (and must be given) only for
+// TrainingForward and Backward. Throws ArgumentError for a bad spec or too many buffers.
+KernelPlan plan_kernel(const ir::Step& forward, const ir::Step* backward, const KernelSpec& spec);
+
+const char* buffer_role_name(BufferRole role);
+
+}  // namespace spikejit::codegen

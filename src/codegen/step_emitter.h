@@ -1,0 +1,38 @@
+// One IR step as straight-line CUDA statements over `real` (float, or double for fp64 storage)
+// and `bool` values, with the operation semantics of ir/scalar_ops.h.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "spikejit/ir.h"
+
+namespace spikejit::codegen {
+
+// The array each kind of leaf reads (`x[i]` for Input(i) when input = "x"); null: the leaf may
+// not appear in this step.
+struct StepLeaves {
+  const char* input = nullptr;
+  const char* state = nullptr;
+  const char* param = nullptr;
+  const char* saved = nullptr;
+  const char* grad_output = nullptr;
+  const char* grad_state = nullptr;
+};
+
+// `array[i] = value of ids[i]` (Bool values become 1 or 0).
+struct StepResults {
+  std::string array;
+  std::vector<ir::ValueId> ids;
+};
+
+// The statements (two-space indented, one per line) computing every result; only the nodes the
+// results need are emitted, in node order (the CPU executor's order of evaluation).
+std::string emit_step_statements(const ir::Step& step, const StepLeaves& leaves,
+                                 const std::vector<StepResults>& results, bool f64);
+
+// A C++ literal of type `real` with exactly the value the CPU executor uses: the double rounded
+// to float (kept as a double when `f64`). Non-finite values use bit patterns.
+std::string real_literal(double value, bool f64);
+
+}  // namespace spikejit::codegen

@@ -1,0 +1,125 @@
+// A small persistent thread pool. Every parallel_for call is a job; the calling thread works on
+// its own job too, so a call always makes progress even when every worker is busy (nested or
+// concurrent calls from several threads are safe).
+#include "common/parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace spikejit {
+namespace {
+
+struct Job {
+  const std::function<void(int64_t)>* body = nullptr;
+  int64_t count = 0;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> finished{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;  // the first exception, guarded by `mutex`
+  std::mutex mutex;
+  std::condition_variable done;
+
+  // Claims indices until none is left. After a failure the remaining indices are skipped.
+  void work() {
+    for (;;) {
+      const int64_t i = next.fetch_add(1);
+      if (i >= count) return;
+      if (!failed.load()) {
+        try {
+          (*body)(i);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (!error) error = std::current_exception();
+          failed.store(true);
+        }
+      }
+      if (finished.fetch_add(1) + 1 == count) {
+        std::lock_guard<std::mutex> lock(mutex);
+        done.notify_all();
+      }
+    }
+  }
+
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    done.wait(lock, [&] { return finished.load() == count; });
+  }
+};
+
+class ThreadPool {
+ public:
+  ~ThreadPool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+
+  // Offers `job` to `helpers` workers (started on demand); each takes one ticket.
+  void submit(const std::shared_ptr<Job>& job, int helpers) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      while (static_cast<int>(workers_.size()) < helpers) workers_.emplace_back([this] { run(); });
+      for (int i = 0; i < helpers; ++i) tickets_.push_back(job);
+    }
+    wake_.notify_all();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stopping_ || !tickets_.empty(); });
+        if (stopping_) return;
+        job = std::move(tickets_.front());
+        tickets_.pop_front();
+      }
+      job->work();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Job>> tickets_;
+  std::vector<std::thread> workers_;
+  bool stopping_ = false;
+};
+
+constexpr int kMaxThreads = 256;
+
+ThreadPool& pool() {
+  static ThreadPool instance;
+  return instance;
+}
+
+}  // namespace
+
+void parallel_for(int64_t count, int threads, const std::function<void(int64_t)>& body) {
+  if (count <= 0) return;
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int helpers = static_cast<int>(std::min<int64_t>(std::min(threads, kMaxThreads), count)) - 1;
+  if (helpers <= 0) {
+    for (int64_t i = 0; i < count; ++i) body(i);
+    return;
+  }
+  auto job = std::make_shared<Job>();
+  job->body = &body;
+  job->count = count;
+  pool().submit(job, helpers);
+  job->work();
+  job->wait();
+  if (job->error) std::rethrow_exception(job->error);
+}
+
+}  // namespace spikejit

@@ -1,0 +1,71 @@
+#include "spikejit/tensor.h"
+
+#include <sstream>
+
+#include "common/float16.h"
+
+namespace spikejit {
+
+size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::F32: return 4;
+    case DType::F64: return 8;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::F32: return "float32";
+    case DType::F64: return "float64";
+    case DType::F16: return "float16";
+    case DType::BF16: return "bfloat16";
+  }
+  return "unknown dtype";
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Like PyTorch: dimensions of size 1 may have any stride, and an empty tensor is contiguous.
+bool TensorView::is_contiguous() const {
+  if (strides.empty()) return true;
+  if (strides.size() != shape.size()) return false;
+  if (numel() == 0) return true;
+  int64_t expected = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] != 1 && strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+static void write_list(std::ostringstream& out, const std::vector<int64_t>& values) {
+  out << '[';
+  for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << values[i];
+  out << ']';
+}
+
+std::string TensorView::describe() const {
+  if (!present) return "no tensor";
+  std::ostringstream out;
+  out << dtype_name(dtype);
+  write_list(out, shape);
+  if (!strides.empty()) {
+    out << " with strides ";
+    write_list(out, strides);
+  }
+  return out.str();
+}
+
+uint16_t float_to_half(float f) { return detail::float_to_half_bits(f); }
+float half_to_float(uint16_t h) { return detail::half_bits_to_float(h); }
+uint16_t float_to_bfloat16(float f) { return detail::float_to_bfloat16_bits(f); }
+float bfloat16_to_float(uint16_t h) { return detail::bfloat16_bits_to_float(h); }
+
+}  // namespace spikejit

@@ -1,0 +1,303 @@
+// The CPU executor. Neurons are split into fixed blocks of kBlock lanes (independent of the thread
+// count, so every result, scalar parameter gradients included, has the same bits for any number
+// of threads). A block keeps its values in lane arrays and runs all T steps before the next block.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/parallel.h"
+#include "cpu/lane_kernels.h"
+#include "cpu/lane_program.h"
+#include "spikejit/cpu.h"
+#include "spikejit/error.h"
+
+namespace spikejit::cpu {
+namespace {
+
+constexpr int64_t kBlock = 512;
+constexpr size_t kAlignBytes = 64;
+
+// Aligned lane arrays for one block: slot k holds kBlock lanes.
+template <class F>
+class Slots {
+ public:
+  explicit Slots(int32_t count) : storage_(new F[count * kBlock + kAlignBytes / sizeof(F)]) {
+    const uintptr_t raw = reinterpret_cast<uintptr_t>(storage_.get());
+    base_ = reinterpret_cast<F*>((raw + kAlignBytes - 1) / kAlignBytes * kAlignBytes);
+  }
+  F* operator[](int32_t slot) const { return base_ + slot * kBlock; }
+
+ private:
+  std::unique_ptr<F[]> storage_;
+  F* base_;
+};
+
+std::vector<LaneBuffer> lane_buffers(const std::vector<TensorView>& views, size_t count) {
+  std::vector<LaneBuffer> out(count);
+  for (size_t i = 0; i < views.size(); ++i) {
+    if (views[i].present) out[i] = {views[i].data, views[i].dtype};
+  }
+  return out;
+}
+
+std::vector<int32_t> slots_of(const LaneProgram& p, const std::vector<ir::ValueId>& ids) {
+  std::vector<int32_t> out;
+  for (ir::ValueId id : ids) out.push_back(p.node_slot[id]);
+  return out;
+}
+
+bool any_f64(std::initializer_list<const std::vector<TensorView>*> groups) {
+  for (const auto* views : groups) {
+    for (const TensorView& v : *views) {
+      if (v.present && v.dtype == DType::F64) return true;
+    }
+  }
+  return false;
+}
+
+bool use_f64(const Options& o, bool has_f64) {
+  if (o.threads < 0) throw ArgumentError("options.threads", "0 (all hardware threads) or more", std::to_string(o.threads));
+  return o.compute == Compute::F64 || (o.compute == Compute::Auto && has_f64);
+}
+
+int64_t neuron_count(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t block_count(int64_t n) { return (n + kBlock - 1) / kBlock; }
+
+// Literals and parameters: filled once per block.
+template <class F>
+void fill_constants(const LaneProgram& p, const std::vector<LaneBuffer>& params,
+                    const std::vector<ir::ParamKind>& kinds, const Slots<F>& s, int64_t start, int64_t n) {
+  for (const LaneLiteral& lit : p.literals) fill_lanes(s[lit.slot], static_cast<F>(lit.value), n);
+  for (const LaneLeaf& leaf : p.params) {
+    F* dst = s[leaf.slot];
+    if (kinds[leaf.index] == ir::ParamKind::PerNeuron) {
+      load_lanes(dst, params[leaf.index], start, n);
+    } else {
+      load_lanes(dst, params[leaf.index], 0, 1);
+      fill_lanes(dst, dst[0], n);
+    }
+  }
+}
+
+template <class F>
+void run_instrs(const LaneProgram& p, const Slots<F>& s, int64_t n) {
+  for (const LaneInstr& in : p.instrs) run_op_lanes<F>(in.op, s[in.dst], s[in.args[0]], s[in.args[1]], s[in.args[2]], n);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct ForwardCall {
+  LaneProgram program;
+  int64_t steps = 0, neurons = 0;
+  std::vector<ir::ParamKind> param_kinds;
+  std::vector<double> state_defaults;
+  std::vector<LaneBuffer> inputs, initial_states, params, outputs, state_seqs, final_states, saved;
+  std::vector<int32_t> output_slots, next_state_slots, saved_slots;
+};
+
+template <class F>
+void forward_block(const ForwardCall& c, int64_t block) {
+  const LaneProgram& p = c.program;
+  const int64_t start = block * kBlock, n = std::min(kBlock, c.neurons - start);
+  const int32_t states = static_cast<int32_t>(p.carry_slot.size());
+  const int32_t staging = p.num_slots;  // states_need_staging: next states are copied here first
+  const Slots<F> s(p.num_slots + (p.states_need_staging ? states : 0));
+  fill_constants(p, c.params, c.param_kinds, s, start, n);
+  for (int32_t i = 0; i < states; ++i) {
+    if (c.initial_states[i].present()) {
+      load_lanes(s[p.carry_slot[i]], c.initial_states[i], start, n);
+    } else {
+      fill_lanes(s[p.carry_slot[i]], static_cast<F>(c.state_defaults[i]), n);
+    }
+  }
+  for (int64_t t = 0; t < c.steps; ++t) {
+    const int64_t row = t * c.neurons + start;
+    for (const LaneLeaf& leaf : p.step_leaves) load_lanes(s[leaf.slot], c.inputs[leaf.index], row, n);
+    run_instrs(p, s, n);
+    for (size_t i = 0; i < c.outputs.size(); ++i) store_lanes(c.outputs[i], row, s[c.output_slots[i]], n);
+    for (int32_t i = 0; i < states; ++i) {
+      if (c.state_seqs[i].present()) store_lanes(c.state_seqs[i], row, s[c.next_state_slots[i]], n);
+    }
+    for (size_t i = 0; i < c.saved.size(); ++i) store_lanes(c.saved[i], row, s[c.saved_slots[i]], n);
+    if (p.states_need_staging) {
+      for (int32_t i = 0; i < states; ++i) copy_lanes(s[staging + i], s[c.next_state_slots[i]], n);
+      for (int32_t i = 0; i < states; ++i) copy_lanes(s[p.carry_slot[i]], s[staging + i], n);
+    } else {
+      for (int32_t i = 0; i < states; ++i) {
+        if (c.next_state_slots[i] != p.carry_slot[i]) copy_lanes(s[p.carry_slot[i]], s[c.next_state_slots[i]], n);
+      }
+    }
+  }
+  for (int32_t i = 0; i < states; ++i) {
+    if (c.final_states[i].present()) store_lanes(c.final_states[i], start, s[p.carry_slot[i]], n);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct BackwardCall {
+  LaneProgram program;
+  int64_t steps = 0, neurons = 0;
+  std::vector<ir::ParamKind> param_kinds;
+  std::vector<LaneBuffer> saved, params, grad_outputs, grad_state_seqs, grad_final_states;
+  std::vector<LaneBuffer> grad_inputs, grad_initial_states, grad_params;
+  std::vector<int32_t> grad_input_slots, grad_prev_state_slots, grad_param_slots;
+  std::vector<double> partial_sums;  // [block][param]: per-block sums of scalar parameter gradients
+};
+
+template <class F>
+void backward_block(BackwardCall& c, int64_t block) {
+  const LaneProgram& p = c.program;
+  const int64_t start = block * kBlock, n = std::min(kBlock, c.neurons - start);
+  const int32_t states = static_cast<int32_t>(p.carry_slot.size());
+  const int32_t num_params = static_cast<int32_t>(c.param_kinds.size());
+  const int32_t accumulators = p.num_slots;  // one per parameter
+  const Slots<F> s(p.num_slots + num_params);
+  fill_constants(p, c.params, c.param_kinds, s, start, n);
+  for (int32_t i = 0; i < states; ++i) {
+    if (c.grad_final_states[i].present()) {
+      load_lanes(s[p.carry_slot[i]], c.grad_final_states[i], start, n);
+    } else {
+      fill_lanes(s[p.carry_slot[i]], F(0), n);
+    }
+  }
+  for (int32_t k = 0; k < num_params; ++k) fill_lanes(s[accumulators + k], F(0), n);
+  for (const LaneLeaf& leaf : p.step_leaves) {
+    if (leaf.op == ir::Op::GradOutput && !c.grad_outputs[leaf.index].present()) fill_lanes(s[leaf.slot], F(0), n);
+  }
+  for (int64_t t = c.steps - 1; t >= 0; --t) {
+    const int64_t row = t * c.neurons + start;
+    for (const LaneLeaf& leaf : p.step_leaves) {
+      F* dst = s[leaf.slot];
+      if (leaf.op == ir::Op::Saved) {
+        load_lanes(dst, c.saved[leaf.index], row, n);
+      } else if (leaf.op == ir::Op::GradOutput) {
+        if (c.grad_outputs[leaf.index].present()) load_lanes(dst, c.grad_outputs[leaf.index], row, n);
+      } else {  // GradState: the carried gradient plus the direct one of the state sequence
+        const F* carry = s[p.carry_slot[leaf.index]];
+        if (c.grad_state_seqs[leaf.index].present()) {
+          load_lanes(dst, c.grad_state_seqs[leaf.index], row, n);
+          add_lanes(dst, carry, n);
+        } else {
+          copy_lanes(dst, carry, n);
+        }
+      }
+    }
+    run_instrs(p, s, n);
+    for (size_t i = 0; i < c.grad_inputs.size(); ++i) {
+      if (c.grad_inputs[i].present()) store_lanes(c.grad_inputs[i], row, s[c.grad_input_slots[i]], n);
+    }
+    for (int32_t i = 0; i < states; ++i) copy_lanes(s[p.carry_slot[i]], s[c.grad_prev_state_slots[i]], n);
+    for (int32_t k = 0; k < num_params; ++k) {
+      if (c.grad_params[k].present()) add_lanes(s[accumulators + k], s[c.grad_param_slots[k]], n);
+    }
+  }
+  for (int32_t i = 0; i < states; ++i) {
+    if (c.grad_initial_states[i].present()) store_lanes(c.grad_initial_states[i], start, s[p.carry_slot[i]], n);
+  }
+  for (int32_t k = 0; k < num_params; ++k) {
+    if (!c.grad_params[k].present()) continue;
+    const F* acc = s[accumulators + k];
+    if (c.param_kinds[k] == ir::ParamKind::PerNeuron) {
+      store_lanes(c.grad_params[k], start, acc, n);
+    } else {
+      double sum = 0.0;
+      for (int64_t l = 0; l < n; ++l) sum += static_cast<double>(acc[l]);
+      c.partial_sums[block * num_params + k] = sum;
+    }
+  }
+}
+
+}  // namespace
+
+void forward(const Program& program, const ForwardBuffers& b, const Options& options) {
+  validate(program, b);
+  const ir::Step& step = program.forward();
+  const bool training = !b.saved.empty();
+  const std::vector<ir::ValueId> saved_nodes = training ? program.backward().saved : std::vector<ir::ValueId>{};
+
+  ForwardCall c;
+  c.program = compile_lane_program(step, step, StepKind::Forward, saved_nodes);
+  c.steps = b.steps;
+  c.neurons = neuron_count(b.neuron_shape);
+  c.param_kinds = step.params;
+  for (int i = 0; i < step.num_states; ++i) c.state_defaults.push_back(ir::state_default(program.neuron(), i));
+  c.inputs = lane_buffers(b.inputs, step.num_inputs);
+  c.initial_states = lane_buffers(b.initial_states, step.num_states);
+  c.params = lane_buffers(b.params, step.params.size());
+  c.outputs = lane_buffers(b.outputs, step.num_outputs);
+  c.state_seqs = lane_buffers(b.state_seqs, step.num_states);
+  c.final_states = lane_buffers(b.final_states, step.num_states);
+  c.saved = lane_buffers(b.saved, saved_nodes.size());
+  c.output_slots = slots_of(c.program, step.outputs);
+  c.next_state_slots = slots_of(c.program, step.next_states);
+  c.saved_slots = slots_of(c.program, saved_nodes);
+
+  const bool f64 = use_f64(options, any_f64({&b.inputs, &b.initial_states, &b.params, &b.outputs, &b.state_seqs,
+                                             &b.final_states, &b.saved}));
+  parallel_for(block_count(c.neurons), options.threads, [&](int64_t block) {
+    if (f64) {
+      forward_block<double>(c, block);
+    } else {
+      forward_block<float>(c, block);
+    }
+  });
+}
+
+void backward(const Program& program, const BackwardBuffers& b, const Options& options) {
+  validate(program, b);
+  const ir::Step& fwd = program.forward();
+  const ir::Step& step = program.backward();
+  const size_t num_params = fwd.params.size();
+
+  BackwardCall c;
+  c.program = compile_lane_program(step, fwd, StepKind::Backward, {});
+  c.steps = b.steps;
+  c.neurons = neuron_count(b.neuron_shape);
+  c.param_kinds = fwd.params;
+  c.saved = lane_buffers(b.saved, step.saved.size());
+  c.params = lane_buffers(b.params, num_params);
+  c.grad_outputs = lane_buffers(b.grad_outputs, fwd.num_outputs);
+  c.grad_state_seqs = lane_buffers(b.grad_state_seqs, fwd.num_states);
+  c.grad_final_states = lane_buffers(b.grad_final_states, fwd.num_states);
+  c.grad_inputs = lane_buffers(b.grad_inputs, fwd.num_inputs);
+  c.grad_initial_states = lane_buffers(b.grad_initial_states, fwd.num_states);
+  c.grad_params = lane_buffers(b.grad_params, num_params);
+  c.grad_input_slots = slots_of(c.program, step.grad_inputs);
+  c.grad_prev_state_slots = slots_of(c.program, step.grad_prev_states);
+  c.grad_param_slots = slots_of(c.program, step.grad_params);
+  const int64_t blocks = block_count(c.neurons);
+  c.partial_sums.assign(static_cast<size_t>(blocks) * num_params, 0.0);
+
+  const bool f64 = use_f64(options, any_f64({&b.saved, &b.params, &b.grad_outputs, &b.grad_state_seqs,
+                                             &b.grad_final_states, &b.grad_inputs, &b.grad_initial_states,
+                                             &b.grad_params}));
+  parallel_for(blocks, options.threads, [&](int64_t block) {
+    if (f64) {
+      backward_block<double>(c, block);
+    } else {
+      backward_block<float>(c, block);
+    }
+  });
+
+  // Scalar parameter gradients: the per-block sums added in block order.
+  for (size_t k = 0; k < num_params; ++k) {
+    if (!c.grad_params[k].present() || c.param_kinds[k] != ir::ParamKind::Scalar) continue;
+    double sum = 0.0;
+    for (int64_t block = 0; block < blocks; ++block) sum += c.partial_sums[block * num_params + k];
+    if (f64) {
+      store_lanes(c.grad_params[k], 0, &sum, 1);
+    } else {
+      const float rounded = static_cast<float>(sum);
+      store_lanes(c.grad_params[k], 0, &rounded, 1);
+    }
+  }
+}
+
+}  // namespace spikejit::cpu

@@ -1,0 +1,178 @@
+// Buffer validation shared by every backend: counts, shapes, dtypes, contiguity and overlap.
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "spikejit/buffers.h"
+#include "spikejit/error.h"
+#include "spikejit/program.h"
+
+namespace spikejit {
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string tensors_text(size_t n) { return std::to_string(n) + (n == 1 ? " tensor" : " tensors"); }
+
+bool known_dtype(DType d) {
+  return d == DType::F32 || d == DType::F64 || d == DType::F16 || d == DType::BF16;
+}
+
+// The shape a buffer must have, with the wording used in messages.
+struct ExpectedShape {
+  std::vector<int64_t> shape;
+  std::string text;  // e.g. "[T, *S] = [8, 4, 16]"
+  bool scalar = false;  // also accept [1]
+};
+
+class Checker {
+ public:
+  Checker(int64_t steps, const std::vector<int64_t>& neuron_shape) {
+    if (steps < 0) throw ArgumentError("steps", "T >= 0", std::to_string(steps));
+    const int64_t max = std::numeric_limits<int64_t>::max();
+    int64_t n = 1;
+    for (int64_t d : neuron_shape) {
+      if (d < 0) throw ArgumentError("neuron_shape", "dimensions >= 0", shape_text(neuron_shape));
+      if (d != 0 && n > max / d) throw ArgumentError("neuron_shape", "N = prod(S) to fit in int64", shape_text(neuron_shape));
+      n *= d;
+    }
+    // Byte offsets of the widest dtype (8 bytes) must fit in int64 too.
+    if (n != 0 && steps > max / 8 / n) {
+      throw ArgumentError("steps", "T * N * 8 bytes to fit in int64",
+                          "T = " + std::to_string(steps) + ", N = " + std::to_string(n));
+    }
+    sequence_.shape = {steps};
+    sequence_.shape.insert(sequence_.shape.end(), neuron_shape.begin(), neuron_shape.end());
+    sequence_.text = "[T, *S] = " + shape_text(sequence_.shape);
+    neuron_.shape = neuron_shape;
+    neuron_.text = "[*S] = " + shape_text(neuron_shape);
+    scalar_.text = "[] or [1]";
+    scalar_.scalar = true;
+  }
+
+  const ExpectedShape& sequence() const { return sequence_; }
+  const ExpectedShape& neuron() const { return neuron_; }
+  const ExpectedShape& param(ir::ParamKind kind) const {
+    return kind == ir::ParamKind::Scalar ? scalar_ : neuron_;
+  }
+
+  // `allow_empty`: the vector may be empty instead of holding `count` entries.
+  static void count(const char* name, const std::vector<TensorView>& views, size_t count, bool allow_empty,
+                    const std::string& what) {
+    if (views.size() == count || (allow_empty && views.empty())) return;
+    std::string expected = tensors_text(count) + " (" + what + ")";
+    if (allow_empty && count != 0) expected = "no tensors or " + expected;
+    throw ArgumentError(name, expected, tensors_text(views.size()));
+  }
+
+  // Checks one entry; `required`: an absent tensor is an error.
+  void tensor(const std::string& name, const TensorView& v, const ExpectedShape& expected, bool required,
+              bool written) {
+    if (!v.present) {
+      if (required) throw ArgumentError(name, "a tensor of shape " + expected.text, "no tensor");
+      return;
+    }
+    if (!known_dtype(v.dtype)) {
+      throw ArgumentError(name, "dtype float32, float64, float16 or bfloat16",
+                          "dtype code " + std::to_string(static_cast<int>(v.dtype)));
+    }
+    const bool shape_ok = v.shape == expected.shape || (expected.scalar && v.shape == std::vector<int64_t>{1});
+    if (!shape_ok) throw ArgumentError(name, "shape " + expected.text, v.describe());
+    if (!v.is_contiguous()) throw ArgumentError(name, "a contiguous tensor", v.describe());
+    const int64_t bytes = v.numel() * static_cast<int64_t>(dtype_size(v.dtype));
+    if (bytes == 0) return;
+    if (v.data == nullptr) throw ArgumentError(name, "a non-null data pointer", "a null pointer");
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(v.data);
+    ranges_.push_back({name, begin, begin + static_cast<uintptr_t>(bytes), written});
+  }
+
+  // Written buffers may overlap neither each other nor any buffer that is read.
+  void overlaps() const {
+    for (size_t i = 0; i < ranges_.size(); ++i) {
+      for (size_t j = 0; j < ranges_.size(); ++j) {
+        const Range& a = ranges_[i];
+        const Range& b = ranges_[j];
+        if (i == j || !a.written || (b.written && j < i)) continue;
+        if (a.begin < b.end && b.begin < a.end) {
+          throw ArgumentError(a.name, "memory that overlaps no other buffer", "memory that overlaps " + b.name);
+        }
+      }
+    }
+  }
+
+ private:
+  struct Range {
+    std::string name;
+    uintptr_t begin, end;
+    bool written;
+  };
+  ExpectedShape sequence_, neuron_, scalar_;
+  std::vector<Range> ranges_;
+};
+
+std::string item(const char* name, size_t i) { return std::string(name) + "[" + std::to_string(i) + "]"; }
+
+void each(Checker& c, const char* name, const std::vector<TensorView>& views, const ExpectedShape& shape,
+          bool required, bool written) {
+  for (size_t i = 0; i < views.size(); ++i) c.tensor(item(name, i), views[i], shape, required, written);
+}
+
+void each_param(Checker& c, const char* name, const std::vector<TensorView>& views,
+                const std::vector<ir::ParamKind>& kinds, bool required, bool written) {
+  for (size_t i = 0; i < views.size(); ++i) c.tensor(item(name, i), views[i], c.param(kinds[i]), required, written);
+}
+
+}  // namespace
+
+void validate(const Program& program, const ForwardBuffers& b) {
+  const ir::Step& step = program.forward();
+  const size_t inputs = step.num_inputs, states = step.num_states, outputs = step.num_outputs;
+  Checker c(b.steps, b.neuron_shape);
+  Checker::count("inputs", b.inputs, inputs, false, "one per input");
+  Checker::count("initial_states", b.initial_states, states, true, "one per state");
+  Checker::count("params", b.params, step.params.size(), false, "one per parameter");
+  Checker::count("outputs", b.outputs, outputs, false, "one per output");
+  Checker::count("state_seqs", b.state_seqs, states, true, "one per state");
+  Checker::count("final_states", b.final_states, states, true, "one per state");
+  if (!b.saved.empty()) {
+    Checker::count("saved", b.saved, program.backward().saved.size(), true, "one per saved value of the backward step");
+  }
+  each(c, "inputs", b.inputs, c.sequence(), true, false);
+  each(c, "initial_states", b.initial_states, c.neuron(), false, false);
+  each_param(c, "params", b.params, step.params, true, false);
+  each(c, "outputs", b.outputs, c.sequence(), true, true);
+  each(c, "state_seqs", b.state_seqs, c.sequence(), false, true);
+  each(c, "final_states", b.final_states, c.neuron(), false, true);
+  each(c, "saved", b.saved, c.sequence(), true, true);
+  c.overlaps();
+}
+
+void validate(const Program& program, const BackwardBuffers& b) {
+  const ir::Step& step = program.forward();
+  const size_t inputs = step.num_inputs, states = step.num_states, outputs = step.num_outputs;
+  Checker c(b.steps, b.neuron_shape);
+  Checker::count("saved", b.saved, program.backward().saved.size(), false, "one per saved value of the backward step");
+  Checker::count("params", b.params, step.params.size(), false, "one per parameter");
+  Checker::count("grad_outputs", b.grad_outputs, outputs, true, "one per output");
+  Checker::count("grad_state_seqs", b.grad_state_seqs, states, true, "one per state");
+  Checker::count("grad_final_states", b.grad_final_states, states, true, "one per state");
+  Checker::count("grad_inputs", b.grad_inputs, inputs, true, "one per input");
+  Checker::count("grad_initial_states", b.grad_initial_states, states, true, "one per state");
+  Checker::count("grad_params", b.grad_params, step.params.size(), true, "one per parameter");
+  each(c, "saved", b.saved, c.sequence(), true, false);
+  each_param(c, "params", b.params, step.params, true, false);
+  each(c, "grad_outputs", b.grad_outputs, c.sequence(), false, false);
+  each(c, "grad_state_seqs", b.grad_state_seqs, c.sequence(), false, false);
+  each(c, "grad_final_states", b.grad_final_states, c.neuron(), false, false);
+  each(c, "grad_inputs", b.grad_inputs, c.sequence(), false, true);
+  each(c, "grad_initial_states", b.grad_initial_states, c.neuron(), false, true);
+  each_param(c, "grad_params", b.grad_params, step.params, false, true);
+  c.overlaps();
+}
+
+}  // namespace spikejit

@@ -1,0 +1,287 @@
+// spikejit::cuda::forward / backward: validate, pick the kernel, fill its arguments, launch on
+// the caller's stream. No synchronisation and no host<->device copies.
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/default_states.h"
+#include "runtime/driver_api.h"
+#include "runtime/kernel_cache.h"
+#include "runtime/workspace.h"
+#include "spikejit/codegen.h"
+#include "spikejit/cuda.h"
+#include "spikejit/error.h"
+
+namespace spikejit::cuda {
+namespace {
+
+using runtime::CUdeviceptr;
+using runtime::CUstream;
+
+// The kernel argument, laid out as the generated `struct SpikejitArgs`.
+struct SpikejitArgs {
+  long long steps;
+  long long neurons;
+  void* buffers[codegen::kMaxBuffers];
+};
+
+int64_t neuron_count(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Every present buffer must have the same dtype, one the GPU kernels store.
+DType storage_dtype(std::initializer_list<std::pair<const char*, const std::vector<TensorView>*>> groups) {
+  const char* first_name = nullptr;
+  size_t first_index = 0;
+  DType storage = DType::F32;
+  for (const auto& [name, views] : groups) {
+    for (size_t i = 0; i < views->size(); ++i) {
+      const TensorView& v = (*views)[i];
+      if (!v.present) continue;
+      const std::string item = std::string(name) + "[" + std::to_string(i) + "]";
+      if (v.dtype != DType::F32 && v.dtype != DType::F16 && v.dtype != DType::BF16) {
+        throw ArgumentError(item, "dtype float32, float16 or bfloat16 (the CUDA backend)",
+                            v.describe());
+      }
+      if (!first_name) {
+        first_name = name;
+        first_index = i;
+        storage = v.dtype;
+      } else if (v.dtype != storage) {
+        throw ArgumentError(item,
+                            std::string("dtype ") + dtype_name(storage) + " like " + first_name +
+                                "[" + std::to_string(first_index) + "] (one dtype per call)",
+                            v.describe());
+      }
+    }
+  }
+  return storage;
+}
+
+bool any_present(const std::vector<TensorView>& views) {
+  for (const TensorView& v : views) {
+    if (v.present) return true;
+  }
+  return false;
+}
+
+void* pointer_of(const std::vector<TensorView>& views, int index) {
+  if (index < 0 || static_cast<size_t>(index) >= views.size()) return nullptr;
+  const TensorView& v = views[static_cast<size_t>(index)];
+  return v.present ? v.data : nullptr;
+}
+
+// An absent initial state is the state's default value; the kernels read a null buffer as zero,
+// so a nonzero default comes from a shared constant buffer.
+void* initial_state(const Program& program, const ForwardBuffers& b, int index, DType storage,
+                    runtime::CUcontext context) {
+  if (void* p = pointer_of(b.initial_states, index)) return p;
+  const double value = ir::state_default(program.neuron(), index);
+  if (runtime::storage_bits(storage, value) == 0) return nullptr;
+  return reinterpret_cast<void*>(
+      runtime::constant_buffer(context, storage, value, neuron_count(b.neuron_shape)));
+}
+
+int multiprocessors(int device) {
+  static std::mutex mutex;
+  static std::vector<int> counts;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (counts.empty()) counts.assign(static_cast<size_t>(runtime::device_count()), 0);
+  int& count = counts[static_cast<size_t>(device)];
+  if (count == 0) {
+    const runtime::DriverApi& api = runtime::driver();
+    runtime::CUdevice handle = 0;
+    runtime::check_cuda(api.cuDeviceGet(&handle, device), "cuDeviceGet");
+    runtime::check_cuda(api.cuDeviceGetAttribute(&count, runtime::kAttrMultiprocessorCount, handle),
+                        "cuDeviceGetAttribute");
+  }
+  return count;
+}
+
+void launch(runtime::CUfunction function, int64_t blocks, int threads, CUstream stream,
+            SpikejitArgs& args, const Program& program, const std::string& entry) {
+  if (blocks <= 0) return;
+  if (blocks > 0x7fffffff) {
+    throw ArgumentError("neuron_shape", "at most 2^31 - 1 blocks of neurons per launch",
+                        std::to_string(args.neurons) + " neurons (" + std::to_string(blocks) +
+                            " blocks) for neuron " + program.neuron().name + ", kernel " + entry);
+  }
+  void* params[] = {&args};
+  const runtime::CUresult result = runtime::driver().cuLaunchKernel(
+      function, static_cast<unsigned>(blocks), 1, 1, static_cast<unsigned>(threads), 1, 1, 0,
+      stream, params, nullptr);
+  if (result != runtime::kCudaSuccess) {
+    runtime::check_cuda(result, "cuLaunchKernel",
+                        "neuron " + program.neuron().name + ", kernel " + entry);
+  }
+}
+
+// Looks up the kernel, fills SpikejitArgs slot by slot with `pointer_for` and launches the
+// variant chosen for N (and its reduction when there is one). T > 0 and N > 0.
+template <class PointerFor>
+void run(const Program& program, const codegen::KernelSpec& spec, int64_t steps, int64_t neurons,
+         void* stream, int device, PointerFor pointer_for) {
+  runtime::ContextGuard guard(device);
+  std::shared_ptr<const runtime::LoadedKernel> kernel =
+      runtime::kernel_for(program, spec, device, guard.context());
+  const codegen::KernelSource& source = kernel->source;
+  const codegen::KernelVariant& variant =
+      codegen::pick_variant(source, neurons, multiprocessors(device));
+  const size_t v = static_cast<size_t>(&variant - source.variants.data());
+  CUstream cu_stream = static_cast<CUstream>(stream);
+
+  SpikejitArgs args{};
+  args.steps = steps;
+  args.neurons = neurons;
+  bool reduce = false;
+  for (size_t i = 0; i < source.buffers.size(); ++i) {
+    const codegen::BufferSlot& slot = source.buffers[i];
+    if (slot.role == codegen::BufferRole::Workspace) {
+      const int64_t bytes = variant.workspace_bytes(neurons);
+      args.buffers[i] = bytes > 0 ? reinterpret_cast<void*>(runtime::stream_workspace(
+                                        guard.context(), cu_stream, static_cast<size_t>(bytes)))
+                                  : nullptr;
+      continue;
+    }
+    args.buffers[i] = pointer_for(slot, guard.context());
+    reduce = reduce || (slot.role == codegen::BufferRole::GradParam && slot.scalar_param &&
+                        args.buffers[i] != nullptr);
+  }
+  launch(kernel->functions[v], variant.blocks(neurons), variant.block_size, cu_stream, args,
+         program, variant.entry);
+  if (reduce && kernel->reduce_functions[v]) {
+    launch(kernel->reduce_functions[v], variant.scalar_params, variant.reduce_block_size, cu_stream,
+           args, program, variant.reduce_entry);
+  }
+}
+
+// T = 0 or N = 0 launches no kernel: the states pass through unchanged, so their gradients do
+// too, and parameter gradients (sums over nothing) are zero.
+void copy_or_fill(const TensorView* src, const TensorView& dst, double fill, CUstream stream,
+                  const char* what) {
+  const runtime::DriverApi& api = runtime::driver();
+  const CUdeviceptr to = reinterpret_cast<CUdeviceptr>(dst.data);
+  const size_t count = static_cast<size_t>(dst.numel());
+  if (count == 0) return;
+  if (src) {
+    runtime::check_cuda(api.cuMemcpyDtoDAsync(to, reinterpret_cast<CUdeviceptr>(src->data),
+                                              count * dtype_size(dst.dtype), stream),
+                        "cuMemcpyDtoDAsync", what);
+  } else if (dst.dtype == DType::F32) {
+    const float value = static_cast<float>(fill);
+    uint32_t bits = 0;
+    std::memcpy(&bits, &value, sizeof bits);
+    runtime::check_cuda(api.cuMemsetD32Async(to, bits, count, stream), "cuMemsetD32Async", what);
+  } else {
+    const float value = static_cast<float>(fill);
+    const uint16_t bits = dst.dtype == DType::F16 ? float_to_half(value) : float_to_bfloat16(value);
+    runtime::check_cuda(api.cuMemsetD16Async(to, bits, count, stream), "cuMemsetD16Async", what);
+  }
+}
+
+const TensorView* present_at(const std::vector<TensorView>& views, size_t i) {
+  return i < views.size() && views[i].present ? &views[i] : nullptr;
+}
+
+void forward_no_steps(const Program& program, const ForwardBuffers& b, CUstream stream) {
+  for (size_t i = 0; i < b.final_states.size(); ++i) {
+    if (!b.final_states[i].present) continue;
+    copy_or_fill(present_at(b.initial_states, i), b.final_states[i],
+                 ir::state_default(program.neuron(), static_cast<int>(i)), stream, "final_states");
+  }
+}
+
+void backward_no_steps(const BackwardBuffers& b, CUstream stream) {
+  for (size_t i = 0; i < b.grad_initial_states.size(); ++i) {
+    if (b.grad_initial_states[i].present) {
+      copy_or_fill(present_at(b.grad_final_states, i), b.grad_initial_states[i], 0.0, stream,
+                   "grad_initial_states");
+    }
+  }
+  for (const TensorView& g : b.grad_params) {
+    if (g.present) copy_or_fill(nullptr, g, 0.0, stream, "grad_params");
+  }
+}
+
+}  // namespace
+
+void forward(const Program& program, const ForwardBuffers& b, void* stream, int device) {
+  validate(program, b);
+  codegen::KernelSpec spec;
+  spec.storage = storage_dtype({{"inputs", &b.inputs},
+                                {"initial_states", &b.initial_states},
+                                {"params", &b.params},
+                                {"outputs", &b.outputs},
+                                {"state_seqs", &b.state_seqs},
+                                {"final_states", &b.final_states},
+                                {"saved", &b.saved}});
+  spec.kind = !b.saved.empty()              ? codegen::KernelKind::TrainingForward
+              : any_present(b.final_states) ? codegen::KernelKind::InferenceFinalState
+                                            : codegen::KernelKind::Inference;
+  spec.store_state_seqs = any_present(b.state_seqs);
+  if (b.steps == 0 || neuron_count(b.neuron_shape) == 0) {
+    runtime::ContextGuard guard(device);
+    forward_no_steps(program, b, static_cast<CUstream>(stream));
+    return;
+  }
+  run(program, spec, b.steps, neuron_count(b.neuron_shape), stream, device,
+      [&](const codegen::BufferSlot& slot, runtime::CUcontext context) -> void* {
+        switch (slot.role) {
+          case codegen::BufferRole::Input: return pointer_of(b.inputs, slot.index);
+          case codegen::BufferRole::InitialState:
+            return initial_state(program, b, slot.index, spec.storage, context);
+          case codegen::BufferRole::Param: return pointer_of(b.params, slot.index);
+          case codegen::BufferRole::Output: return pointer_of(b.outputs, slot.index);
+          case codegen::BufferRole::StateSeq: return pointer_of(b.state_seqs, slot.index);
+          case codegen::BufferRole::FinalState: return pointer_of(b.final_states, slot.index);
+          case codegen::BufferRole::Saved: return pointer_of(b.saved, slot.index);
+          default:
+            throw Error(std::string("internal: forward kernel slot with role ") +
+                        std::to_string(static_cast<int>(slot.role)));
+        }
+      });
+}
+
+void backward(const Program& program, const BackwardBuffers& b, void* stream, int device) {
+  validate(program, b);
+  codegen::KernelSpec spec;
+  spec.kind = codegen::KernelKind::Backward;
+  spec.storage = storage_dtype({{"saved", &b.saved},
+                                {"params", &b.params},
+                                {"grad_outputs", &b.grad_outputs},
+                                {"grad_state_seqs", &b.grad_state_seqs},
+                                {"grad_final_states", &b.grad_final_states},
+                                {"grad_inputs", &b.grad_inputs},
+                                {"grad_initial_states", &b.grad_initial_states},
+                                {"grad_params", &b.grad_params}});
+  spec.grad_state_seqs = any_present(b.grad_state_seqs);
+  spec.grad_final_states = any_present(b.grad_final_states);
+  if (b.steps == 0 || neuron_count(b.neuron_shape) == 0) {
+    runtime::ContextGuard guard(device);
+    backward_no_steps(b, static_cast<CUstream>(stream));
+    return;
+  }
+  run(program, spec, b.steps, neuron_count(b.neuron_shape), stream, device,
+      [&](const codegen::BufferSlot& slot, runtime::CUcontext) -> void* {
+        switch (slot.role) {
+          case codegen::BufferRole::Saved: return pointer_of(b.saved, slot.index);
+          case codegen::BufferRole::Param: return pointer_of(b.params, slot.index);
+          case codegen::BufferRole::GradOutput: return pointer_of(b.grad_outputs, slot.index);
+          case codegen::BufferRole::GradStateSeq: return pointer_of(b.grad_state_seqs, slot.index);
+          case codegen::BufferRole::GradFinalState:
+            return pointer_of(b.grad_final_states, slot.index);
+          case codegen::BufferRole::GradInput: return pointer_of(b.grad_inputs, slot.index);
+          case codegen::BufferRole::GradInitialState:
+            return pointer_of(b.grad_initial_states, slot.index);
+          case codegen::BufferRole::GradParam: return pointer_of(b.grad_params, slot.index);
+          default:
+            throw Error(std::string("internal: backward kernel slot with role ") +
+                        std::to_string(static_cast<int>(slot.role)));
+        }
+      });
+}
+
+}  // namespace spikejit::cuda

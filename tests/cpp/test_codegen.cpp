@@ -1,0 +1,629 @@
+// The CUDA code generator: structure of the generated sources for every kernel kind, dtype and
+// option, over the built-in neurons (every SpikingJelly option, several surrogates) and test
+// neurons with several inputs / states / outputs, parameters of both kinds and every op; and the
+// real check: every source compiles with NVRTC for sm_80 and sm_90.
+//
+// SPIKEJIT_DUMP_DIR=<dir> writes every generated source there as <entry>.cu.
+// SPIKEJIT_UPDATE_GOLDEN=1 rewrites tests/golden/*.cu from the generator.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "spikejit/codegen.h"
+#include "spikejit/error.h"
+#include "spikejit/frontend.h"
+#include "spikejit/program.h"
+#include "spikejit/runtime.h"
+
+namespace spikejit {
+namespace {
+
+using codegen::BufferRole;
+using codegen::BufferSlot;
+using codegen::KernelKind;
+using codegen::KernelSource;
+using codegen::KernelSpec;
+
+std::string source_dir() {
+  const char* dir = std::getenv("SPIKEJIT_SOURCE_DIR");
+  return dir ? dir : ".";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot open " + path + " (is SPIKEJIT_SOURCE_DIR set?)");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
+    s.replace(at, from.size(), to);
+  }
+  return s;
+}
+
+struct NamedProgram {
+  std::string name;
+  Program program;
+};
+
+bool has_constant(const ir::Neuron& n, const std::string& name) {
+  for (const ir::ConstDecl& c : n.constants) {
+    if (c.name == name) return true;
+  }
+  return false;
+}
+
+// IF / LIF / PLIF from neurons/*.sj with every combination of SpikingJelly's boolean options and
+// a few surrogates (substituted in the text of the shipped definition).
+std::vector<NamedProgram> builtin_programs() {
+  const std::vector<std::string> surrogates = {
+      "sigmoid(alpha = 4)", "atan(alpha = 3)", "PiecewiseLeakyReLU(w = 0.5, c = 0.02)",
+      "squarewave_fourier_series(n = 3)", "erf"};
+  std::vector<NamedProgram> out;
+  for (const char* stem : {"if", "lif", "plif"}) {
+    const std::string text = read_file(source_dir() + "/neurons/" + stem + ".sj");
+    if (text.find(surrogates[0]) == std::string::npos) {
+      throw Error(std::string("neurons/") + stem + ".sj no longer uses " + surrogates[0]);
+    }
+    for (size_t k = 0; k < surrogates.size(); ++k) {
+      const ir::Neuron base = frontend::parse(replace_all(text, surrogates[0], surrogates[k]), stem);
+      const bool has_decay = has_constant(base, "decay_input");
+      for (int bits = 0; bits < (has_decay ? 8 : 4); ++bits) {
+        std::vector<ir::ConstantOverride> o = {{"soft_reset", double(bits & 1)},
+                                               {"detach_reset", double((bits >> 1) & 1)}};
+        if (has_decay) o.push_back({"decay_input", double((bits >> 2) & 1)});
+        std::string name = std::string(stem) + "_sg" + std::to_string(k) + ((bits & 1) ? "_soft" : "_hard") +
+                           ((bits & 2) ? "_detach" : "") + (has_decay && !(bits & 4) ? "_nodecay" : "");
+        out.push_back({name, Program(ir::with_constants(base, o))});
+      }
+    }
+  }
+  return out;
+}
+
+const char* kAdaptiveLif = R"(
+neuron adaptive_lif
+input x
+state v = 0
+state a = 0
+const tau = 2.0, tau_a = 20.0, beta = 0.2, v_th = 1.0
+output s
+h = v + (x - v) / tau
+s = spike(h - v_th - beta * a, atan(alpha = 2))
+v = h - s * v_th
+a = a + (s - a) / tau_a
+)";
+
+const char* kIzhikevich = R"(
+neuron izhikevich
+input i
+state v = -65.0
+state u = -13.0
+const a = 0.02, b = 0.2, c = -65.0, d = 8.0, v_peak = 30.0
+output s
+v_new = v + 0.04 * v * v + 5 * v + 140 - u + i
+u_new = u + a * (b * v - u)
+s = spike(v_new - v_peak, piecewise_quadratic(alpha = 1))
+v = where(s > 0.5, c, v_new)
+u = u_new + s * d
+)";
+
+// Two inputs, two states, two outputs, a per-neuron and a scalar parameter.
+const char* kTwoByTwo = R"(
+neuron two_by_two
+input x
+input y
+state a = 0
+state b = 0.5
+param theta[neuron] = 1.0
+param w = 0.25
+output s
+output m
+a = a * sigmoid(w) + x - y * 0.5
+b = b + (a - b) * 0.1
+s = spike(a - theta, sigmoid(alpha = 4))
+m = a * b + detach(s) * w
+)";
+
+// No input: the dynamics run on the states alone.
+const char* kStateOnly = R"(
+neuron oscillator
+state v = 1.0
+state w = 0.0
+param k = 0.1
+output s
+v_old = v
+v = v - k * w
+w = w + k * v_old
+s = spike(v - 0.5, rect(alpha = 1))
+)";
+
+// Every op of the table, with per-neuron and scalar parameters.
+const char* kEveryOp = R"(
+neuron every_op
+input x
+input y
+state v = 0.25
+param g[neuron] = 0.5
+param h = 2.0
+param k = -1.0
+output s
+output z
+output q
+ax = abs(x) + 1
+e = exp(-ax) + log(ax) + log2(ax) + sqrt(ax) + rsqrt(ax) + sigmoid(x) + tanh(y) + sin(x) + cos(y)
+r = erf(y) + relu(x) + sign(y) + round(x * 3) + floor(y) + ceil(x) + fmod(x, 0.75) + pow(ax, 0.5)
+m = min(x, y) + max(x, h) + clamp(v, -1, 1) + reciprocal(ax) - (-y)
+c = (x < y and not (y >= 1)) or (x == y) or (x != h and x <= g) or x > k
+b = bool(x) and c
+z = where(b, e, r) * g + float(c) * h + m * k + detach(v) / 3
+s = spike(z - v, super_spike(alpha = 2))
+q = float(s > 0.5 or x > 0) - v
+v = v + (z - v) * 0.5 - s
+)";
+
+std::vector<NamedProgram> test_programs() {
+  std::vector<NamedProgram> out;
+  for (auto [name, text] : {std::pair{"adaptive_lif", kAdaptiveLif}, std::pair{"izhikevich", kIzhikevich},
+                            std::pair{"two_by_two", kTwoByTwo}, std::pair{"oscillator", kStateOnly},
+                            std::pair{"every_op", kEveryOp}}) {
+    out.push_back({name, Program::from_text(text, name)});
+  }
+  return out;
+}
+
+// Every spec a runtime may ask for (fields that do not apply to a kind are left at defaults).
+std::vector<KernelSpec> all_specs(DType storage) {
+  std::vector<KernelSpec> out;
+  for (KernelKind kind : {KernelKind::Inference, KernelKind::InferenceFinalState}) {
+    for (bool seqs : {false, true}) {
+      KernelSpec s;
+      s.kind = kind;
+      s.storage = storage;
+      s.store_state_seqs = seqs;
+      out.push_back(s);
+    }
+  }
+  for (int ck : {0, 3}) {
+    for (bool seqs : {false, true}) {
+      KernelSpec s;
+      s.kind = KernelKind::TrainingForward;
+      s.storage = storage;
+      s.store_state_seqs = seqs;
+      s.checkpoint_every = ck;
+      out.push_back(s);
+    }
+    for (int flags = 0; flags < 4; ++flags) {
+      KernelSpec s;
+      s.kind = KernelKind::Backward;
+      s.storage = storage;
+      s.grad_state_seqs = flags & 1;
+      s.grad_final_states = flags & 2;
+      s.checkpoint_every = ck;
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+const std::vector<DType> kDTypes = {DType::F32, DType::F16, DType::BF16, DType::F64};
+
+// The documented slot order, built independently of the generator.
+std::vector<BufferSlot> expected_slots(const Program& p, const KernelSpec& spec) {
+  const ir::Step& f = p.forward();
+  const int in = f.num_inputs, st = f.num_states, out = f.num_outputs;
+  std::vector<BufferSlot> s;
+  auto add = [&](BufferRole r, int n, bool per_step, bool ck = false) {
+    for (int i = 0; i < n; ++i) s.push_back({r, i, per_step, false, ck});
+  };
+  auto add_params = [&](BufferRole r) {
+    for (size_t i = 0; i < f.params.size(); ++i)
+      s.push_back({r, int(i), false, f.params[i] == ir::ParamKind::Scalar, false});
+  };
+  const int ck = spec.checkpoint_every;
+  if (spec.kind != KernelKind::Backward) {
+    add(BufferRole::Input, in, true);
+    add(BufferRole::InitialState, st, false);
+    add_params(BufferRole::Param);
+    add(BufferRole::Output, out, true);
+    if (spec.store_state_seqs) add(BufferRole::StateSeq, st, true);
+    if (spec.kind != KernelKind::Inference) add(BufferRole::FinalState, st, false);
+    if (spec.kind == KernelKind::TrainingForward) {
+      if (ck > 0) add(BufferRole::Saved, st, true, true);
+      else add(BufferRole::Saved, int(p.backward().saved.size()), true);
+    }
+  } else {
+    if (ck > 0) {
+      add(BufferRole::Saved, st, true, true);
+      add(BufferRole::Input, in, true);
+    } else {
+      add(BufferRole::Saved, int(p.backward().saved.size()), true);
+    }
+    add_params(BufferRole::Param);
+    add(BufferRole::GradOutput, out, true);
+    if (spec.grad_state_seqs) add(BufferRole::GradStateSeq, st, true);
+    if (spec.grad_final_states) add(BufferRole::GradFinalState, st, false);
+    add(BufferRole::GradInput, in, true);
+    add(BufferRole::GradInitialState, st, false);
+    add_params(BufferRole::GradParam);
+    if (std::count(f.params.begin(), f.params.end(), ir::ParamKind::Scalar) > 0) add(BufferRole::Workspace, 1, false);
+  }
+  return s;
+}
+
+std::string describe(const BufferSlot& s) {
+  std::ostringstream o;
+  o << "{role " << int(s.role) << ", index " << s.index << ", per_step " << s.per_step << ", scalar "
+    << s.scalar_param << ", checkpoint " << s.checkpoint << "}";
+  return o.str();
+}
+
+void dump_source(const KernelSource& k) {
+  const char* dir = std::getenv("SPIKEJIT_DUMP_DIR");
+  if (dir == nullptr || *dir == '\0') return;
+  std::ofstream(std::string(dir) + "/" + k.entry + ".cu", std::ios::binary) << k.source;
+}
+
+size_t count_of(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Structural checks of one generated source.
+void check_structure(const Program& p, const KernelSpec& spec, const KernelSource& k) {
+  const std::vector<BufferSlot> expected = expected_slots(p, spec);
+  ASSERT_EQ(k.buffers.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const BufferSlot& a = k.buffers[i];
+    const BufferSlot& e = expected[i];
+    EXPECT_TRUE(a.role == e.role && a.index == e.index && a.per_step == e.per_step &&
+                a.scalar_param == e.scalar_param && a.checkpoint == e.checkpoint)
+        << "slot " << i << ": got " << describe(a) << ", expected " << describe(e);
+  }
+  ASSERT_EQ(k.variants.size(), 2u);
+  const int wide = 16 / int(dtype_size(spec.storage));
+  EXPECT_EQ(k.variants[0].elements_per_thread, wide);
+  EXPECT_EQ(k.variants[1].elements_per_thread, 1);
+  EXPECT_EQ(k.entry, k.variants[0].entry);
+  EXPECT_EQ(k.elements_per_thread, k.variants[0].elements_per_thread);
+  EXPECT_EQ(k.block_size, k.variants[0].block_size);
+  const std::string prefix = std::string("spikejit_") + codegen::kernel_kind_name(spec.kind) + "_" +
+                             p.hash().substr(0, 12) + "_";
+  const ir::Step& f = p.forward();
+  const bool scalar_params = std::count(f.params.begin(), f.params.end(), ir::ParamKind::Scalar) > 0;
+  std::set<std::string> names;
+  for (const codegen::KernelVariant& v : k.variants) {
+    EXPECT_EQ(v.entry.rfind(prefix, 0), 0u) << v.entry;
+    EXPECT_GT(v.block_size, 0);
+    EXPECT_EQ(v.block_size & (v.block_size - 1), 0) << "block sizes are powers of two (tree reduction)";
+    // Every entry is defined exactly once, with the ABI's single by-value argument.
+    EXPECT_EQ(count_of(k.source, " " + v.entry + "(const SpikejitArgs a)"), 1u) << v.entry;
+    names.insert(v.entry);
+    const bool reduces = spec.kind == KernelKind::Backward && scalar_params;
+    EXPECT_EQ(!v.reduce_entry.empty(), reduces);
+    if (reduces) {
+      EXPECT_EQ(count_of(k.source, " " + v.reduce_entry + "(const SpikejitArgs a)"), 1u);
+      names.insert(v.reduce_entry);
+      EXPECT_GT(v.workspace_bytes(1000), 0);
+    } else {
+      EXPECT_EQ(v.workspace_bytes(1000), 0);
+    }
+    EXPECT_EQ(v.blocks(0), 0);
+    EXPECT_EQ(v.blocks(1), 1);
+    const int64_t per_block = int64_t(v.block_size) * v.elements_per_thread;
+    EXPECT_EQ(v.blocks(per_block), 1);
+    EXPECT_EQ(v.blocks(per_block + 1), 2);
+    EXPECT_EQ(v.blocks(int64_t(3) << 40), ((int64_t(3) << 40) + per_block - 1) / per_block);
+  }
+  EXPECT_EQ(names.size(), k.variants.size() * (k.variants[0].reduce_entry.empty() ? 1 : 2));
+  EXPECT_EQ(count_of(k.source, "extern \"C\" __global__"), names.size());
+  EXPECT_NE(k.source.find("struct SpikejitArgs {\n  long long steps;    // T\n  long long neurons;  // N\n"
+                          "  void* buffers[kMaxBuffers];\n};"),
+            std::string::npos);
+  EXPECT_NE(k.source.find("constexpr int kMaxBuffers = " + std::to_string(codegen::kMaxBuffers) + ";"),
+            std::string::npos);
+  // Self-contained (NVRTC needs no include path), no fast-math intrinsics, no float atomics.
+  EXPECT_EQ(k.source.find("#include"), std::string::npos);
+  for (const char* banned : {"__expf", "__logf", "__sinf", "__cosf", "__tanf", "__powf", "__fdividef", "atomicAdd"}) {
+    EXPECT_EQ(k.source.find(banned), std::string::npos) << banned;
+  }
+  // T and N are run-time values: read from the arguments, never compiled in.
+  EXPECT_NE(k.source.find("a.steps"), std::string::npos);
+  EXPECT_NE(k.source.find("a.neurons"), std::string::npos);
+}
+
+std::vector<std::pair<std::string, KernelSource>> generate_all(const NamedProgram& np, DType dtype) {
+  std::vector<std::pair<std::string, KernelSource>> out;
+  for (const KernelSpec& spec : all_specs(dtype)) {
+    const std::string what = np.name + " " + spec.key();
+    SCOPED_TRACE(what);
+    KernelSource k = codegen::generate(np.program, spec);
+    check_structure(np.program, spec, k);
+    dump_source(k);
+    out.push_back({what, std::move(k)});
+  }
+  return out;
+}
+
+TEST(Codegen, KindNamesAndKeys) {
+  EXPECT_STREQ(codegen::kernel_kind_name(KernelKind::Inference), "inference");
+  EXPECT_STREQ(codegen::kernel_kind_name(KernelKind::InferenceFinalState), "inference_final_state");
+  EXPECT_STREQ(codegen::kernel_kind_name(KernelKind::TrainingForward), "training_forward");
+  EXPECT_STREQ(codegen::kernel_kind_name(KernelKind::Backward), "backward");
+  std::set<std::string> keys;
+  size_t count = 0;
+  for (DType d : kDTypes) {
+    for (const KernelSpec& s : all_specs(d)) {
+      keys.insert(s.key());
+      ++count;
+    }
+  }
+  EXPECT_EQ(keys.size(), count) << "every distinct spec has a distinct key";
+  // Fields that do not apply to a kind do not change its key (nor split caches).
+  KernelSpec a;
+  KernelSpec b = a;
+  b.grad_state_seqs = b.grad_final_states = true;
+  b.checkpoint_every = 5;
+  EXPECT_EQ(a.key(), b.key());
+  a.kind = b.kind = KernelKind::Backward;
+  a.store_state_seqs = true;
+  b.store_state_seqs = false;
+  b.grad_state_seqs = b.grad_final_states = false;
+  b.checkpoint_every = 0;
+  EXPECT_EQ(a.key(), b.key());
+}
+
+TEST(Codegen, RejectsBadSpecs) {
+  const Program p = Program::from_text(kAdaptiveLif);
+  KernelSpec s;
+  s.kind = KernelKind::Backward;
+  for (int bad : {-1, 257, 100000}) {
+    s.checkpoint_every = bad;
+    try {
+      codegen::generate(p, s);
+      ADD_FAILURE() << "checkpoint_every " << bad << " accepted";
+    } catch (const ArgumentError& e) {
+      EXPECT_EQ(e.argument(), "spec.checkpoint_every");
+      EXPECT_NE(std::string(e.what()).find(std::to_string(bad)), std::string::npos) << e.what();
+    }
+  }
+  s.checkpoint_every = 0;
+  s.storage = static_cast<DType>(17);
+  EXPECT_THROW(codegen::generate(p, s), ArgumentError);
+}
+
+TEST(Codegen, TooManyBuffersIsAnError) {
+  std::string text = "neuron wide\nstate v = 0\noutput s\n";
+  std::string sum = "v";
+  for (int i = 0; i < 70; ++i) {
+    text += "input x" + std::to_string(i) + "\n";
+    sum += " + x" + std::to_string(i);
+  }
+  text += "v = " + sum + "\ns = spike(v - 1)\n";
+  const Program p = Program::from_text(text);
+  try {
+    codegen::generate(p, KernelSpec{});
+    ADD_FAILURE() << "70 inputs accepted";
+  } catch (const ArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("64"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Codegen, BuiltinsEveryOptionKindAndDtype) {
+  const std::vector<NamedProgram> programs = builtin_programs();
+  ASSERT_EQ(programs.size(), 5u * (4 + 8 + 8));
+  for (const NamedProgram& np : programs) {
+    for (DType d : kDTypes) generate_all(np, d);
+  }
+}
+
+TEST(Codegen, TestNeuronsEveryKindAndDtype) {
+  for (const NamedProgram& np : test_programs()) {
+    for (DType d : kDTypes) generate_all(np, d);
+  }
+}
+
+TEST(Codegen, DeterministicAndIndependentOfSizes) {
+  // The same program and spec always give the same text; programs that differ only in a
+  // constant give different sources and entries.
+  const Program lif = Program::from_file(source_dir() + "/neurons/lif.sj");
+  for (const KernelSpec& spec : all_specs(DType::F16)) {
+    const KernelSource a = codegen::generate(lif, spec), b = codegen::generate(lif, spec);
+    EXPECT_EQ(a.source, b.source);
+    EXPECT_EQ(a.entry, b.entry);
+  }
+  const Program other(ir::with_constants(lif.neuron(), {{"tau", 3.0}}));
+  const KernelSource a = codegen::generate(lif, KernelSpec{}), b = codegen::generate(other, KernelSpec{});
+  EXPECT_NE(a.source, b.source);
+  EXPECT_NE(a.entry, b.entry);
+}
+
+TEST(Codegen, LiteralsAreExact) {
+  // Constants reach the source with the value the CPU executor uses (the double rounded to
+  // float): printed with enough digits to round-trip.
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_real_distribution<double> mantissa(-10.0, 10.0);
+  for (int i = 0; i < 20; ++i) {
+    const double c = mantissa(rng) * std::pow(10.0, int(rng() % 9) - 4);
+    SCOPED_TRACE("constant " + std::to_string(c));
+    std::ostringstream text;
+    text.precision(17);
+    text << "neuron lit\ninput x\nstate v = 0\nconst c = " << c << "\noutput s\nv = v * c + x\ns = spike(v - 1)\n";
+    const Program p = Program::from_text(text.str());
+    for (DType d : {DType::F32, DType::F64}) {
+      KernelSpec spec;
+      spec.storage = d;
+      const std::string src = codegen::generate(p, spec).source;
+      const size_t at = src.find("sj_mul(", src.find("void forward_step("));
+      ASSERT_NE(at, std::string::npos);
+      // The literal's variable is the multiplication's second argument.
+      const std::string args = src.substr(at + 7, src.find(')', at) - at - 7);
+      const std::string var = args.substr(args.find(", ") + 2);
+      const size_t def = src.find("const real " + var + " = ");
+      ASSERT_NE(def, std::string::npos) << var;
+      std::string lit = src.substr(def + var.size() + 14, src.find(';', def) - def - var.size() - 14);
+      lit.erase(std::remove(lit.begin(), lit.end(), '('), lit.end());
+      lit.erase(std::remove(lit.begin(), lit.end(), ')'), lit.end());
+      if (d == DType::F32) {
+        ASSERT_EQ(lit.back(), 'f') << lit;
+        EXPECT_EQ(std::strtof(lit.c_str(), nullptr), static_cast<float>(c)) << lit;
+      } else {
+        EXPECT_EQ(std::strtod(lit.c_str(), nullptr), c) << lit;
+      }
+    }
+  }
+}
+
+TEST(Codegen, PickVariant) {
+  const Program lif = Program::from_file(source_dir() + "/neurons/lif.sj");
+  const KernelSource k = codegen::generate(lif, KernelSpec{});
+  EXPECT_EQ(&codegen::pick_variant(k, 4096, 132), &k.variants[1]);
+  EXPECT_EQ(&codegen::pick_variant(k, 16384, 132), &k.variants[1]);
+  EXPECT_EQ(&codegen::pick_variant(k, int64_t(4) << 20, 132), &k.variants[0]);
+  EXPECT_THROW(codegen::pick_variant(k, 4096, 0), ArgumentError);
+}
+
+// ---- golden files ---------------------------------------------------------------------------
+
+void check_golden(const std::string& name, const std::string& text) {
+  const std::string path = source_dir() + "/tests/golden/" + name;
+  const char* update = std::getenv("SPIKEJIT_UPDATE_GOLDEN");
+  if (update && std::string(update) == "1") {
+    std::ofstream(path, std::ios::binary) << text;
+    return;
+  }
+  std::ifstream in(path, std::ios::binary);
+  ASSERT_TRUE(in) << "missing golden file " << path << " (SPIKEJIT_UPDATE_GOLDEN=1 writes it)";
+  std::ostringstream s;
+  s << in.rdbuf();
+  EXPECT_EQ(s.str(), text) << "generated source changed: review it, then SPIKEJIT_UPDATE_GOLDEN=1";
+}
+
+TEST(Codegen, Golden) {
+  const Program lif = Program::from_file(source_dir() + "/neurons/lif.sj");
+  const Program plif = Program::from_file(source_dir() + "/neurons/plif.sj");
+  KernelSpec infer;
+  check_golden("lif.inference.f32.cu", codegen::generate(lif, infer).source);
+  KernelSpec bwd;
+  bwd.kind = KernelKind::Backward;
+  bwd.storage = DType::F16;
+  bwd.grad_final_states = true;
+  check_golden("plif.backward.f16.cu", codegen::generate(plif, bwd).source);
+}
+
+// ---- compilation ----------------------------------------------------------------------------
+
+// Compiles with NVRTC when it can be opened; a machine without it skips, unless
+// SPIKEJIT_REQUIRE_CUDA=1 says NVRTC must be there.
+bool nvrtc_usable(std::string* why) {
+  try {
+    runtime::nvrtc_version();
+    return true;
+  } catch (const Error& e) {
+    *why = e.what();
+    return false;
+  }
+}
+
+#define REQUIRE_NVRTC()                                                    \
+  do {                                                                     \
+    std::string why;                                                       \
+    if (!nvrtc_usable(&why)) {                                             \
+      const char* must = std::getenv("SPIKEJIT_REQUIRE_CUDA");             \
+      if (must && std::string(must) == "1") FAIL() << why;                 \
+      GTEST_SKIP() << why;                                                 \
+    }                                                                      \
+  } while (0)
+
+// Compiles every source for both architectures on a few threads; returns the failures.
+std::vector<std::string> compile_all(const std::vector<std::pair<std::string, KernelSource>>& sources) {
+  std::vector<std::string> failures;
+  std::mutex mutex;
+  size_t next = 0;
+  auto work = [&] {
+    for (;;) {
+      size_t i;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (next == sources.size()) return;
+        i = next++;
+      }
+      for (const char* arch : {"sm_80", "sm_90"}) {
+        try {
+          const std::string cubin = runtime::compile_for_arch(sources[i].second.source, sources[i].second.entry, arch);
+          if (cubin.empty()) throw Error("empty cubin");
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> lock(mutex);
+          failures.push_back(sources[i].first + " (" + arch + "): " + e.what());
+        }
+      }
+    }
+  };
+  const unsigned threads = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) pool.emplace_back(work);
+  for (std::thread& t : pool) t.join();
+  return failures;
+}
+
+void expect_compiles(const std::vector<std::pair<std::string, KernelSource>>& sources) {
+  const std::vector<std::string> failures = compile_all(sources);
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << sources.size()
+                                << " sources failed; first:\n" << (failures.empty() ? "" : failures[0]);
+}
+
+// Every kind and spec of the test neurons, each dtype on a rotating share of the specs (all of
+// them over the set), so that every code path of the bodies is compiled.
+TEST(CodegenCompile, TestNeuronsEverySpec) {
+  REQUIRE_NVRTC();
+  std::vector<std::pair<std::string, KernelSource>> sources;
+  size_t rotation = 0;
+  for (const NamedProgram& np : test_programs()) {
+    for (size_t d = 0; d < kDTypes.size(); ++d) {
+      std::vector<std::pair<std::string, KernelSource>> all = generate_all(np, kDTypes[d]);
+      for (size_t i = 0; i < all.size(); ++i) {
+        if ((i + d + rotation) % kDTypes.size() == 0) sources.push_back(std::move(all[i]));
+      }
+    }
+    ++rotation;
+  }
+  expect_compiles(sources);
+}
+
+// The built-ins: every option combination with its default surrogate for one dtype and every
+// kind, and every surrogate in the backward (where surrogates appear).
+TEST(CodegenCompile, Builtins) {
+  REQUIRE_NVRTC();
+  std::vector<std::pair<std::string, KernelSource>> sources;
+  size_t rotation = 0;
+  for (const NamedProgram& np : builtin_programs()) {
+    const bool default_surrogate = np.name.find("_sg0_") != std::string::npos;
+    const DType d = kDTypes[rotation++ % kDTypes.size()];
+    for (const KernelSpec& spec : all_specs(d)) {
+      const bool plain_backward = spec.kind == KernelKind::Backward && spec.checkpoint_every == 0 &&
+                                  spec.grad_final_states && !spec.grad_state_seqs;
+      const bool plain_forward = spec.kind == KernelKind::Inference && !spec.store_state_seqs;
+      if (!(default_surrogate && (plain_forward || spec.kind == KernelKind::TrainingForward)) && !plain_backward) continue;
+      sources.push_back({np.name + " " + spec.key(), codegen::generate(np.program, spec)});
+    }
+  }
+  expect_compiles(sources);
+}
+
+}  // namespace
+}  // namespace spikejit

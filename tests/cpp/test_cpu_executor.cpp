@@ -1,0 +1,1283 @@
+// The CPU executor against references written here: a per-element scalar interpreter of the
+// forward / backward Step (same ops, same order, so results agree to rounding of the reductions),
+// and SpikingJelly's IF / LIF / PLIF equations written out directly in double precision.
+// Also: buffer validation, fp16 / bf16 conversions, parallel_for.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "common/parallel.h"
+#include "ir/scalar_ops.h"
+#include "spikejit/buffers.h"
+#include "spikejit/builtins.h"
+#include "spikejit/cpu.h"
+#include "spikejit/error.h"
+#include "spikejit/program.h"
+#include "spikejit/tensor.h"
+
+namespace spikejit {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Test data
+
+struct Random {
+  uint32_t seed = std::random_device{}();
+  std::mt19937 gen{seed};
+  double uniform(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(gen); }
+  uint32_t bits() { return static_cast<uint32_t>(gen()); }
+  std::string trace() const { return "random seed " + std::to_string(seed); }
+};
+
+double round_to(DType d, double v) {
+  switch (d) {
+    case DType::F32: return static_cast<float>(v);
+    case DType::F64: return v;
+    case DType::F16: return half_to_float(float_to_half(static_cast<float>(v)));
+    case DType::BF16: return bfloat16_to_float(float_to_bfloat16(static_cast<float>(v)));
+  }
+  return v;
+}
+
+// An owned tensor in any storage dtype.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+    storage_.resize((numel() * static_cast<int64_t>(dtype_size(dtype)) + 7) / 8);
+  }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape_) n *= d;
+    return n;
+  }
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  void* data() { return storage_.data(); }
+
+  double get(int64_t i) const {
+    const void* p = storage_.data();
+    switch (dtype_) {
+      case DType::F32: return static_cast<const float*>(p)[i];
+      case DType::F64: return static_cast<const double*>(p)[i];
+      case DType::F16: return half_to_float(static_cast<const uint16_t*>(p)[i]);
+      case DType::BF16: return bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
+    }
+    return 0;
+  }
+  void set(int64_t i, double v) {
+    void* p = storage_.data();
+    switch (dtype_) {
+      case DType::F32: static_cast<float*>(p)[i] = static_cast<float>(v); return;
+      case DType::F64: static_cast<double*>(p)[i] = v; return;
+      case DType::F16: static_cast<uint16_t*>(p)[i] = float_to_half(static_cast<float>(v)); return;
+      case DType::BF16: static_cast<uint16_t*>(p)[i] = float_to_bfloat16(static_cast<float>(v)); return;
+    }
+  }
+  void fill(double v) {
+    for (int64_t i = 0; i < numel(); ++i) set(i, v);
+  }
+  void randomize(Random& rng, double lo, double hi) {
+    for (int64_t i = 0; i < numel(); ++i) set(i, rng.uniform(lo, hi));
+  }
+  void poison() { fill(std::numeric_limits<double>::quiet_NaN()); }
+  bool same_bits(const Buffer& o) const { return dtype_ == o.dtype_ && shape_ == o.shape_ && storage_ == o.storage_; }
+  TensorView view() { return TensorView(storage_.data(), dtype_, shape_); }
+
+ private:
+  DType dtype_ = DType::F32;
+  std::vector<int64_t> shape_;
+  std::vector<double> storage_;  // doubles keep every dtype aligned
+};
+
+std::vector<TensorView> views(std::vector<Buffer>& buffers) {
+  std::vector<TensorView> out;
+  for (Buffer& b : buffers) out.push_back(b.view());
+  return out;
+}
+
+// Compares `got` with reference values (rounded to got's dtype); NaN matches NaN, Inf itself.
+void expect_close(const Buffer& got, const std::vector<double>& want, double rtol, double atol,
+                  const std::string& what) {
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size())) << what;
+  int failures = 0;
+  for (int64_t i = 0; i < got.numel() && failures < 5; ++i) {
+    const double g = got.get(i), w = round_to(got.dtype(), want[i]);
+    if (g == w || (std::isnan(g) && std::isnan(w))) continue;
+    if (!(std::fabs(g - w) <= atol + rtol * std::fabs(w))) {
+      ADD_FAILURE() << what << "[" << i << "]: got " << g << ", expected " << w;
+      ++failures;
+    }
+  }
+}
+
+void expect_finite(const Buffer& b, const std::string& what) {
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    if (!std::isfinite(b.get(i))) {
+      ADD_FAILURE() << what << "[" << i << "] was not written (or is not finite): " << b.get(i);
+      return;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Neurons
+
+// Two inputs, two states (one with a named default), a per-neuron and a scalar parameter, two
+// outputs, and a wide mix of ops.
+const char* kAdaptiveText = R"(
+neuron adaptive
+input x
+input y
+state v = 0.25
+state a = a0
+const a0 = 0.1, beta = 0.9
+param theta[neuron] = 1.0
+param g = 0.5
+output s
+output m
+h = v * beta + x * g + 0.5 * tanh(y)
+s = spike(h - theta - a, atan(alpha = 2))
+a = a * 0.8 + s * 0.2 + 0.01 * sigmoid(y)
+v = where(s > 0.5, h - theta, h)
+m = min(h, clamp(y, -1, 1)) + exp(-abs(x)) * g
+)";
+
+// The next states are each other's previous values: the executor must not update in place.
+const char* kSwapText = R"(
+neuron swap
+input x
+state p = 1
+state q = 0.5
+output o
+o = p * x + q * q
+t = p
+p = q + 0.5 * x
+q = t
+)";
+
+// A state that nothing reads but itself, an output that is a state, a learnable scale.
+const char* kCounterText = R"(
+neuron counter
+input x
+state c = 0
+state u = 0
+param k = 1.5
+output level
+output count
+u = u * 0.5 + k * x
+c = c + float(u > 1)
+level = u
+count = c
+)";
+
+Program lif_program(double tau, bool decay_input, std::optional<double> v_reset, bool detach_reset,
+                    ir::Surrogate sg = {ir::SurrogateKind::Sigmoid, {4.0}}) {
+  builtins::Options o;
+  o.tau = tau;
+  o.decay_input = decay_input;
+  o.v_reset = v_reset;
+  o.detach_reset = detach_reset;
+  o.v_threshold = 1.0;
+  o.surrogate = sg;
+  return Program(builtins::lif_neuron(o));
+}
+
+struct NamedProgram {
+  std::string name;
+  Program program;
+};
+
+std::vector<NamedProgram> all_programs() {
+  builtins::Options plif;
+  plif.init_tau = 3.0;
+  plif.v_reset = std::nullopt;
+  return {
+      {"if", Program(builtins::if_neuron({}))},
+      {"lif", lif_program(2.0, true, 0.0, false)},
+      {"lif_soft_detach", lif_program(3.0, false, std::nullopt, true)},
+      {"plif_soft", Program(builtins::plif_neuron(plif))},
+      {"adaptive", Program::from_text(kAdaptiveText)},
+      {"swap", Program::from_text(kSwapText)},
+      {"counter", Program::from_text(kCounterText)},
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reference: a per-element interpreter of Steps
+
+template <class F>
+std::vector<F> eval_step(const ir::Step& s, const std::function<F(const ir::Node&)>& leaf) {
+  std::vector<F> v(s.nodes.size());
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    const ir::Node& n = s.nodes[i];
+    if (n.op == ir::Op::Literal) {
+      v[i] = static_cast<F>(n.value);
+    } else if (ir::is_leaf(n.op)) {
+      v[i] = leaf(n);
+    } else {
+      const int arity = ir::op_info(n.op).arity;
+      const F a = v[n.args[0]];
+      const F b = arity > 1 ? v[n.args[1]] : F(0);
+      const F c = arity > 2 ? v[n.args[2]] : F(0);
+      v[i] = ir::apply_op<F>(n.op, a, b, c);
+    }
+  }
+  return v;
+}
+
+// One problem instance: a program and its inputs, initial states and parameters.
+struct Problem {
+  Program program;
+  int64_t steps = 0;
+  std::vector<int64_t> neuron_shape;
+  int64_t neurons = 0;
+  std::vector<Buffer> inputs, initial_states, params;
+
+  std::vector<int64_t> seq_shape() const {
+    std::vector<int64_t> s = {steps};
+    s.insert(s.end(), neuron_shape.begin(), neuron_shape.end());
+    return s;
+  }
+  std::vector<int64_t> param_shape(size_t k) const {
+    return program.forward().params[k] == ir::ParamKind::PerNeuron ? neuron_shape : std::vector<int64_t>{};
+  }
+  double param(size_t k, int64_t n) const {
+    return params[k].get(program.forward().params[k] == ir::ParamKind::PerNeuron ? n : 0);
+  }
+};
+
+Problem make_problem(const Program& p, int64_t steps, std::vector<int64_t> neuron_shape, DType dtype, Random& rng,
+                 bool with_initial_states = true) {
+  Problem s{p, steps, std::move(neuron_shape), 1, {}, {}, {}};
+  for (int64_t d : s.neuron_shape) s.neurons *= d;
+  const ir::Step& f = p.forward();
+  for (int i = 0; i < f.num_inputs; ++i) {
+    s.inputs.emplace_back(dtype, s.seq_shape());
+    s.inputs.back().randomize(rng, -1.0, 3.0);
+  }
+  if (with_initial_states) {
+    for (int i = 0; i < f.num_states; ++i) {
+      s.initial_states.emplace_back(dtype, s.neuron_shape);
+      s.initial_states.back().randomize(rng, -0.5, 0.9);
+    }
+  }
+  for (size_t k = 0; k < f.params.size(); ++k) {
+    s.params.emplace_back(dtype, s.param_shape(k));
+    const double init = p.neuron().params[k].init;
+    s.params.back().randomize(rng, init - 0.4, init + 0.4);
+  }
+  return s;
+}
+
+struct RefForward {
+  std::vector<std::vector<double>> outputs, state_seqs, final_states, saved;  // flat [t * N + n]
+};
+
+template <class F>
+RefForward reference_forward(const Problem& s) {
+  const ir::Step& f = s.program.forward();
+  const std::vector<ir::ValueId>& saved_ids = s.program.backward().saved;
+  const int64_t T = s.steps, N = s.neurons;
+  RefForward r;
+  r.outputs.assign(f.num_outputs, std::vector<double>(T * N));
+  r.state_seqs.assign(f.num_states, std::vector<double>(T * N));
+  r.final_states.assign(f.num_states, std::vector<double>(N));
+  r.saved.assign(saved_ids.size(), std::vector<double>(T * N));
+  for (int64_t n = 0; n < N; ++n) {
+    std::vector<F> state(f.num_states);
+    for (int i = 0; i < f.num_states; ++i) {
+      state[i] = s.initial_states.empty() ? static_cast<F>(ir::state_default(s.program.neuron(), i))
+                                          : static_cast<F>(s.initial_states[i].get(n));
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t at = t * N + n;
+      const std::vector<F> v = eval_step<F>(f, [&](const ir::Node& leaf) -> F {
+        if (leaf.op == ir::Op::Input) return static_cast<F>(s.inputs[leaf.index].get(at));
+        if (leaf.op == ir::Op::State) return state[leaf.index];
+        EXPECT_EQ(leaf.op, ir::Op::Param);
+        return static_cast<F>(s.param(leaf.index, n));
+      });
+      for (int i = 0; i < f.num_outputs; ++i) r.outputs[i][at] = v[f.outputs[i]];
+      for (size_t i = 0; i < saved_ids.size(); ++i) r.saved[i][at] = v[saved_ids[i]];
+      for (int i = 0; i < f.num_states; ++i) state[i] = v[f.next_states[i]];
+      for (int i = 0; i < f.num_states; ++i) r.state_seqs[i][at] = state[i];
+    }
+    for (int i = 0; i < f.num_states; ++i) r.final_states[i][n] = state[i];
+  }
+  return r;
+}
+
+// Upstream gradients; an empty Buffer (numel 0 of shape {}) never appears: absent ones are null.
+struct Upstream {
+  std::vector<std::optional<Buffer>> grad_outputs, grad_state_seqs, grad_final_states;
+};
+
+struct RefBackward {
+  std::vector<std::vector<double>> grad_inputs, grad_initial_states, grad_params;
+};
+
+template <class F>
+RefBackward reference_backward(const Problem& s, const std::vector<Buffer>& saved, const Upstream& up) {
+  const ir::Step& f = s.program.forward();
+  const ir::Step& b = s.program.backward();
+  const int64_t T = s.steps, N = s.neurons;
+  RefBackward r;
+  r.grad_inputs.assign(f.num_inputs, std::vector<double>(T * N));
+  r.grad_initial_states.assign(f.num_states, std::vector<double>(N));
+  for (size_t k = 0; k < f.params.size(); ++k) {
+    r.grad_params.emplace_back(f.params[k] == ir::ParamKind::PerNeuron ? N : 1, 0.0);
+  }
+  auto value = [](const std::optional<Buffer>& buf, int64_t i) { return buf ? buf->get(i) : 0.0; };
+  for (int64_t n = 0; n < N; ++n) {
+    std::vector<F> carry(f.num_states);
+    for (int i = 0; i < f.num_states; ++i) carry[i] = static_cast<F>(value(up.grad_final_states[i], n));
+    std::vector<F> per_neuron(f.params.size(), F(0));
+    for (int64_t t = T - 1; t >= 0; --t) {
+      const int64_t at = t * N + n;
+      const std::vector<F> v = eval_step<F>(b, [&](const ir::Node& leaf) -> F {
+        switch (leaf.op) {
+          case ir::Op::Saved: return static_cast<F>(saved[leaf.index].get(at));
+          case ir::Op::GradOutput: return static_cast<F>(value(up.grad_outputs[leaf.index], at));
+          case ir::Op::GradState:
+            return carry[leaf.index] + static_cast<F>(value(up.grad_state_seqs[leaf.index], at));
+          case ir::Op::Param: return static_cast<F>(s.param(leaf.index, n));
+          default: ADD_FAILURE() << "unexpected leaf in the backward step"; return F(0);
+        }
+      });
+      for (int i = 0; i < f.num_inputs; ++i) r.grad_inputs[i][at] = v[b.grad_inputs[i]];
+      for (int i = 0; i < f.num_states; ++i) carry[i] = v[b.grad_prev_states[i]];
+      for (size_t k = 0; k < f.params.size(); ++k) per_neuron[k] += v[b.grad_params[k]];
+    }
+    for (int i = 0; i < f.num_states; ++i) r.grad_initial_states[i][n] = carry[i];
+    for (size_t k = 0; k < f.params.size(); ++k) {
+      r.grad_params[k][f.params[k] == ir::ParamKind::PerNeuron ? n : 0] += per_neuron[k];
+    }
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running the executor
+
+struct ForwardRun {
+  std::vector<Buffer> outputs, state_seqs, final_states, saved;
+};
+
+struct ForwardRequest {
+  DType dtype = DType::F32;  // of everything written
+  bool state_seqs = true, final_states = true, training = true;
+  cpu::Options options;
+};
+
+ForwardRun run_forward(Problem& s, const ForwardRequest& q) {
+  const ir::Step& f = s.program.forward();
+  ForwardRun r;
+  for (int i = 0; i < f.num_outputs; ++i) r.outputs.emplace_back(q.dtype, s.seq_shape());
+  for (int i = 0; q.state_seqs && i < f.num_states; ++i) r.state_seqs.emplace_back(q.dtype, s.seq_shape());
+  for (int i = 0; q.final_states && i < f.num_states; ++i) r.final_states.emplace_back(q.dtype, s.neuron_shape);
+  const size_t saved = q.training ? s.program.backward().saved.size() : 0;
+  for (size_t i = 0; i < saved; ++i) r.saved.emplace_back(q.dtype, s.seq_shape());
+  for (auto* group : {&r.outputs, &r.state_seqs, &r.final_states, &r.saved}) {
+    for (Buffer& b : *group) b.poison();
+  }
+  ForwardBuffers fb;
+  fb.steps = s.steps;
+  fb.neuron_shape = s.neuron_shape;
+  fb.inputs = views(s.inputs);
+  fb.initial_states = views(s.initial_states);
+  fb.params = views(s.params);
+  fb.outputs = views(r.outputs);
+  fb.state_seqs = views(r.state_seqs);
+  fb.final_states = views(r.final_states);
+  fb.saved = views(r.saved);
+  cpu::forward(s.program, fb, q.options);
+  return r;
+}
+
+struct BackwardRun {
+  std::vector<Buffer> grad_inputs, grad_initial_states, grad_params;
+};
+
+BackwardRun run_backward(Problem& s, std::vector<Buffer>& saved, Upstream& up, DType dtype,
+                         const cpu::Options& options = {}) {
+  const ir::Step& f = s.program.forward();
+  BackwardRun r;
+  for (int i = 0; i < f.num_inputs; ++i) r.grad_inputs.emplace_back(dtype, s.seq_shape());
+  for (int i = 0; i < f.num_states; ++i) r.grad_initial_states.emplace_back(dtype, s.neuron_shape);
+  for (size_t k = 0; k < f.params.size(); ++k) r.grad_params.emplace_back(dtype, s.param_shape(k));
+  for (auto* group : {&r.grad_inputs, &r.grad_initial_states, &r.grad_params}) {
+    for (Buffer& b : *group) b.poison();
+  }
+  auto optional_views = [](std::vector<std::optional<Buffer>>& buffers) {
+    std::vector<TensorView> out;
+    for (auto& b : buffers) out.push_back(b ? b->view() : TensorView());
+    return out;
+  };
+  BackwardBuffers bb;
+  bb.steps = s.steps;
+  bb.neuron_shape = s.neuron_shape;
+  bb.saved = views(saved);
+  bb.params = views(s.params);
+  bb.grad_outputs = optional_views(up.grad_outputs);
+  bb.grad_state_seqs = optional_views(up.grad_state_seqs);
+  bb.grad_final_states = optional_views(up.grad_final_states);
+  bb.grad_inputs = views(r.grad_inputs);
+  bb.grad_initial_states = views(r.grad_initial_states);
+  bb.grad_params = views(r.grad_params);
+  cpu::backward(s.program, bb, options);
+  return r;
+}
+
+// Random upstream gradients; `present` selects which groups are given.
+Upstream make_upstream(const Problem& s, DType dtype, Random& rng, bool outputs, bool state_seqs, bool finals) {
+  const ir::Step& f = s.program.forward();
+  Upstream u;
+  auto make = [&](bool on, std::vector<int64_t> shape) -> std::optional<Buffer> {
+    if (!on) return std::nullopt;
+    Buffer b(dtype, std::move(shape));
+    b.randomize(rng, -1.0, 1.0);
+    return b;
+  };
+  for (int i = 0; i < f.num_outputs; ++i) u.grad_outputs.push_back(make(outputs, s.seq_shape()));
+  for (int i = 0; i < f.num_states; ++i) u.grad_state_seqs.push_back(make(state_seqs, s.seq_shape()));
+  for (int i = 0; i < f.num_states; ++i) u.grad_final_states.push_back(make(finals, s.neuron_shape));
+  return u;
+}
+
+// Tolerances against the interpreter: elementwise results agree to rounding of the storage dtype;
+// reductions over t and neurons run in a different order.
+struct Tolerance {
+  double rtol, atol;
+};
+Tolerance elementwise(bool f64) { return f64 ? Tolerance{1e-12, 1e-12} : Tolerance{2e-6, 1e-6}; }
+Tolerance reduction(bool f64) { return f64 ? Tolerance{1e-12, 1e-12} : Tolerance{1e-6, 1e-6}; }
+// A sum that lands near a rounding boundary of the storage dtype may round either way.
+double storage_rtol(DType d) { return d == DType::F16 ? 1e-3 : d == DType::BF16 ? 8e-3 : 0.0; }
+
+void check_forward(const Problem& s, const ForwardRun& run, bool f64) {
+  const RefForward ref = f64 ? reference_forward<double>(s) : reference_forward<float>(s);
+  const Tolerance tol = elementwise(f64);
+  for (size_t i = 0; i < run.outputs.size(); ++i) {
+    expect_close(run.outputs[i], ref.outputs[i], tol.rtol, tol.atol, "outputs[" + std::to_string(i) + "]");
+  }
+  for (size_t i = 0; i < run.state_seqs.size(); ++i) {
+    expect_close(run.state_seqs[i], ref.state_seqs[i], tol.rtol, tol.atol, "state_seqs[" + std::to_string(i) + "]");
+  }
+  for (size_t i = 0; i < run.final_states.size(); ++i) {
+    expect_close(run.final_states[i], ref.final_states[i], tol.rtol, tol.atol,
+                 "final_states[" + std::to_string(i) + "]");
+  }
+  for (size_t i = 0; i < run.saved.size(); ++i) {
+    expect_close(run.saved[i], ref.saved[i], tol.rtol, tol.atol, "saved[" + std::to_string(i) + "]");
+  }
+}
+
+void check_backward(const Problem& s, const std::vector<Buffer>& saved, const Upstream& up, const BackwardRun& run,
+                    bool f64) {
+  const RefBackward ref = f64 ? reference_backward<double>(s, saved, up) : reference_backward<float>(s, saved, up);
+  const Tolerance tol = elementwise(f64), sum = reduction(f64);
+  for (size_t i = 0; i < run.grad_inputs.size(); ++i) {
+    expect_close(run.grad_inputs[i], ref.grad_inputs[i], tol.rtol, tol.atol, "grad_inputs[" + std::to_string(i) + "]");
+  }
+  for (size_t i = 0; i < run.grad_initial_states.size(); ++i) {
+    expect_close(run.grad_initial_states[i], ref.grad_initial_states[i], tol.rtol, tol.atol,
+                 "grad_initial_states[" + std::to_string(i) + "]");
+  }
+  for (size_t k = 0; k < run.grad_params.size(); ++k) {
+    // Per-neuron sums over t run in the same order as here; scalar ones add neurons differently.
+    const bool scalar = s.program.forward().params[k] == ir::ParamKind::Scalar;
+    const Tolerance t = scalar ? sum : tol;
+    const double storage = scalar ? storage_rtol(run.grad_params[k].dtype()) : 0.0;
+    expect_close(run.grad_params[k], ref.grad_params[k], t.rtol + storage, t.atol,
+                 "grad_params[" + std::to_string(k) + "]");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward and backward of every neuron against the interpreter
+
+struct Shape {
+  int64_t steps;
+  std::vector<int64_t> neuron_shape;
+};
+
+TEST(CpuExecutor, EveryNeuronEveryDtypeMatchesTheInterpreter) {
+  const std::vector<Shape> shapes = {{7, {1000}}, {1, {3, 5, 7}}, {4, {513}}, {3, {1}}};
+  for (const NamedProgram& np : all_programs()) {
+    for (DType dtype : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
+      for (const Shape& shape : shapes) {
+        Random rng;
+        SCOPED_TRACE(np.name + " " + dtype_name(dtype) + " T=" + std::to_string(shape.steps) + " " + rng.trace());
+        Problem s = make_problem(np.program, shape.steps, shape.neuron_shape, dtype, rng);
+        const bool f64 = dtype == DType::F64;
+        ForwardRun fwd = run_forward(s, {dtype, true, true, true, {}});
+        for (auto* group : {&fwd.outputs, &fwd.state_seqs, &fwd.final_states, &fwd.saved}) {
+          for (const Buffer& b : *group) expect_finite(b, "forward result");
+        }
+        check_forward(s, fwd, f64);
+
+        Upstream up = make_upstream(s, dtype, rng, true, true, true);
+        BackwardRun bwd = run_backward(s, fwd.saved, up, dtype);
+        for (auto* group : {&bwd.grad_inputs, &bwd.grad_initial_states, &bwd.grad_params}) {
+          for (const Buffer& b : *group) expect_finite(b, "backward result");
+        }
+        check_backward(s, fwd.saved, up, bwd, f64);
+      }
+    }
+  }
+}
+
+TEST(CpuExecutor, InferenceKindsWriteTheSameValuesAsTraining) {
+  for (const NamedProgram& np : all_programs()) {
+    Random rng;
+    SCOPED_TRACE(np.name + " " + rng.trace());
+    Problem s = make_problem(np.program, 6, {700}, DType::F32, rng);
+    const ForwardRun training = run_forward(s, {DType::F32, true, true, true, {}});
+    const ForwardRun with_seqs = run_forward(s, {DType::F32, true, false, false, {}});
+    const ForwardRun final_only = run_forward(s, {DType::F32, false, true, false, {}});
+    const ForwardRun outputs_only = run_forward(s, {DType::F32, false, false, false, {}});
+    for (size_t i = 0; i < training.outputs.size(); ++i) {
+      EXPECT_TRUE(with_seqs.outputs[i].same_bits(training.outputs[i]));
+      EXPECT_TRUE(final_only.outputs[i].same_bits(training.outputs[i]));
+      EXPECT_TRUE(outputs_only.outputs[i].same_bits(training.outputs[i]));
+    }
+    for (size_t i = 0; i < training.state_seqs.size(); ++i) {
+      EXPECT_TRUE(with_seqs.state_seqs[i].same_bits(training.state_seqs[i]));
+      EXPECT_TRUE(final_only.final_states[i].same_bits(training.final_states[i]));
+    }
+    check_forward(s, final_only, false);
+  }
+}
+
+TEST(CpuExecutor, DefaultInitialStatesWhenNoneAreGiven) {
+  for (const NamedProgram& np : all_programs()) {
+    Random rng;
+    SCOPED_TRACE(np.name + " " + rng.trace());
+    Problem s = make_problem(np.program, 5, {37}, DType::F32, rng, /*with_initial_states=*/false);
+    const ForwardRun run = run_forward(s, {DType::F32, true, true, true, {}});
+    check_forward(s, run, false);
+
+    // Entries that are present but absent tensors also take the defaults.
+    ForwardBuffers fb;
+    fb.steps = s.steps;
+    fb.neuron_shape = s.neuron_shape;
+    fb.inputs = views(s.inputs);
+    fb.initial_states.assign(s.program.forward().num_states, TensorView());
+    fb.params = views(s.params);
+    std::vector<Buffer> outputs;
+    for (int i = 0; i < s.program.forward().num_outputs; ++i) outputs.emplace_back(DType::F32, s.seq_shape());
+    fb.outputs = views(outputs);
+    cpu::forward(s.program, fb);
+    for (size_t i = 0; i < outputs.size(); ++i) EXPECT_TRUE(outputs[i].same_bits(run.outputs[i]));
+  }
+}
+
+TEST(CpuExecutor, MixedStorageDtypes) {
+  Random rng;
+  SCOPED_TRACE(rng.trace());
+  Problem s = make_problem(Program::from_text(kAdaptiveText), 5, {4, 130}, DType::F16, rng);
+  s.inputs[1] = Buffer(DType::BF16, s.seq_shape());
+  s.inputs[1].randomize(rng, -1, 3);
+  s.initial_states[0] = Buffer(DType::F32, s.neuron_shape);
+  s.initial_states[0].randomize(rng, -0.5, 0.9);
+  const ForwardRun run = run_forward(s, {DType::BF16, true, true, true, {}});
+  check_forward(s, run, false);
+}
+
+TEST(CpuExecutor, ComputeF64OnF32Storage) {
+  Random rng;
+  SCOPED_TRACE(rng.trace());
+  Problem s = make_problem(Program::from_text(kAdaptiveText), 6, {300}, DType::F32, rng);
+  cpu::Options o;
+  o.compute = cpu::Compute::F64;
+  const ForwardRun run = run_forward(s, {DType::F64, true, true, true, o});
+  check_forward(s, run, true);
+  cpu::Options f32;
+  f32.compute = cpu::Compute::F32;
+  const ForwardRun single = run_forward(s, {DType::F64, true, true, true, f32});
+  check_forward(s, single, false);
+}
+
+// A missing gradient is zero: every combination of absent groups equals passing zeros.
+TEST(CpuExecutor, AbsentGradientsEqualZeros) {
+  for (const NamedProgram& np : all_programs()) {
+    Random rng;
+    SCOPED_TRACE(np.name + " " + rng.trace());
+    Problem s = make_problem(np.program, 5, {600}, DType::F32, rng);
+    ForwardRun fwd = run_forward(s, {DType::F32, false, true, true, {}});
+    for (int mask = 0; mask < 8; ++mask) {
+      SCOPED_TRACE("present groups mask " + std::to_string(mask));
+      Upstream absent = make_upstream(s, DType::F32, rng, mask & 1, mask & 2, mask & 4);
+      Upstream zeros = absent;
+      for (auto* group : {&zeros.grad_outputs, &zeros.grad_state_seqs, &zeros.grad_final_states}) {
+        for (size_t i = 0; i < group->size(); ++i) {
+          if ((*group)[i]) continue;
+          const bool sequence = group != &zeros.grad_final_states;
+          (*group)[i] = Buffer(DType::F32, sequence ? s.seq_shape() : s.neuron_shape);
+          (*group)[i]->fill(0.0);
+        }
+      }
+      const BackwardRun a = run_backward(s, fwd.saved, absent, DType::F32);
+      const BackwardRun z = run_backward(s, fwd.saved, zeros, DType::F32);
+      for (size_t i = 0; i < a.grad_inputs.size(); ++i) EXPECT_TRUE(a.grad_inputs[i].same_bits(z.grad_inputs[i]));
+      for (size_t i = 0; i < a.grad_initial_states.size(); ++i) {
+        EXPECT_TRUE(a.grad_initial_states[i].same_bits(z.grad_initial_states[i]));
+      }
+      for (size_t k = 0; k < a.grad_params.size(); ++k) EXPECT_TRUE(a.grad_params[k].same_bits(z.grad_params[k]));
+      check_backward(s, fwd.saved, absent, a, false);
+    }
+
+    // Empty vectors are absent groups too, and outputs the caller does not want may be left out.
+    Upstream up = make_upstream(s, DType::F32, rng, true, false, false);
+    const BackwardRun full = run_backward(s, fwd.saved, up, DType::F32);
+    BackwardBuffers bb;
+    bb.steps = s.steps;
+    bb.neuron_shape = s.neuron_shape;
+    bb.saved = views(fwd.saved);
+    bb.params = views(s.params);
+    for (auto& g : up.grad_outputs) bb.grad_outputs.push_back(g->view());
+    std::vector<Buffer> grad_inputs;
+    for (int i = 0; i < s.program.forward().num_inputs; ++i) grad_inputs.emplace_back(DType::F32, s.seq_shape());
+    bb.grad_inputs = views(grad_inputs);
+    cpu::backward(s.program, bb);
+    for (size_t i = 0; i < grad_inputs.size(); ++i) EXPECT_TRUE(grad_inputs[i].same_bits(full.grad_inputs[i]));
+  }
+}
+
+Program find_program(const std::string& name) {
+  for (const NamedProgram& np : all_programs()) {
+    if (np.name == name) return np.program;
+  }
+  throw Error("no test program named " + name);
+}
+
+// Blocks have a fixed size, so even sums over neurons have the same bits for any thread count
+// (fp64 shows a change of summation order in the last bits, where fp32 storage could hide it).
+TEST(CpuExecutor, SameBitsForAnyThreadCount) {
+  for (const char* name : {"plif_soft", "adaptive", "counter"}) {
+    for (DType dtype : {DType::F32, DType::F64}) {
+      Random rng;
+      SCOPED_TRACE(std::string(name) + " " + dtype_name(dtype) + " " + rng.trace());
+      Problem s = make_problem(find_program(name), 9, {5, 1111}, dtype, rng);
+      Upstream up = make_upstream(s, dtype, rng, true, true, true);
+      std::optional<ForwardRun> first_fwd;
+      std::optional<BackwardRun> first_bwd;
+      for (int threads : {1, 2, 3, 7, 0}) {
+        SCOPED_TRACE("threads " + std::to_string(threads));
+        cpu::Options o;
+        o.threads = threads;
+        ForwardRun fwd = run_forward(s, {dtype, true, true, true, o});
+        BackwardRun bwd = run_backward(s, fwd.saved, up, dtype, o);
+        if (!first_fwd) {
+          first_fwd = fwd;
+          first_bwd = bwd;
+          continue;
+        }
+        for (size_t i = 0; i < fwd.outputs.size(); ++i) EXPECT_TRUE(fwd.outputs[i].same_bits(first_fwd->outputs[i]));
+        for (size_t i = 0; i < fwd.saved.size(); ++i) EXPECT_TRUE(fwd.saved[i].same_bits(first_fwd->saved[i]));
+        for (size_t i = 0; i < bwd.grad_inputs.size(); ++i) {
+          EXPECT_TRUE(bwd.grad_inputs[i].same_bits(first_bwd->grad_inputs[i]));
+        }
+        for (size_t k = 0; k < bwd.grad_params.size(); ++k) {
+          EXPECT_TRUE(bwd.grad_params[k].same_bits(first_bwd->grad_params[k])) << "grad_params[" << k << "]";
+        }
+      }
+    }
+  }
+}
+
+// T = 0 and N = 0 write what must be written: final states = initial states, gradients of the
+// initial states = gradients of the final states, parameter gradients = 0.
+TEST(CpuExecutor, EmptySequencesAndEmptyLayers) {
+  for (const NamedProgram& np : all_programs()) {
+    for (const Shape& shape : std::vector<Shape>{{0, {300}}, {0, {2, 3}}, {4, {0}}, {0, {0}}, {3, {5, 0}}}) {
+      Random rng;
+      SCOPED_TRACE(np.name + " T=" + std::to_string(shape.steps) + " " + rng.trace());
+      Problem s = make_problem(np.program, shape.steps, shape.neuron_shape, DType::F32, rng);
+      ForwardRun fwd = run_forward(s, {DType::F32, true, true, true, {}});
+      for (size_t i = 0; i < fwd.final_states.size(); ++i) {
+        for (int64_t n = 0; n < s.neurons && shape.steps == 0; ++n) {
+          EXPECT_EQ(fwd.final_states[i].get(n), s.initial_states[i].get(n));
+        }
+      }
+      check_forward(s, fwd, false);
+      Upstream up = make_upstream(s, DType::F32, rng, true, true, true);
+      BackwardRun bwd = run_backward(s, fwd.saved, up, DType::F32);
+      for (size_t i = 0; i < bwd.grad_initial_states.size(); ++i) {
+        for (int64_t n = 0; n < s.neurons && shape.steps == 0; ++n) {
+          EXPECT_EQ(bwd.grad_initial_states[i].get(n), up.grad_final_states[i]->get(n));
+        }
+      }
+      for (const Buffer& g : bwd.grad_params) {
+        for (int64_t i = 0; i < g.numel(); ++i) EXPECT_EQ(g.get(i), 0.0);
+      }
+      check_backward(s, fwd.saved, up, bwd, false);
+    }
+  }
+}
+
+TEST(CpuExecutor, NanAndInfPropagateLikeTheInterpreter) {
+  for (const NamedProgram& np : all_programs()) {
+    Random rng;
+    SCOPED_TRACE(np.name + " " + rng.trace());
+    Problem s = make_problem(np.program, 4, {50}, DType::F32, rng);
+    const double specials[] = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+                               -std::numeric_limits<double>::infinity()};
+    for (int k = 0; k < 3; ++k) s.inputs[0].set(k * 7 + 3, specials[k]);
+    ForwardRun fwd = run_forward(s, {DType::F32, true, true, true, {}});
+    check_forward(s, fwd, false);
+    Upstream up = make_upstream(s, DType::F32, rng, true, true, true);
+    BackwardRun bwd = run_backward(s, fwd.saved, up, DType::F32);
+    check_backward(s, fwd.saved, up, bwd, false);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// IF / LIF / PLIF against SpikingJelly's equations (reference section 1.3 / 1.4), in fp64.
+
+struct LifCase {
+  enum Kind { IF, LIF, PLIF } kind;
+  double tau_or_init_tau;
+  bool decay_input;
+  std::optional<double> v_reset;
+  bool detach_reset;
+  ir::Surrogate surrogate;
+};
+
+double surrogate_grad(const ir::Surrogate& sg, double x) {
+  const double alpha = sg.params[0];
+  if (sg.kind == ir::SurrogateKind::Sigmoid) {
+    const double s = 1.0 / (1.0 + std::exp(-alpha * x));
+    return alpha * s * (1.0 - s);
+  }
+  const double z = M_PI / 2.0 * alpha * x;  // ATan
+  return alpha / 2.0 / (1.0 + z * z);
+}
+
+TEST(CpuExecutor, BuiltinsMatchSpikingJellyEquations) {
+  const ir::Surrogate sigmoid{ir::SurrogateKind::Sigmoid, {4.0}}, atan{ir::SurrogateKind::ATan, {2.0}};
+  std::vector<LifCase> cases;
+  for (bool detach : {false, true}) {
+    for (std::optional<double> reset : {std::optional<double>(0.0), std::optional<double>(-0.2),
+                                        std::optional<double>()}) {
+      cases.push_back({LifCase::IF, 0, true, reset, detach, sigmoid});
+      for (bool decay : {true, false}) {
+        cases.push_back({LifCase::LIF, 3.0, decay, reset, detach, atan});
+        cases.push_back({LifCase::PLIF, 2.5, decay, reset, detach, sigmoid});
+      }
+    }
+  }
+  for (const LifCase& c : cases) {
+    Random rng;
+    SCOPED_TRACE("kind " + std::to_string(c.kind) + " decay " + std::to_string(c.decay_input) + " reset " +
+                 (c.v_reset ? std::to_string(*c.v_reset) : "soft") + " detach " + std::to_string(c.detach_reset) +
+                 " " + rng.trace());
+    builtins::Options o;
+    o.v_threshold = 0.8;
+    o.v_reset = c.v_reset;
+    o.detach_reset = c.detach_reset;
+    o.surrogate = c.surrogate;
+    o.decay_input = c.decay_input;
+    o.tau = c.tau_or_init_tau;
+    o.init_tau = c.tau_or_init_tau;
+    Program p(c.kind == LifCase::IF ? builtins::if_neuron(o)
+                                    : c.kind == LifCase::LIF ? builtins::lif_neuron(o) : builtins::plif_neuron(o));
+    Problem s = make_problem(p, 8, {2, 150}, DType::F64, rng);
+    ForwardRun fwd = run_forward(s, {DType::F64, true, true, true, {}});
+    Upstream up = make_upstream(s, DType::F64, rng, true, true, true);
+    BackwardRun bwd = run_backward(s, fwd.saved, up, DType::F64);
+
+    const int64_t T = s.steps, N = s.neurons;
+    const double v_th = o.v_threshold, v_reset = c.v_reset.value_or(0.0);
+    const double r = c.kind == LifCase::PLIF ? 1.0 / (1.0 + std::exp(-s.params[0].get(0))) : 1.0 / c.tau_or_init_tau;
+    std::vector<double> spikes(T * N), vseq(T * N), vfinal(N), grad_x(T * N), grad_v0(N);
+    double grad_w = 0.0;
+    for (int64_t n = 0; n < N; ++n) {
+      std::vector<double> h(T), v_prev(T);
+      double v = s.initial_states[0].get(n);
+      for (int64_t t = 0; t < T; ++t) {
+        const double x = s.inputs[0].get(t * N + n);
+        v_prev[t] = v;
+        if (c.kind == LifCase::IF) {
+          h[t] = v + x;
+        } else if (c.decay_input) {
+          h[t] = v + (x - (v - v_reset)) * r;
+        } else {
+          h[t] = v - (v - v_reset) * r + x;
+        }
+        const double sp = h[t] >= v_th ? 1.0 : 0.0;
+        v = c.v_reset ? (1.0 - sp) * h[t] + sp * v_reset : h[t] - sp * v_th;
+        spikes[t * N + n] = sp;
+        vseq[t * N + n] = v;
+      }
+      vfinal[n] = v;
+      double carry = up.grad_final_states[0]->get(n);
+      for (int64_t t = T - 1; t >= 0; --t) {
+        const double sg = surrogate_grad(c.surrogate, h[t] - v_th);
+        const double sp = h[t] >= v_th ? 1.0 : 0.0;
+        const double grad_s = up.grad_outputs[0]->get(t * N + n);
+        const double g_v = carry + up.grad_state_seqs[0]->get(t * N + n);
+        double grad_h;
+        if (!c.v_reset) {
+          grad_h = c.detach_reset ? grad_s * sg + g_v : (grad_s - v_th * g_v) * sg + g_v;
+        } else {
+          grad_h = c.detach_reset ? grad_s * sg + g_v * (1 - sp)
+                                  : (grad_s + g_v * (v_reset - h[t])) * sg + g_v * (1 - sp);
+        }
+        if (c.kind == LifCase::IF) {
+          grad_x[t * N + n] = grad_h;
+          carry = grad_h;
+        } else {
+          grad_x[t * N + n] = c.decay_input ? grad_h * r : grad_h;
+          carry = grad_h * (1 - r);
+          const double dh_dr = c.decay_input ? (h[t] - v_prev[t]) / r : (v_reset - v_prev[t]);
+          grad_w += grad_h * dh_dr * r * (1 - r);
+        }
+      }
+      grad_v0[n] = carry;
+    }
+    expect_close(fwd.outputs[0], spikes, 0, 0, "spikes");
+    expect_close(fwd.state_seqs[0], vseq, 1e-12, 1e-12, "v_seq");
+    expect_close(fwd.final_states[0], vfinal, 1e-12, 1e-12, "v_final");
+    expect_close(bwd.grad_inputs[0], grad_x, 1e-10, 1e-10, "grad_x");
+    expect_close(bwd.grad_initial_states[0], grad_v0, 1e-10, 1e-10, "grad_v_init");
+    if (c.kind == LifCase::PLIF) expect_close(bwd.grad_params[0], {grad_w}, 1e-9, 1e-9, "grad_w");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation
+
+class Validation : public ::testing::Test {
+ protected:
+  void SetUp() override { fwd_ = run_forward(s_, {DType::F32, true, true, true, {}}); }
+
+  ForwardBuffers forward_buffers() {
+    ForwardBuffers b;
+    b.steps = s_.steps;
+    b.neuron_shape = s_.neuron_shape;
+    b.inputs = views(s_.inputs);
+    b.initial_states = views(s_.initial_states);
+    b.params = views(s_.params);
+    b.outputs = views(fwd_.outputs);
+    b.state_seqs = views(fwd_.state_seqs);
+    b.final_states = views(fwd_.final_states);
+    b.saved = views(fwd_.saved);
+    return b;
+  }
+
+  BackwardBuffers backward_buffers() {
+    if (grads_.empty()) {
+      for (int i = 0; i < 2; ++i) grads_.emplace_back(DType::F32, s_.seq_shape());  // grad_outputs
+      for (int i = 0; i < 2; ++i) grads_.emplace_back(DType::F32, s_.seq_shape());  // grad_inputs
+      grads_.emplace_back(DType::F32, s_.neuron_shape);  // grad_params[0] (per neuron)
+      grads_.emplace_back(DType::F32, std::vector<int64_t>{1});  // grad_params[1] (scalar)
+      for (Buffer& g : grads_) g.randomize(rng_, -1, 1);
+    }
+    BackwardBuffers b;
+    b.steps = s_.steps;
+    b.neuron_shape = s_.neuron_shape;
+    b.saved = views(fwd_.saved);
+    b.params = views(s_.params);
+    b.grad_outputs = {grads_[0].view(), grads_[1].view()};
+    b.grad_inputs = {grads_[2].view(), grads_[3].view()};
+    b.grad_params = {grads_[4].view(), grads_[5].view()};
+    return b;
+  }
+
+  template <class Buffers>
+  void expect_rejected(const Buffers& b, const std::string& argument, const std::string& text = "") {
+    SCOPED_TRACE("argument " + argument);
+    try {
+      validate(s_.program, b);
+      ADD_FAILURE() << "validate accepted bad buffers";
+    } catch (const ArgumentError& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(argument), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+    // The executor validates before touching anything.
+    if constexpr (std::is_same_v<Buffers, ForwardBuffers>) {
+      EXPECT_THROW(cpu::forward(s_.program, b), ArgumentError);
+    } else {
+      EXPECT_THROW(cpu::backward(s_.program, b), ArgumentError);
+    }
+  }
+
+  Random rng_;
+  Problem s_ = make_problem(Program::from_text(kAdaptiveText), 3, {2, 8}, DType::F32, rng_);
+  ForwardRun fwd_;
+  std::vector<Buffer> grads_;
+};
+
+TEST_F(Validation, ValidBuffersPass) {
+  SCOPED_TRACE(rng_.trace());
+  EXPECT_NO_THROW(validate(s_.program, forward_buffers()));
+  EXPECT_NO_THROW(validate(s_.program, backward_buffers()));
+}
+
+TEST_F(Validation, WrongCounts) {
+  SCOPED_TRACE(rng_.trace());
+  ForwardBuffers b = forward_buffers();
+  b.inputs.pop_back();
+  expect_rejected(b, "inputs", "2 tensors");
+  b = forward_buffers();
+  b.outputs.push_back(b.outputs[0]);
+  expect_rejected(b, "outputs");
+  b = forward_buffers();
+  b.state_seqs.pop_back();
+  expect_rejected(b, "state_seqs");
+  b = forward_buffers();
+  b.initial_states.pop_back();
+  expect_rejected(b, "initial_states");
+  b = forward_buffers();
+  b.params.pop_back();
+  expect_rejected(b, "params");
+  b = forward_buffers();
+  b.saved.pop_back();
+  expect_rejected(b, "saved");
+  BackwardBuffers g = backward_buffers();
+  g.grad_outputs.pop_back();
+  expect_rejected(g, "grad_outputs");
+  g = backward_buffers();
+  g.grad_params.pop_back();
+  expect_rejected(g, "grad_params");
+  g = backward_buffers();
+  g.saved.clear();
+  expect_rejected(g, "saved");
+}
+
+TEST_F(Validation, WrongShapes) {
+  SCOPED_TRACE(rng_.trace());
+  Buffer short_seq(DType::F32, {2, 2, 8}), flat(DType::F32, {16}), scalar(DType::F32, {}), pair(DType::F32, {2});
+  ForwardBuffers b = forward_buffers();
+  b.outputs[0] = short_seq.view();
+  expect_rejected(b, "outputs[0]", "[T, *S] = [3, 2, 8]");
+  b = forward_buffers();
+  b.initial_states[1] = flat.view();
+  expect_rejected(b, "initial_states[1]", "float32[16]");
+  b = forward_buffers();
+  b.params[0] = scalar.view();  // per-neuron parameter
+  expect_rejected(b, "params[0]");
+  b = forward_buffers();
+  b.params[1] = pair.view();  // scalar parameter
+  expect_rejected(b, "params[1]", "[] or [1]");
+  b = forward_buffers();
+  b.final_states[0] = short_seq.view();
+  expect_rejected(b, "final_states[0]");
+  BackwardBuffers g = backward_buffers();
+  g.grad_params[0] = scalar.view();
+  expect_rejected(g, "grad_params[0]");
+  g = backward_buffers();
+  g.grad_inputs[1] = flat.view();
+  expect_rejected(g, "grad_inputs[1]");
+  b = forward_buffers();
+  b.steps = -1;
+  expect_rejected(b, "steps");
+  b = forward_buffers();
+  b.neuron_shape = {2, -8};
+  expect_rejected(b, "neuron_shape");
+  b = forward_buffers();
+  b.steps = int64_t(1) << 40;
+  b.neuron_shape = {int64_t(1) << 30};
+  expect_rejected(b, "steps");
+}
+
+TEST_F(Validation, MissingDtypeNullAndStrides) {
+  SCOPED_TRACE(rng_.trace());
+  ForwardBuffers b = forward_buffers();
+  b.inputs[0] = TensorView();
+  expect_rejected(b, "inputs[0]", "no tensor");
+  b = forward_buffers();
+  b.outputs[1] = TensorView();
+  expect_rejected(b, "outputs[1]");
+  b = forward_buffers();
+  b.inputs[1].dtype = static_cast<DType>(9);
+  expect_rejected(b, "inputs[1]", "dtype");
+  b = forward_buffers();
+  b.state_seqs[0].data = nullptr;
+  expect_rejected(b, "state_seqs[0]", "null");
+  b = forward_buffers();
+  b.inputs[0].strides = {1, 3, 6};  // a transposed view
+  expect_rejected(b, "inputs[0]", "expected a contiguous tensor");
+  b = forward_buffers();
+  b.outputs[0].strides = {16, 8, 1};
+  EXPECT_NO_THROW(validate(s_.program, b));
+  b.outputs[0].strides = {32, 16, 2};
+  expect_rejected(b, "outputs[0]", "expected a contiguous tensor");
+  BackwardBuffers g = backward_buffers();
+  g.grad_params[1].strides = {4};  // size-1 dimensions may have any stride
+  EXPECT_NO_THROW(validate(s_.program, g));
+  g = backward_buffers();
+  g.saved[0].strides = {1, 1, 1};
+  expect_rejected(g, "saved[0]", "expected a contiguous tensor");
+}
+
+TEST_F(Validation, MixedDtypesAreAccepted) {
+  SCOPED_TRACE(rng_.trace());
+  Buffer x16(DType::F16, s_.seq_shape()), state_bf(DType::BF16, s_.neuron_shape), out64(DType::F64, s_.seq_shape());
+  ForwardBuffers b = forward_buffers();
+  b.inputs[0] = x16.view();
+  b.initial_states[1] = state_bf.view();
+  b.outputs[0] = out64.view();
+  EXPECT_NO_THROW(validate(s_.program, b));
+}
+
+TEST_F(Validation, OverlappingWrittenBuffers) {
+  SCOPED_TRACE(rng_.trace());
+  ForwardBuffers b = forward_buffers();
+  b.outputs[0] = b.inputs[1];
+  expect_rejected(b, "outputs[0]", "inputs[1]");
+  b = forward_buffers();
+  b.final_states[1] = b.initial_states[1];  // in place is not allowed
+  expect_rejected(b, "final_states[1]", "initial_states[1]");
+  b = forward_buffers();
+  b.saved[0] = b.outputs[1];
+  expect_rejected(b, "outputs[1]", "saved[0]");
+  // Partial overlap: an output starting in the middle of another.
+  Buffer big(DType::F32, {2 * 3 * 16});
+  b = forward_buffers();
+  b.outputs[0] = TensorView(big.data(), DType::F32, s_.seq_shape());
+  b.outputs[1] = TensorView(static_cast<float*>(big.data()) + 47, DType::F32, s_.seq_shape());
+  expect_rejected(b, "outputs[0]", "outputs[1]");
+  b.outputs[1] = TensorView(static_cast<float*>(big.data()) + 48, DType::F32, s_.seq_shape());
+  EXPECT_NO_THROW(validate(s_.program, b));
+  // Reads may overlap each other.
+  b = forward_buffers();
+  b.inputs[1] = b.inputs[0];
+  EXPECT_NO_THROW(validate(s_.program, b));
+  BackwardBuffers g = backward_buffers();
+  g.grad_inputs[0] = g.saved[0];
+  expect_rejected(g, "grad_inputs[0]", "saved[0]");
+  g = backward_buffers();
+  g.grad_inputs[1] = g.grad_outputs[0];
+  expect_rejected(g, "grad_inputs[1]", "grad_outputs[0]");
+}
+
+// ---------------------------------------------------------------------------------------------
+// fp16 / bf16 conversions and TensorView
+
+// The value of a finite half bit pattern, decoded from the definition.
+double half_value(uint16_t h) {
+  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  const double magnitude = e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
+  return (h & 0x8000) ? -magnitude : magnitude;
+}
+
+// Nearest representable value, ties to the even code; `max_code` is the largest finite code and
+// `overflow` the threshold from which a magnitude rounds to infinity.
+template <class Value>
+uint16_t nearest_code(double f, uint16_t max_code, double overflow, uint16_t inf_code, Value value) {
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  const double a = std::fabs(f);
+  if (a >= overflow) return sign | inf_code;
+  uint16_t lo = 0, hi = max_code;  // largest code with value <= a
+  while (lo < hi) {
+    const uint16_t mid = static_cast<uint16_t>((lo + hi + 1) / 2);
+    if (value(mid) <= a) lo = mid; else hi = mid - 1;
+  }
+  if (lo == max_code) return sign | lo;
+  const double below = a - value(lo), above = value(lo + 1) - a;
+  const uint16_t pick = below < above ? lo : above < below ? lo + 1 : ((lo & 1) ? lo + 1 : lo);
+  return sign | pick;
+}
+
+TEST(Tensor, HalfDecodesEveryPattern) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = half_to_float(static_cast<uint16_t>(h));
+    const int e = (h >> 10) & 0x1F;
+    if (e == 0x1F) {
+      if (h & 0x3FF) {
+        EXPECT_TRUE(std::isnan(f)) << h;
+        EXPECT_EQ(float_to_half(f) & 0x7E00, 0x7E00) << "NaN stays NaN: " << h;
+      } else {
+        EXPECT_EQ(f, (h & 0x8000) ? -INFINITY : INFINITY) << h;
+      }
+      continue;
+    }
+    ASSERT_EQ(static_cast<double>(f), half_value(static_cast<uint16_t>(h))) << h;
+    ASSERT_EQ(float_to_half(f), h) << "round trip " << h;
+  }
+}
+
+TEST(Tensor, HalfRoundsToNearestEven) {
+  Random rng;
+  SCOPED_TRACE(rng.trace());
+  auto value = [](uint16_t c) { return half_value(c); };
+  auto check = [&](float f) {
+    const uint16_t want = nearest_code(f, 0x7BFF, 65520.0, 0x7C00, value);
+    ASSERT_EQ(float_to_half(f), want) << "f = " << f;
+  };
+  // Every midpoint between neighbours (ties) and the floats right beside it.
+  for (uint16_t c = 0; c < 0x7BFF; ++c) {
+    const float mid = static_cast<float>((half_value(c) + half_value(c + 1)) / 2);
+    for (float f : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)}) {
+      check(f);
+      check(-f);
+    }
+  }
+  for (float f : {65504.0f, 65519.99f, 65520.0f, 1e30f, 1e-30f, 0.0f, -0.0f, 2.9802322e-8f, 2.9802326e-8f}) check(f);
+  for (int i = 0; i < 200000; ++i) {
+    const float f = static_cast<float>(std::ldexp(rng.uniform(-1, 1), static_cast<int>(rng.uniform(-30, 18))));
+    check(f);
+  }
+  EXPECT_EQ(float_to_half(INFINITY), 0x7C00);
+  EXPECT_EQ(float_to_half(-INFINITY), 0xFC00);
+  EXPECT_TRUE(std::isnan(half_to_float(float_to_half(NAN))));
+}
+
+TEST(Tensor, BFloat16RoundsToNearestEven) {
+  Random rng;
+  SCOPED_TRACE(rng.trace());
+  auto value = [](uint16_t c) {
+    uint32_t bits = static_cast<uint32_t>(c) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return static_cast<double>(f);
+  };
+  const double overflow = (value(0x7F7F) + std::ldexp(1.0, 128)) / 2;
+  for (int i = 0; i < 300000; ++i) {
+    uint32_t bits = rng.bits();
+    if ((bits & 0x7F800000u) == 0x7F800000u) continue;  // Inf / NaN below
+    if (i % 3 == 0) bits = (bits & 0xFFFF0000u) | 0x8000u;  // exact ties
+    float f;
+    std::memcpy(&f, &bits, 4);
+    ASSERT_EQ(float_to_bfloat16(f), nearest_code(f, 0x7F7F, overflow, 0x7F80, value)) << "bits " << bits;
+  }
+  for (uint32_t c = 0; c < 0x10000; ++c) {
+    const float f = bfloat16_to_float(static_cast<uint16_t>(c));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(bfloat16_to_float(float_to_bfloat16(f))));
+    } else {
+      ASSERT_EQ(float_to_bfloat16(f), c);
+    }
+  }
+  EXPECT_EQ(float_to_bfloat16(3.4e38f), 0x7F80);  // rounds past the largest finite value
+  EXPECT_EQ(float_to_bfloat16(-INFINITY), 0xFF80);
+  uint32_t nan_bits = 0x7F800001u;  // a signalling NaN whose payload sits in the dropped bits
+  float nan;
+  std::memcpy(&nan, &nan_bits, 4);
+  EXPECT_TRUE(std::isnan(bfloat16_to_float(float_to_bfloat16(nan))));
+}
+
+TEST(Tensor, ViewHelpers) {
+  float data[24];
+  TensorView v(data, DType::F32, {2, 3, 4});
+  EXPECT_EQ(v.numel(), 24);
+  EXPECT_TRUE(v.is_contiguous());
+  EXPECT_EQ(v.describe(), "float32[2, 3, 4]");
+  v.strides = {12, 4, 1};
+  EXPECT_TRUE(v.is_contiguous());
+  v.strides = {1, 2, 6};
+  EXPECT_FALSE(v.is_contiguous());
+  EXPECT_EQ(v.describe(), "float32[2, 3, 4] with strides [1, 2, 6]");
+  v.strides = {4, 1};
+  EXPECT_FALSE(v.is_contiguous());
+  TensorView scalar(data, DType::BF16, {});
+  EXPECT_EQ(scalar.numel(), 1);
+  EXPECT_EQ(scalar.describe(), "bfloat16[]");
+  TensorView empty(nullptr, DType::F16, {3, 0}, {7, 7});
+  EXPECT_EQ(empty.numel(), 0);
+  EXPECT_TRUE(empty.is_contiguous());
+  EXPECT_EQ(TensorView().describe(), "no tensor");
+  EXPECT_EQ(dtype_size(DType::F64), 8u);
+  EXPECT_EQ(dtype_size(DType::BF16), 2u);
+  EXPECT_STREQ(dtype_name(DType::F16), "float16");
+}
+
+// ---------------------------------------------------------------------------------------------
+// parallel_for
+
+TEST(ParallelFor, RunsEveryIndexOnce) {
+  for (int threads : {0, 1, 2, 3, 7}) {
+    for (int64_t count : {0, 1, 5, 1000}) {
+      std::vector<std::atomic<int>> hits(count);
+      parallel_for(count, threads, [&](int64_t i) { hits[i]++; });
+      for (int64_t i = 0; i < count; ++i) ASSERT_EQ(hits[i].load(), 1) << "threads " << threads << " index " << i;
+    }
+  }
+}
+
+TEST(ParallelFor, ConcurrentAndNestedCalls) {
+  std::atomic<int64_t> total{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 4; ++c) {
+    callers.emplace_back([&] {
+      for (int round = 0; round < 20; ++round) {
+        parallel_for(8, 3, [&](int64_t) { parallel_for(10, 2, [&](int64_t j) { total += j; }); });
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(total.load(), 4 * 20 * 8 * 45);
+}
+
+TEST(ParallelFor, RethrowsTheBodysException) {
+  std::atomic<int> ran{0};
+  EXPECT_THROW(parallel_for(100, 4,
+                            [&](int64_t i) {
+                              ran++;
+                              if (i == 17) throw Error("index 17");
+                            }),
+               Error);
+  EXPECT_GE(ran.load(), 1);
+  // The pool still works afterwards.
+  std::atomic<int> after{0};
+  parallel_for(50, 4, [&](int64_t) { after++; });
+  EXPECT_EQ(after.load(), 50);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Program
+
+TEST(ProgramTest, FromTextFileAndIdentity) {
+  const Program a = Program::from_text(kSwapText);
+  EXPECT_EQ(a.neuron().name, "swap");
+  EXPECT_EQ(a.forward().num_states, 2);
+  EXPECT_EQ(&a.backward(), &a.backward());  // derived once
+  EXPECT_EQ(a.hash().size(), 64u);
+  const Program b = Program::from_text(a.canonical());
+  EXPECT_EQ(b.canonical(), a.canonical());
+  EXPECT_EQ(b.hash(), a.hash());
+  EXPECT_NE(Program::from_text(kCounterText).hash(), a.hash());
+
+  const char* dir = std::getenv("SPIKEJIT_SOURCE_DIR");
+  if (dir != nullptr) {
+    const Program lif = Program::from_file(std::string(dir) + "/neurons/lif.sj");
+    EXPECT_EQ(lif.neuron().name, "lif");
+  }
+  try {
+    Program::from_file("no/such/dir/neuron.sj");
+    ADD_FAILURE() << "a missing file was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no/such/dir/neuron.sj"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Program::from_text("neuron broken\ninput x\noutput y\ny = x +\n"), ParseError);
+}
+
+TEST(ProgramTest, BackwardIsDerivedOnceUnderConcurrency) {
+  const Program p = Program::from_text(kAdaptiveText);
+  std::vector<const ir::Step*> seen(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) threads.emplace_back([&, i] { seen[i] = &p.backward(); });
+  for (std::thread& t : threads) t.join();
+  for (const ir::Step* s : seen) EXPECT_EQ(s, seen[0]);
+  EXPECT_EQ(seen[0]->grad_params.size(), 2u);
+}
+
+}  // namespace
+}  // namespace spikejit

@@ -1,0 +1,858 @@
+// Generated CUDA kernels against the CPU executor, on a GPU. Skips without one, fails instead
+// when SPIKEJIT_REQUIRE_CUDA=1. Every written buffer is poisoned (all bits set: NaN) before the
+// launch, so an element a kernel forgot to write shows up as NaN. fp16 / bf16 kernels are
+// compared with the CPU executor given the same fp16 / bf16 storage.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/parallel.h"
+#include "runtime/driver_api.h"
+#include "runtime/kernel_cache.h"
+#include "spikejit/builtins.h"
+#include "spikejit/codegen.h"
+#include "spikejit/cpu.h"
+#include "spikejit/cuda.h"
+#include "spikejit/runtime.h"
+
+namespace spikejit {
+namespace {
+
+using runtime::check_cuda;
+using runtime::CUdeviceptr;
+using runtime::CUstream;
+using runtime::driver;
+
+// ---------------------------------------------------------------------------------------------
+// Host and device tensors.
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+float load_element(const void* data, DType d, int64_t i) {
+  switch (d) {
+    case DType::F32: return static_cast<const float*>(data)[i];
+    case DType::F64: return static_cast<float>(static_cast<const double*>(data)[i]);
+    case DType::F16: return half_to_float(static_cast<const uint16_t*>(data)[i]);
+    case DType::BF16: return bfloat16_to_float(static_cast<const uint16_t*>(data)[i]);
+  }
+  return NAN;
+}
+
+void store_element(void* data, DType d, int64_t i, float v) {
+  switch (d) {
+    case DType::F32: static_cast<float*>(data)[i] = v; break;
+    case DType::F64: static_cast<double*>(data)[i] = v; break;
+    case DType::F16: static_cast<uint16_t*>(data)[i] = float_to_half(v); break;
+    case DType::BF16: static_cast<uint16_t*>(data)[i] = float_to_bfloat16(v); break;
+  }
+}
+
+struct HostTensor {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::vector<unsigned char> bytes;
+
+  HostTensor() = default;
+  HostTensor(DType d, std::vector<int64_t> s) : dtype(d), shape(std::move(s)) {
+    bytes.assign(static_cast<size_t>(numel_of(shape)) * dtype_size(d), 0);
+  }
+  int64_t numel() const { return numel_of(shape); }
+  float get(int64_t i) const { return load_element(bytes.data(), dtype, i); }
+  void set(int64_t i, float v) { store_element(bytes.data(), dtype, i, v); }
+  TensorView view() { return TensorView(bytes.data(), dtype, shape); }
+};
+
+HostTensor random_tensor(std::mt19937_64& rng, DType d, const std::vector<int64_t>& shape, float lo,
+                         float hi) {
+  HostTensor t(d, shape);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, dist(rng));
+  return t;
+}
+
+// Device memory; `offset` elements past an allocation's start (a misaligned base when odd).
+class DeviceTensor {
+ public:
+  DeviceTensor(DType d, std::vector<int64_t> shape, int offset = 0)
+      : dtype_(d), shape_(std::move(shape)), offset_bytes_(static_cast<size_t>(offset) * dtype_size(d)) {
+    bytes_ = static_cast<size_t>(numel_of(shape_)) * dtype_size(d);
+    check_cuda(driver().cuMemAlloc(&base_, bytes_ + offset_bytes_ + 16), "cuMemAlloc",
+               std::to_string(bytes_) + " bytes");
+  }
+  DeviceTensor(const HostTensor& h, int offset = 0) : DeviceTensor(h.dtype, h.shape, offset) {
+    if (bytes_ > 0) check_cuda(driver().cuMemcpyHtoD(pointer(), h.bytes.data(), bytes_), "cuMemcpyHtoD");
+  }
+  ~DeviceTensor() { driver().cuMemFree(base_); }
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+
+  CUdeviceptr pointer() const { return base_ + offset_bytes_; }
+  void poison() {
+    if (bytes_ > 0) check_cuda(driver().cuMemsetD8(pointer(), 0xFF, bytes_), "cuMemsetD8");
+  }
+  HostTensor to_host() const {
+    HostTensor h(dtype_, shape_);
+    if (bytes_ > 0) check_cuda(driver().cuMemcpyDtoH(h.bytes.data(), pointer(), bytes_), "cuMemcpyDtoH");
+    return h;
+  }
+  TensorView view() const { return TensorView(reinterpret_cast<void*>(pointer()), dtype_, shape_); }
+
+ private:
+  DType dtype_;
+  std::vector<int64_t> shape_;
+  size_t offset_bytes_;
+  size_t bytes_ = 0;
+  CUdeviceptr base_ = 0;
+};
+
+// One argument family (inputs, outputs, ...): the CPU's tensors and the GPU's copies. An absent
+// entry is an absent TensorView on both sides; an empty family passes an empty vector.
+struct Family {
+  std::string name;
+  std::vector<HostTensor> host;
+  std::vector<std::unique_ptr<DeviceTensor>> device;  // nullptr: absent
+
+  std::vector<TensorView> host_views() {
+    std::vector<TensorView> v;
+    for (size_t i = 0; i < host.size(); ++i) v.push_back(device[i] ? host[i].view() : TensorView());
+    return v;
+  }
+  std::vector<TensorView> device_views() const {
+    std::vector<TensorView> v;
+    for (const auto& d : device) v.push_back(d ? d->view() : TensorView());
+    return v;
+  }
+};
+
+// Read by the kernel: random values, uploaded.
+Family read_family(const std::string& name, std::mt19937_64& rng, DType d,
+                   const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& present,
+                   float lo, float hi, int offset) {
+  Family f{name, {}, {}};
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    f.host.push_back(random_tensor(rng, d, shapes[i], lo, hi));
+    f.device.push_back(present[i] ? std::make_unique<DeviceTensor>(f.host.back(), offset) : nullptr);
+  }
+  return f;
+}
+
+// Written by the kernel: zeros for the CPU, poison on the GPU.
+Family written_family(const std::string& name, DType d, const std::vector<std::vector<int64_t>>& shapes,
+                      const std::vector<bool>& present, int offset) {
+  Family f{name, {}, {}};
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    f.host.emplace_back(d, shapes[i]);
+    f.device.push_back(present[i] ? std::make_unique<DeviceTensor>(d, shapes[i], offset) : nullptr);
+    if (f.device.back()) f.device.back()->poison();
+  }
+  return f;
+}
+
+std::vector<bool> all(size_t n, bool value) { return std::vector<bool>(n, value); }
+
+// Each entry present with probability 3/4, and at least one when `n` > 0.
+std::vector<bool> some(std::mt19937_64& rng, size_t n) {
+  std::vector<bool> p(n);
+  for (size_t i = 0; i < n; ++i) p[i] = rng() % 4 != 0;
+  if (n > 0) p[rng() % n] = true;
+  return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparison.
+
+struct Tolerance {
+  double atol, rtol;
+};
+
+Tolerance forward_tolerance(DType d) {
+  switch (d) {
+    case DType::F16: return {1e-3, 2e-3};
+    case DType::BF16: return {1e-2, 1.6e-2};
+    default: return {1e-5, 1e-5};
+  }
+}
+
+Tolerance gradient_tolerance(DType d) {
+  switch (d) {
+    case DType::F16: return {2e-3, 4e-3};
+    case DType::BF16: return {2e-2, 2e-2};
+    default: return {1e-4, 1e-4};
+  }
+}
+
+// What went wrong in one kernel call, collected over every written buffer.
+struct Report {
+  int64_t neurons = 0;
+  std::set<int64_t> bad_neurons;  // differing beyond tolerance
+  int64_t unwritten = 0;          // NaN (poison) where the CPU has a number
+  std::vector<std::string> examples;
+
+  // `tolerances`: one per entry of `f`, or a single one for all.
+  void compare(const Family& f, const std::vector<Tolerance>& tolerances, bool per_neuron) {
+    for (size_t i = 0; i < f.device.size(); ++i) {
+      if (!f.device[i]) continue;
+      const Tolerance tol = tolerances[tolerances.size() == 1 ? 0 : i];
+      const HostTensor got = f.device[i]->to_host();
+      const HostTensor& want = f.host[i];
+      for (int64_t e = 0; e < want.numel(); ++e) {
+        const float w = want.get(e), g = got.get(e);
+        const bool ok = std::isnan(w) ? std::isnan(g)
+                                      : !std::isnan(g) && std::fabs(g - w) <= tol.atol + tol.rtol * std::fabs(w);
+        if (ok) continue;
+        if (std::isnan(g) && !std::isnan(w)) ++unwritten;
+        bad_neurons.insert(per_neuron && neurons > 0 ? e % neurons : -1);
+        if (examples.size() < 8) {
+          examples.push_back(f.name + "[" + std::to_string(i) + "] element " + std::to_string(e) +
+                             ": gpu " + std::to_string(g) + ", cpu " + std::to_string(w));
+        }
+      }
+    }
+  }
+
+  std::string text() const {
+    std::string s = std::to_string(bad_neurons.size()) + " neurons differ, " +
+                    std::to_string(unwritten) + " elements unwritten";
+    for (const std::string& e : examples) s += "\n  " + e;
+    return s;
+  }
+};
+
+// Forward results may differ where a transcendental op rounds differently on the GPU than in
+// the C library and moves a value across the threshold; then that neuron's trajectory differs.
+// Such flips are rare (a 1-ulp window); pure arithmetic neurons must match exactly.
+bool has_transcendental_forward(const Program& p) {
+  for (const ir::Node& n : p.forward().nodes) {
+    switch (n.op) {
+      case ir::Op::Exp: case ir::Op::Log: case ir::Op::Log2: case ir::Op::Sigmoid: case ir::Op::Tanh:
+      case ir::Op::Sin: case ir::Op::Cos: case ir::Op::Erf: case ir::Op::Pow: case ir::Op::Fmod:
+        return true;
+      default:
+        break;
+    }
+  }
+  return false;
+}
+
+int64_t allowed_flips(const Program& p, int64_t steps, int64_t neurons) {
+  return has_transcendental_forward(p) ? 1 + steps * neurons / 100000 : 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One kernel call checked against the CPU.
+
+struct Job {
+  std::string label;
+  const Program* program = nullptr;
+  DType dtype = DType::F32;
+  bool backward = false;
+  int64_t steps = 0;
+  std::vector<int64_t> shape;
+  // Forward: training writes `saved`. Backward: which optional gradient families are given.
+  bool training = false, state_seqs = false, final_states = false;
+  bool grad_state_seqs = false, grad_final_states = false;
+  int offset = 0;  // elements past the allocation start (odd: misaligned rows)
+
+  // The spec spikejit::cuda picks for this call (used to compile everything up front).
+  codegen::KernelSpec spec() const {
+    codegen::KernelSpec s;
+    s.storage = dtype;
+    if (backward) {
+      s.kind = codegen::KernelKind::Backward;
+      s.grad_state_seqs = grad_state_seqs;
+      s.grad_final_states = grad_final_states;
+    } else {
+      s.kind = training ? codegen::KernelKind::TrainingForward
+               : final_states ? codegen::KernelKind::InferenceFinalState
+                              : codegen::KernelKind::Inference;
+      s.store_state_seqs = state_seqs;
+    }
+    return s;
+  }
+  std::string describe() const {
+    return label + " " + dtype_name(dtype) + " " + (backward ? "backward" : training ? "training" : "inference") +
+           " T=" + std::to_string(steps) + " S=" + shape_text(shape) +
+           (state_seqs ? " +state_seqs" : "") + (final_states ? " +final_states" : "") +
+           (grad_state_seqs ? " +grad_state_seqs" : "") + (grad_final_states ? " +grad_final_states" : "") +
+           (offset ? " offset=" + std::to_string(offset) : "");
+  }
+};
+
+std::vector<std::vector<int64_t>> repeat(size_t n, const std::vector<int64_t>& shape) {
+  return std::vector<std::vector<int64_t>>(n, shape);
+}
+
+std::vector<std::vector<int64_t>> param_shapes(const Program& p, const std::vector<int64_t>& neuron_shape) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (ir::ParamKind k : p.forward().params) {
+    shapes.push_back(k == ir::ParamKind::Scalar ? std::vector<int64_t>{1} : neuron_shape);
+  }
+  return shapes;
+}
+
+struct Inputs {
+  Family inputs, initial_states, params;
+};
+
+Inputs make_inputs(const Job& job, std::mt19937_64& rng, bool initial_present) {
+  const Program& p = *job.program;
+  const ir::Step& f = p.forward();
+  std::vector<int64_t> seq = {job.steps};
+  seq.insert(seq.end(), job.shape.begin(), job.shape.end());
+  const std::vector<bool> init = initial_present ? some(rng, f.num_states) : all(f.num_states, false);
+  return {read_family("inputs", rng, job.dtype, repeat(f.num_inputs, seq), all(f.num_inputs, true),
+                      -1.0f, 3.5f, job.offset),
+          read_family("initial_states", rng, job.dtype, repeat(f.num_states, job.shape), init, -0.5f, 1.0f,
+                      job.offset),
+          read_family("params", rng, job.dtype, param_shapes(p, job.shape), all(f.params.size(), true),
+                      -0.8f, 1.2f, job.offset)};
+}
+
+void synchronize(CUstream stream) { check_cuda(driver().cuStreamSynchronize(stream), "cuStreamSynchronize"); }
+
+void check_forward(const Job& job, std::mt19937_64& rng, CUstream stream) {
+  const Program& p = *job.program;
+  const ir::Step& f = p.forward();
+  std::vector<int64_t> seq = {job.steps};
+  seq.insert(seq.end(), job.shape.begin(), job.shape.end());
+  Inputs in = make_inputs(job, rng, rng() % 3 != 0);
+  const size_t saved_count = job.training ? p.backward().saved.size() : 0;
+  Family outputs = written_family("outputs", job.dtype, repeat(f.num_outputs, seq), all(f.num_outputs, true), job.offset);
+  Family state_seqs = written_family("state_seqs", job.dtype, repeat(job.state_seqs ? f.num_states : 0, seq),
+                                     job.state_seqs ? some(rng, f.num_states) : std::vector<bool>(), job.offset);
+  Family final_states = written_family("final_states", job.dtype, repeat(job.final_states ? f.num_states : 0, job.shape),
+                                       job.final_states ? some(rng, f.num_states) : std::vector<bool>(), job.offset);
+  Family saved = written_family("saved", job.dtype, repeat(saved_count, seq), all(saved_count, true), job.offset);
+
+  auto buffers = [&](bool gpu) {
+    ForwardBuffers b;
+    b.steps = job.steps;
+    b.neuron_shape = job.shape;
+    for (Family* fam : {&in.inputs, &in.initial_states, &in.params, &outputs, &state_seqs, &final_states, &saved}) {
+      std::vector<TensorView> views = gpu ? fam->device_views() : fam->host_views();
+      if (fam == &in.inputs) b.inputs = views;
+      if (fam == &in.initial_states) b.initial_states = views;
+      if (fam == &in.params) b.params = views;
+      if (fam == &outputs) b.outputs = views;
+      if (fam == &state_seqs) b.state_seqs = views;
+      if (fam == &final_states) b.final_states = views;
+      if (fam == &saved) b.saved = views;
+    }
+    return b;
+  };
+  cpu::forward(p, buffers(false));
+  cuda::forward(p, buffers(true), stream, 0);
+  synchronize(stream);
+
+  Report report;
+  report.neurons = numel_of(job.shape);
+  const Tolerance tol = forward_tolerance(job.dtype);
+  for (const Family* fam : {&outputs, &state_seqs, &final_states, &saved}) report.compare(*fam, {tol}, true);
+  EXPECT_EQ(report.unwritten, 0) << report.text();
+  EXPECT_LE(static_cast<int64_t>(report.bad_neurons.size()), allowed_flips(p, job.steps, report.neurons))
+      << report.text();
+}
+
+void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
+  const Program& p = *job.program;
+  const ir::Step& f = p.forward();
+  std::vector<int64_t> seq = {job.steps};
+  seq.insert(seq.end(), job.shape.begin(), job.shape.end());
+  const size_t saved_count = p.backward().saved.size();
+
+  // The CPU's training forward provides `saved` to both backward passes, so only the backward
+  // kernels are compared here.
+  Inputs in = make_inputs(job, rng, true);
+  Family saved{"saved", {}, {}};
+  for (size_t i = 0; i < saved_count; ++i) saved.host.emplace_back(job.dtype, seq);
+  {
+    Family outputs = written_family("outputs", job.dtype, repeat(f.num_outputs, seq), all(f.num_outputs, false), 0);
+    ForwardBuffers fb;
+    fb.steps = job.steps;
+    fb.neuron_shape = job.shape;
+    fb.inputs = in.inputs.host_views();
+    fb.initial_states = in.initial_states.host_views();
+    fb.params = in.params.host_views();
+    for (HostTensor& o : outputs.host) fb.outputs.push_back(o.view());
+    for (HostTensor& s : saved.host) fb.saved.push_back(s.view());
+    cpu::forward(p, fb);
+  }
+  for (HostTensor& s : saved.host) saved.device.push_back(std::make_unique<DeviceTensor>(s, job.offset));
+
+  Family grad_outputs = read_family("grad_outputs", rng, job.dtype, repeat(f.num_outputs, seq), some(rng, f.num_outputs),
+                                    -1.0f, 1.0f, job.offset);
+  Family grad_state_seqs = read_family("grad_state_seqs", rng, job.dtype, repeat(job.grad_state_seqs ? f.num_states : 0, seq),
+                                       job.grad_state_seqs ? some(rng, f.num_states) : std::vector<bool>(), -1.0f, 1.0f,
+                                       job.offset);
+  Family grad_final_states = read_family("grad_final_states", rng, job.dtype,
+                                         repeat(job.grad_final_states ? f.num_states : 0, job.shape),
+                                         job.grad_final_states ? some(rng, f.num_states) : std::vector<bool>(),
+                                         -1.0f, 1.0f, job.offset);
+  Family grad_inputs = written_family("grad_inputs", job.dtype, repeat(f.num_inputs, seq), some(rng, f.num_inputs), job.offset);
+  Family grad_initial_states = written_family("grad_initial_states", job.dtype, repeat(f.num_states, job.shape),
+                                              some(rng, f.num_states), job.offset);
+  Family grad_params = written_family("grad_params", job.dtype, param_shapes(p, job.shape),
+                                      all(f.params.size(), true), job.offset);
+
+  auto buffers = [&](bool gpu) {
+    auto views = [&](Family& fam) { return gpu ? fam.device_views() : fam.host_views(); };
+    BackwardBuffers b;
+    b.steps = job.steps;
+    b.neuron_shape = job.shape;
+    b.saved = views(saved);
+    b.params = views(in.params);
+    b.grad_outputs = views(grad_outputs);
+    b.grad_state_seqs = views(grad_state_seqs);
+    b.grad_final_states = views(grad_final_states);
+    b.grad_inputs = views(grad_inputs);
+    b.grad_initial_states = views(grad_initial_states);
+    b.grad_params = views(grad_params);
+    return b;
+  };
+  cpu::backward(p, buffers(false));
+  cuda::backward(p, buffers(true), stream, 0);
+  synchronize(stream);
+
+  Report report;
+  report.neurons = numel_of(job.shape);
+  const Tolerance tol = gradient_tolerance(job.dtype);
+  report.compare(grad_inputs, {tol}, true);
+  report.compare(grad_initial_states, {tol}, true);
+  // Parameter gradients are sums over T (per-neuron) or T x N (scalar) terms that the CPU and
+  // the GPU add in different orders, so the tolerance grows with the number of terms.
+  std::vector<Tolerance> param_tolerances;
+  for (ir::ParamKind k : f.params) {
+    const int64_t terms = job.steps * (k == ir::ParamKind::Scalar ? report.neurons : 1);
+    param_tolerances.push_back({tol.atol * std::sqrt(std::max<double>(1.0, static_cast<double>(terms))),
+                                std::max(tol.rtol, 1e-3)});
+  }
+  report.compare(grad_params, param_tolerances, true);
+  EXPECT_EQ(report.unwritten, 0) << report.text();
+  EXPECT_TRUE(report.bad_neurons.empty()) << report.text();
+}
+
+void run_job(const Job& job, std::mt19937_64& rng, CUstream stream = nullptr) {
+  SCOPED_TRACE(job.describe());
+  if (job.backward) {
+    check_backward(job, rng, stream);
+  } else {
+    check_forward(job, rng, stream);
+  }
+}
+
+// Compiles (or loads from the disk cache) every kernel the jobs need, on all cores at once.
+void compile_all(const std::vector<Job>& jobs) {
+  std::vector<std::pair<const Program*, codegen::KernelSpec>> work;
+  std::set<std::string> seen;
+  for (const Job& j : jobs) {
+    if (j.steps == 0 || numel_of(j.shape) == 0) continue;  // launches nothing
+    const codegen::KernelSpec s = j.spec();
+    if (seen.insert(j.program->hash() + s.key()).second) work.push_back({j.program, s});
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::string> errors(work.size());
+  std::vector<std::thread> threads;
+  const unsigned count = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  for (unsigned t = 0; t < count; ++t) {
+    threads.emplace_back([&] {
+      runtime::ContextGuard guard(0);
+      for (size_t i = next++; i < work.size(); i = next++) {
+        try {
+          runtime::kernel_for(*work[i].first, work[i].second, 0, guard.context());
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < work.size(); ++i) {
+    EXPECT_EQ(errors[i], "") << work[i].first->neuron().name << " " << work[i].second.key();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Neurons.
+
+struct NamedProgram {
+  std::string label;
+  Program program;
+};
+
+// Every SpikingJelly option combination of IF, LIF and PLIF; surrogates cycle through all kinds
+// (with their default parameters) so every surrogate's backward runs on the GPU.
+std::vector<NamedProgram> builtin_programs() {
+  std::vector<NamedProgram> out;
+  size_t surrogate = 0;
+  for (const std::string name : {"if", "lif", "plif"}) {
+    for (bool soft : {false, true}) {
+      for (bool detach : {false, true}) {
+        for (bool decay : {true, false}) {
+          if (name == "if" && !decay) continue;
+          const ir::SurrogateKind kind = ir::all_surrogates()[surrogate++ % ir::all_surrogates().size()];
+          builtins::Options o;
+          o.v_reset = soft ? std::nullopt : std::optional<double>(out.size() % 2 ? -0.1 : 0.0);
+          o.detach_reset = detach;
+          o.decay_input = decay;
+          o.v_threshold = out.size() % 3 ? 1.0 : 0.8;
+          o.tau = out.size() % 2 ? 2.0 : 3.0;
+          o.init_tau = 2.5;
+          o.surrogate = {kind, ir::surrogate_info(kind).defaults};
+          const ir::Neuron n = name == "if" ? builtins::if_neuron(o)
+                               : name == "lif" ? builtins::lif_neuron(o)
+                                               : builtins::plif_neuron(o);
+          const std::string label = name + (soft ? " soft" : " hard") + (detach ? " detach" : "") +
+                                    (decay ? "" : " no-decay") + " " + ir::surrogate_info(kind).name;
+          out.push_back({label, Program(n)});
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Two inputs, two states (one with a nonzero default), two outputs, a per-neuron and a scalar
+// parameter, comparisons, where and a transcendental.
+const char* const kMultiState = R"(
+neuron adaptive
+input x
+input y
+state v = 0.25
+state a = 0
+const tau = 2.0, tau_a = 5.0, beta = 0.3
+param theta[neuron] = 1.0
+param w = 0.5
+output s
+output m
+h = v + (x + w * y - v) / tau
+s = spike(h - theta - beta * a, atan(alpha = 2))
+a = a + (s - a) / tau_a
+v = where(h > 2.5, 2.5, h) * (1 - s) + s * 0.1
+m = tanh(h) * 0.5 + a
+)";
+
+class CudaKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!cuda::available(&why)) {
+      const char* must = std::getenv("SPIKEJIT_REQUIRE_CUDA");
+      if (must && std::string(must) == "1") {
+        FAIL() << "SPIKEJIT_REQUIRE_CUDA=1 but CUDA is not available: " << why;
+      }
+      GTEST_SKIP() << "no CUDA: " << why;
+    }
+    guard_ = std::make_unique<runtime::ContextGuard>(0);
+    std::random_device device;
+    seed_ = (static_cast<uint64_t>(device()) << 32) | device();
+    rng_.seed(seed_);
+  }
+  void TearDown() override { guard_.reset(); }
+
+  std::string trace() const { return "seed " + std::to_string(seed_); }
+
+  // A random neuron shape with N in [lo, hi], one to three dimensions.
+  std::vector<int64_t> random_shape(int64_t lo, int64_t hi) {
+    const int64_t n = lo + static_cast<int64_t>(rng_() % static_cast<uint64_t>(hi - lo + 1));
+    if (n % 6 == 0 && rng_() % 2) return {2, 3, n / 6};
+    if (n % 2 == 0 && rng_() % 2) return {n / 2, 2};
+    return {n};
+  }
+
+  // The forward kinds and the backward of one neuron for one dtype. `variant` picks which
+  // optional families appear, so that over several calls every spec is covered.
+  std::vector<Job> jobs_for(const NamedProgram& np, DType dtype, size_t variant, int64_t lo, int64_t hi) {
+    std::vector<Job> jobs;
+    auto job = [&](bool backward) {
+      Job j;
+      j.label = np.label;
+      j.program = &np.program;
+      j.dtype = dtype;
+      j.backward = backward;
+      j.steps = 1 + static_cast<int64_t>(rng_() % 12);
+      j.shape = random_shape(lo, hi);
+      return j;
+    };
+    Job a = job(false);  // inference, state sequences on odd variants
+    a.state_seqs = variant % 2 == 1;
+    Job b = job(false);  // final states, state sequences on even variants
+    b.final_states = true;
+    b.state_seqs = variant % 2 == 0;
+    Job c = job(false);  // training forward
+    c.training = true;
+    c.final_states = true;
+    c.state_seqs = variant % 2 == 1;
+    Job d = job(true);
+    d.grad_state_seqs = variant % 4 == 1 || variant % 4 == 3;
+    d.grad_final_states = variant % 4 >= 2;
+    jobs.insert(jobs.end(), {a, b, c, d});
+    return jobs;
+  }
+
+  uint64_t seed_ = 0;
+  std::mt19937_64 rng_;
+  std::unique_ptr<runtime::ContextGuard> guard_;
+};
+
+TEST_F(CudaKernels, BuiltinsEveryOptionComboEveryKindEveryDtype) {
+  SCOPED_TRACE(trace());
+  const std::vector<NamedProgram> programs = builtin_programs();
+  std::vector<Job> jobs;
+  for (size_t i = 0; i < programs.size(); ++i) {
+    for (DType d : {DType::F32, DType::F16, DType::BF16}) {
+      for (const Job& j : jobs_for(programs[i], d, i + static_cast<size_t>(d), 1, 3000)) jobs.push_back(j);
+    }
+  }
+  compile_all(jobs);
+  for (const Job& j : jobs) run_job(j, rng_);
+}
+
+TEST_F(CudaKernels, MultiStateNeuronEveryKindEveryDtype) {
+  SCOPED_TRACE(trace());
+  const NamedProgram np{"adaptive", Program::from_text(kMultiState)};
+  std::vector<Job> jobs;
+  for (DType d : {DType::F32, DType::F16, DType::BF16}) {
+    for (size_t variant = 0; variant < 4; ++variant) {
+      for (const Job& j : jobs_for(np, d, variant, 1, 5000)) jobs.push_back(j);
+    }
+  }
+  compile_all(jobs);
+  for (const Job& j : jobs) run_job(j, rng_);
+}
+
+// Enough neurons for the 16-byte vector variant; N with and without a partial last vector, and
+// misaligned base pointers (which must take the element-wise path).
+TEST_F(CudaKernels, LargeNeuronCountsVectorPathTailsAndMisalignedPointers) {
+  SCOPED_TRACE(trace());
+  const NamedProgram lif{"lif", Program(builtins::lif_neuron())};
+  const NamedProgram adaptive{"adaptive", Program::from_text(kMultiState)};
+  std::vector<Job> jobs;
+  for (const NamedProgram* np : {&lif, &adaptive}) {
+    for (DType d : {DType::F32, DType::F16, DType::BF16}) {
+      for (int shape_kind = 0; shape_kind < 3; ++shape_kind) {
+        std::vector<Job> some_jobs = jobs_for(*np, d, static_cast<size_t>(shape_kind), 1, 1);
+        const int64_t base = 1200000 + 16 * static_cast<int64_t>(rng_() % 4096);
+        for (Job& j : some_jobs) {
+          j.steps = 1 + static_cast<int64_t>(rng_() % 4);
+          j.shape = {shape_kind == 1 ? base + 1 + static_cast<int64_t>(rng_() % 7) : base};
+          j.offset = shape_kind == 2 ? 1 : 0;
+          jobs.push_back(j);
+        }
+      }
+    }
+  }
+  compile_all(jobs);
+  for (const Job& j : jobs) run_job(j, rng_);
+}
+
+TEST_F(CudaKernels, EdgeShapesZeroAndOneStepsZeroAndOneNeurons) {
+  SCOPED_TRACE(trace());
+  const NamedProgram plif{"plif", Program(builtins::plif_neuron())};
+  const NamedProgram adaptive{"adaptive", Program::from_text(kMultiState)};
+  std::vector<Job> jobs;
+  for (const NamedProgram* np : {&plif, &adaptive}) {
+    for (DType d : {DType::F32, DType::F16, DType::BF16}) {
+      for (const auto& [steps, shape] : std::vector<std::pair<int64_t, std::vector<int64_t>>>{
+               {0, {37}}, {1, {37}}, {5, {0}}, {0, {0}}, {3, {1}}, {1, {1}}, {4, {3, 0, 5}}}) {
+        for (Job j : jobs_for(*np, d, rng_() % 4, 1, 1)) {
+          j.steps = steps;
+          j.shape = shape;
+          jobs.push_back(j);
+        }
+      }
+    }
+  }
+  compile_all(jobs);
+  for (const Job& j : jobs) run_job(j, rng_);
+}
+
+TEST_F(CudaKernels, RunsOnCallerStreamsFromManyThreads) {
+  SCOPED_TRACE(trace());
+  const NamedProgram adaptive{"adaptive", Program::from_text(kMultiState)};
+  std::vector<Job> jobs = jobs_for(adaptive, DType::F32, 1, 100, 20000);
+  compile_all(jobs);
+  std::vector<std::thread> threads;
+  std::vector<std::string> failures(4);
+  for (size_t t = 0; t < failures.size(); ++t) {
+    threads.emplace_back([&, t] {
+      runtime::ContextGuard guard(0);
+      CUstream stream = nullptr;
+      check_cuda(driver().cuStreamCreate(&stream, 1 /* non-blocking */), "cuStreamCreate");
+      std::mt19937_64 rng(seed_ + t);
+      for (int round = 0; round < 3; ++round) {
+        for (const Job& j : jobs) {
+          try {
+            if (j.backward) {
+              check_backward(j, rng, stream);
+            } else {
+              check_forward(j, rng, stream);
+            }
+          } catch (const std::exception& e) {
+            failures[t] = e.what();
+          }
+        }
+      }
+      driver().cuStreamDestroy(stream);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::string& f : failures) EXPECT_EQ(f, "");
+}
+
+TEST_F(CudaKernels, WarmCallsDoNotCompile) {
+  SCOPED_TRACE(trace());
+  const NamedProgram lif{"lif", Program(builtins::lif_neuron())};
+  std::vector<Job> jobs = jobs_for(lif, DType::F32, 0, 10, 1000);
+  for (const Job& j : jobs) run_job(j, rng_);
+  const runtime::CacheInfo before = runtime::cache_info();
+  for (const Job& j : jobs) run_job(j, rng_);
+  const runtime::CacheInfo after = runtime::cache_info();
+  EXPECT_EQ(after.compiles, before.compiles);
+  EXPECT_EQ(after.disk_hits, before.disk_hits);
+  EXPECT_GE(after.memory_hits, before.memory_hits + jobs.size());
+}
+
+TEST_F(CudaKernels, RejectsMixedDtypesFloat64AndBadDevices) {
+  const Program lif(builtins::lif_neuron());
+  const int64_t n = 64;
+  DeviceTensor x(DType::F32, {2, n}), s(DType::F16, {2, n}), x64(DType::F64, {2, n}), s64(DType::F64, {2, n});
+  ForwardBuffers mixed;
+  mixed.steps = 2;
+  mixed.neuron_shape = {n};
+  mixed.inputs = {x.view()};
+  mixed.outputs = {s.view()};
+  try {
+    cuda::forward(lif, mixed, nullptr, 0);
+    FAIL() << "mixed dtypes were accepted";
+  } catch (const ArgumentError& e) {
+    EXPECT_EQ(e.argument(), "outputs[0]") << e.what();
+  }
+  ForwardBuffers f64 = mixed;
+  f64.inputs = {x64.view()};
+  f64.outputs = {s64.view()};
+  EXPECT_THROW(cuda::forward(lif, f64, nullptr, 0), ArgumentError);
+  ForwardBuffers good = mixed;
+  DeviceTensor s32(DType::F32, {2, n});
+  good.outputs = {s32.view()};
+  try {
+    cuda::forward(lif, good, nullptr, runtime::device_count());
+    FAIL() << "a device ordinal past the last device was accepted";
+  } catch (const ArgumentError& e) {
+    EXPECT_EQ(e.argument(), "device") << e.what();
+  }
+  EXPECT_THROW(cuda::forward(lif, good, nullptr, -1), ArgumentError);
+}
+
+// T x N > 2^31 elements: 64-bit indexing. fp16 LIF, T = 2, N = 1.1e9 (4.4 GB per sequence);
+// a strided sample of neurons (and the last ones) is checked against the CPU on those neurons.
+TEST_F(CudaKernels, MoreThan2To31ElementsUse64BitIndexing) {
+  SCOPED_TRACE(trace());
+  const Program lif(builtins::lif_neuron());
+  // N a multiple of 8: the 16-byte vector path, with element offsets past 2^31.
+  const int64_t steps = 2, n = 1100000000 + 8 * static_cast<int64_t>(rng_() % 1000);
+  const size_t seq_bytes = static_cast<size_t>(steps * n) * 2, state_bytes = static_cast<size_t>(n) * 2;
+  size_t free_bytes = 0, total_bytes = 0;
+  check_cuda(driver().cuMemGetInfo(&free_bytes, &total_bytes), "cuMemGetInfo");
+  if (free_bytes < 2 * seq_bytes + 2 * state_bytes + (size_t(1) << 30)) {
+    GTEST_SKIP() << "needs " << (2 * seq_bytes + 2 * state_bytes) / 1e9 << " GB of free device memory, "
+                 << free_bytes / 1e9 << " GB free";
+  }
+  // Input value of (t, j): a hash of the index, in [-1, 3.5).
+  const uint64_t salt = seed_;
+  auto value = [salt](int64_t index) {
+    uint64_t z = static_cast<uint64_t>(index) + salt + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return static_cast<float>((z >> 40) * (1.0 / 16777216.0) * 4.5 - 1.0);
+  };
+  std::vector<uint16_t> host(static_cast<size_t>(steps * n));
+  const int64_t chunk = 1 << 22;
+  parallel_for((steps * n + chunk - 1) / chunk, 0, [&](int64_t c) {
+    const int64_t end = std::min(steps * n, (c + 1) * chunk);
+    for (int64_t i = c * chunk; i < end; ++i) host[static_cast<size_t>(i)] = float_to_half(value(i));
+  });
+  DeviceTensor x(DType::F16, {steps, n}), s(DType::F16, {steps, n}), v(DType::F16, {n}), v0(DType::F16, {n});
+  check_cuda(driver().cuMemcpyHtoD(x.pointer(), host.data(), seq_bytes), "cuMemcpyHtoD");
+  host.clear();
+  host.shrink_to_fit();
+  // Initial state: a constant, so the sampled CPU problem can rebuild it.
+  check_cuda(driver().cuMemsetD16Async(v0.pointer(), float_to_half(0.375f), static_cast<size_t>(n), nullptr),
+             "cuMemsetD16Async");
+  s.poison();
+  v.poison();
+  ForwardBuffers gpu;
+  gpu.steps = steps;
+  gpu.neuron_shape = {n};
+  gpu.inputs = {x.view()};
+  gpu.initial_states = {v0.view()};
+  gpu.outputs = {s.view()};
+  gpu.final_states = {v.view()};
+  cuda::forward(lif, gpu, nullptr, 0);
+  synchronize(nullptr);
+
+  // Sampled neurons: a stride across N, plus the first and the last few.
+  std::vector<int64_t> sample;
+  const int64_t stride = 524287;
+  for (int64_t j = static_cast<int64_t>(rng_() % stride); j < n; j += stride) sample.push_back(j);
+  for (int64_t j : {int64_t(0), int64_t(1), n - 3, n - 2, n - 1}) sample.push_back(j);
+  const int64_t m = static_cast<int64_t>(sample.size());
+  HostTensor cx(DType::F16, {steps, m}), cs(DType::F16, {steps, m}), cv(DType::F16, {m}), cv0(DType::F16, {m});
+  for (int64_t k = 0; k < m; ++k) {
+    cv0.set(k, 0.375f);
+    for (int64_t t = 0; t < steps; ++t) cx.set(t * m + k, half_to_float(float_to_half(value(t * n + sample[k]))));
+  }
+  ForwardBuffers cpu_buffers;
+  cpu_buffers.steps = steps;
+  cpu_buffers.neuron_shape = {m};
+  cpu_buffers.inputs = {cx.view()};
+  cpu_buffers.initial_states = {cv0.view()};
+  cpu_buffers.outputs = {cs.view()};
+  cpu_buffers.final_states = {cv.view()};
+  cpu::forward(lif, cpu_buffers);
+
+  int64_t bad = 0;
+  std::string first_bad;
+  auto device_half = [](CUdeviceptr base, int64_t index) {
+    uint16_t h = 0;
+    check_cuda(driver().cuMemcpyDtoH(&h, base + static_cast<CUdeviceptr>(index) * 2, 2), "cuMemcpyDtoH");
+    return h;
+  };
+  for (int64_t k = 0; k < m; ++k) {
+    for (int64_t t = 0; t < steps; ++t) {
+      const uint16_t got = device_half(s.pointer(), t * n + sample[k]);
+      if (got != float_to_half(cs.get(t * m + k))) {
+        ++bad;
+        if (first_bad.empty()) first_bad = "spike t=" + std::to_string(t) + " j=" + std::to_string(sample[k]);
+      }
+    }
+    if (device_half(v.pointer(), sample[k]) != float_to_half(cv.get(k))) {
+      ++bad;
+      if (first_bad.empty()) first_bad = "final state j=" + std::to_string(sample[k]);
+    }
+  }
+  EXPECT_EQ(bad, 0) << "of " << m << " sampled neurons; first: " << first_bad;
+}
+
+}  // namespace
+}  // namespace spikejit

@@ -1,0 +1,54 @@
+"""Shared fixtures: fresh random seeds (printed, so a failure can be replayed with
+SPIKEJIT_TEST_SEED) and the CUDA policy (skip without a GPU, fail under SPIKEJIT_REQUIRE_CUDA=1)."""
+import os
+import secrets
+
+import pytest
+import torch
+
+import spikejit
+
+
+@pytest.fixture(autouse=True)
+def seed(request):
+    """Seeds torch for each test from the OS (or SPIKEJIT_TEST_SEED) and prints the seed."""
+    value = int(os.environ.get("SPIKEJIT_TEST_SEED", secrets.randbits(31)))
+    torch.manual_seed(value)
+    print(f"seed: SPIKEJIT_TEST_SEED={value} ({request.node.nodeid})")
+    return value
+
+
+def cuda_usable() -> bool:
+    return torch.cuda.is_available() and spikejit.cuda_available()
+
+
+def require_cuda():
+    """Skips the test without CUDA, or fails when SPIKEJIT_REQUIRE_CUDA=1."""
+    if cuda_usable():
+        return
+    why = "torch sees no GPU" if not torch.cuda.is_available() else spikejit.cuda_unavailable_reason()
+    if os.environ.get("SPIKEJIT_REQUIRE_CUDA") == "1":
+        pytest.fail(f"SPIKEJIT_REQUIRE_CUDA=1 but CUDA is not usable: {why}")
+    pytest.skip(f"CUDA not usable: {why}")
+
+
+def device_params():
+    """['cpu', 'cuda'] with the CUDA case following the policy of require_cuda()."""
+    return ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+@pytest.fixture
+def device(request):
+    name = getattr(request, "param", "cpu")
+    if name == "cuda":
+        require_cuda()
+    return torch.device(name)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda: needs a CUDA device (skips without one unless SPIKEJIT_REQUIRE_CUDA=1)")
+
+
+def random_input(*shape, device="cpu", dtype=torch.float32, scale=1.5):
+    """Random currents around the threshold (never all zeros)."""
+    return (torch.randn(*shape, dtype=torch.float64) * scale + 0.3).to(device=device, dtype=dtype)

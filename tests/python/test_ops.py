@@ -1,0 +1,190 @@
+"""The custom ops: torch.library.opcheck for each, results against a Python loop, the calling
+conventions (T = 0, N = 0, non-contiguous, dtypes) and bad input rejected with the argument named."""
+import pytest
+import torch
+
+import spikejit
+from conftest import device_params, random_input
+from spikejit.functional import builtin_handle
+
+LIF = lambda: builtin_handle("lif", 1.0, 0.0, False, "sigmoid", (4.0,), True, 2.0)  # noqa: E731
+PLIF = lambda: builtin_handle("plif", 0.5, None, True, "atan", (2.0,), False)  # noqa: E731
+
+
+def loop_lif(x, v, tau=2.0, v_th=1.0):
+    s_seq, v_seq = [], []
+    for x_t in x:
+        h = v + (x_t - v) / tau
+        s = (h >= v_th).to(x.dtype)
+        v = (1 - s) * h
+        s_seq.append(s)
+        v_seq.append(v)
+    return torch.stack(s_seq), torch.stack(v_seq)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_inference_matches_a_python_loop(device):
+    x = random_input(9, 3, 11, device=device)
+    v0 = random_input(3, 11, device=device, scale=0.3)
+    s_ref, v_ref = loop_lif(x, v0)
+    out = torch.ops.spikejit.neuron_inference(LIF(), [x], [v0], [], True, True)
+    s, v_seq, v_last = out
+    assert torch.equal(s, s_ref)
+    torch.testing.assert_close(v_seq, v_ref)
+    torch.testing.assert_close(v_last, v_ref[-1])
+    s2, v_last2 = torch.ops.spikejit.neuron_inference(LIF(), [x], [v0], [], False, True)
+    assert torch.equal(s2, s) and torch.equal(v_last2, v_last)
+    (s3,) = torch.ops.spikejit.neuron_inference(LIF(), [x], [], [], False, False)
+    assert torch.equal(s3, loop_lif(x, torch.zeros_like(v0))[0])
+
+
+def opcheck_cases(device):
+    x = random_input(6, 4, 5, device=device)
+    v0 = random_input(4, 5, device=device, scale=0.3)
+    w = torch.tensor([0.2], device=device)
+    xg, vg, wg = (t.clone().requires_grad_() for t in (x, v0, w))
+    cases = [
+        (torch.ops.spikejit.neuron_inference.default, (LIF(), [x], [v0], [], True, True)),
+        (torch.ops.spikejit.neuron_inference.default, (PLIF(), [x], [], [w], False, True)),
+        (torch.ops.spikejit.neuron_forward.default, (LIF(), [xg], [vg], [], False)),
+        (torch.ops.spikejit.neuron_forward.default, (PLIF(), [xg], [vg], [wg], True)),
+        (torch.ops.spikejit.spike.default, (x.clone().requires_grad_(), "atan", [2.0])),
+        (torch.ops.spikejit.bit_spike_compress.default, ((x > 0.5).float(),)),
+        (torch.ops.spikejit.bit_spike_decompress.default,
+         (spikejit.bit_spike_compress((x > 0.5).float()), [6, 4, 5])),
+    ]
+    saved = torch.ops.spikejit.neuron_forward(PLIF(), [x], [v0], [w], False)[2:]
+    cases.append((torch.ops.spikejit.neuron_backward.default,
+                  (PLIF(), [6, 4, 5], x.dtype, x.device, saved, [w], [torch.randn_like(x)],
+                   [torch.randn_like(v0)], [])))
+    cases.append((torch.ops.spikejit.neuron_backward.default,
+                  (PLIF(), [6, 4, 5], x.dtype, x.device, saved, [w], [None], [None], [])))
+    return cases
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("index", range(9))
+def test_opcheck(index, device):
+    op, args = opcheck_cases(device)[index]
+    torch.library.opcheck(op, args)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_missing_gradients_equal_zeros(device):
+    x = random_input(5, 7, device=device)
+    w = torch.tensor([0.3], device=device)
+    saved = torch.ops.spikejit.neuron_forward(PLIF(), [x], [], [w], True)[3:]
+    g = torch.randn_like(x)
+    with_none = torch.ops.spikejit.neuron_backward(PLIF(), [5, 7], x.dtype, x.device, saved, [w], [g], [None], [None])
+    with_zeros = torch.ops.spikejit.neuron_backward(PLIF(), [5, 7], x.dtype, x.device, saved, [w], [g],
+                                                    [torch.zeros(7, device=device)], [torch.zeros_like(x)])
+    for a, b in zip(with_none, with_zeros):
+        assert torch.equal(a, b)
+
+
+def test_non_contiguous_inputs_and_gradients():
+    x = random_input(4, 6, 8).permute(2, 1, 0).contiguous().permute(2, 1, 0)  # [4, 6, 8], strided
+    assert not x.is_contiguous()
+    x.requires_grad_()
+    s, v_last, v_seq = spikejit.lif_multi_step(x, None, store_v_seq=True)
+    g = torch.randn(8, 6, 4).permute(2, 1, 0)
+    (s * g).sum().backward()
+    x2 = x.detach().contiguous().requires_grad_()
+    s2, _, _ = spikejit.lif_multi_step(x2, None, store_v_seq=True)
+    (s2 * g.contiguous()).sum().backward()
+    assert torch.equal(s, s2)
+    torch.testing.assert_close(x.grad, x2.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_dtypes_keep_their_storage_type(dtype):
+    x = random_input(5, 9, dtype=dtype).requires_grad_()
+    s, v_last, _ = spikejit.lif_multi_step(x, None)
+    assert s.dtype == v_last.dtype == dtype
+    s.sum().backward()
+    assert x.grad.dtype == dtype
+
+
+def test_plif_w_gradient_is_deterministic():
+    x = random_input(16, 1000)
+    grads = []
+    for _ in range(3):
+        w = torch.tensor(0.1, requires_grad=True)
+        s, v_last, _ = spikejit.plif_multi_step(x, None, w)
+        (s.sum() + v_last.sum()).backward()
+        grads.append(w.grad)
+    assert grads[0] == grads[1] == grads[2]
+
+
+# ---- bad input -------------------------------------------------------------------------------
+
+def test_bad_arguments_name_the_argument():
+    x = random_input(4, 3)
+    with pytest.raises(ValueError, match="v_init"):
+        spikejit.multistep_lif(x, torch.zeros(4), True, 2.0, 1.0, 0.0, False, None)
+    with pytest.raises(TypeError, match="x_seq"):
+        spikejit.multistep_if([1.0, 2.0], None)
+    with pytest.raises(ValueError, match="x_seq"):
+        spikejit.multistep_if(torch.tensor(1.0), None)
+    with pytest.raises(TypeError, match="v_threshold"):
+        spikejit.IFNode(v_threshold="1")
+    with pytest.raises(ValueError, match="tau"):
+        spikejit.LIFNode(tau=0.5)
+    with pytest.raises(ValueError, match="step_mode"):
+        spikejit.LIFNode(step_mode="x")
+    with pytest.raises(ValueError, match="r_tau"):
+        spikejit.multistep_plif(x, None, torch.ones(2), True, 1.0, 0.0, False, None)
+    with pytest.raises(TypeError, match="inputs\\[0\\]"):
+        spikejit.lif_multi_step(x.to(torch.int32), None)
+    with pytest.raises(ValueError, match="inputs"):
+        torch.ops.spikejit.neuron_inference(LIF(), [x, x], [], [], False, True)
+    with pytest.raises(ValueError, match="init_states\\[0\\]"):
+        torch.ops.spikejit.neuron_inference(LIF(), [x], [torch.zeros(2)], [], False, True)
+    with pytest.raises(TypeError, match="init_states\\[0\\]"):
+        torch.ops.spikejit.neuron_inference(LIF(), [x], [torch.zeros(3, dtype=torch.float64)], [], False, True)
+    with pytest.raises(ValueError, match="params"):
+        torch.ops.spikejit.neuron_inference(PLIF(), [x], [], [], False, True)
+    with pytest.raises(ValueError, match="params\\[0\\]"):
+        torch.ops.spikejit.neuron_inference(PLIF(), [x], [], [torch.zeros(2)], False, True)
+    with pytest.raises(RuntimeError, match="handle"):
+        torch.ops.spikejit.neuron_inference(10**9, [x], [], [], False, True)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_mixed_devices_are_rejected(device):
+    if device.type == "cpu":
+        pytest.skip("needs a second device")
+    x = random_input(4, 3, device=device)
+    with pytest.raises(ValueError, match="init_states\\[0\\]"):
+        torch.ops.spikejit.neuron_inference(LIF(), [x], [torch.zeros(3)], [], False, True)
+
+
+def test_nan_and_inf_propagate():
+    x = random_input(4, 6)
+    x[1, 2] = float("nan")
+    x[2, 3] = float("inf")
+    s, v_last, v_seq = spikejit.if_multi_step(x, None, v_reset=None, store_v_seq=True)
+    assert torch.isnan(v_seq[1:, 2]).all()
+    assert s[2, 3] == 1
+
+
+# ---- compression -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 1000, 1001])
+def test_bit_spike_compression_round_trip(n, device):
+    s = (torch.rand(n, device=device) > 0.5).float()
+    c = spikejit.bit_spike_compress(s)
+    assert c.dtype == torch.uint8 and c.numel() == (n + 7) // 8
+    assert torch.equal(spikejit.bit_spike_decompress(c, [n]).float(), s)
+    # element 8j+i at bit i of byte j
+    j = n // 2
+    assert ((c[j // 8] >> (j % 8)) & 1).item() == s[j].item()
+
+
+def test_bit_spike_compression_counts_nonzero_as_spike():
+    s = torch.tensor([0.0, 0.3, -2.0, 0.0, 1.0, 0.0, 0.0, 0.0, 5.0])
+    c = spikejit.bit_spike_compress(s)
+    assert c.tolist() == [0b00010110, 1]
+    with pytest.raises(ValueError, match="compressed"):
+        spikejit.bit_spike_decompress(c, [20])
