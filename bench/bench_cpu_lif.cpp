@@ -35,8 +35,8 @@ const Data& data() {
 
 void report(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kSteps * kNeurons);
-  state.counters["neuron_steps_per_s"] =
-      benchmark::Counter(static_cast<double>(kSteps * kNeurons), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["neuron_steps_per_s"] = benchmark::Counter(static_cast<double>(kSteps * kNeurons),
+                                                            benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Forward (saving h) and backward written as two plain loops over t and neurons, single thread.
@@ -118,6 +118,11 @@ void BM_SpikejitLifTrain(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_PlainLoopLifTrain)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_SpikejitLifTrain)->Arg(1)->Arg(0)->ArgName("threads")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_SpikejitLifTrain)
+    ->Arg(1)
+    ->Arg(0)
+    ->ArgName("threads")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 BENCHMARK_MAIN();

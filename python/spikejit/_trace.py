@@ -4,7 +4,7 @@ else raises UnsupportedOp naming the op."""
 import functools
 import math
 import re
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -349,6 +349,13 @@ def _collect_candidates(obj, out: List[Tensor], seen: set, depth: int = 0) -> No
                 _collect_candidates(value, out, seen, depth + 1)
 
 
+def captured_tensors(core) -> List[Tensor]:
+    """The tensors `core` can reach (see _collect_candidates)."""
+    out: List[Tensor] = []
+    _collect_candidates(core, out, set())
+    return out
+
+
 def _same_storage(a: Tensor, b: Tensor) -> bool:
     return (a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
             and a.stride() == b.stride() and a.data_ptr() == b.data_ptr())
@@ -385,16 +392,18 @@ def trace_core(core: Callable, num_inputs: int, num_states: int, num_outputs: in
                example_inputs: Sequence[Tensor]) -> Traced:
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    def step(*args):  # make_fx reads the signature; bound methods and partials need a plain one
+        return core(*args)
+
     with torch.no_grad():
         try:
-            gm = make_fx(core, tracing_mode="real")(*example_inputs)
+            gm = make_fx(step, tracing_mode="real")(*example_inputs)
         except UnsupportedOp:
             raise
         except Exception as e:  # tracing itself failed: data-dependent control flow, ...
             raise UnsupportedOp("tracing", f"{type(e).__name__}: {e}") from e
 
-    candidates: List[Tensor] = []
-    _collect_candidates(core, candidates, set())
+    candidates = captured_tensors(core)
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != num_inputs + num_states:

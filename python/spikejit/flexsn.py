@@ -16,6 +16,7 @@ broadcast to the neuron shape. After translation the program is checked against 
 check fails, FlexSN warns (naming the op) and runs an eager scan instead; `strict=True` raises.
 """
 import copy
+import inspect
 import warnings
 from typing import Callable, List, Optional, Sequence
 
@@ -23,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from . import _core, registry
-from ._trace import UnsupportedOp, trace_core
+from ._trace import UnsupportedOp, captured_tensors, trace_core
 from .functional import run_neuron
 from .scan import eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available, \
     lowerable_scan_final_state
@@ -50,6 +51,18 @@ def _check_count(name: str, value, minimum: int) -> int:
 
 def _as_list(results) -> list:
     return list(results) if isinstance(results, (tuple, list)) else [results]
+
+
+def _check_arity(core, count: int) -> None:
+    try:
+        signature = inspect.signature(core)
+    except (TypeError, ValueError):  # no signature to read (a builtin); calls will tell
+        return
+    try:
+        signature.bind(*range(count))
+    except TypeError:
+        raise ValueError(f"core: expected a callable of {count} arguments (inputs then states), "
+                         f"got one with signature {signature}") from None
 
 
 def _example_device(params: Sequence[Tensor]) -> torch.device:
@@ -174,6 +187,7 @@ class FlexSN(nn.Module):
             raise ValueError(f"example_inputs: expected {count} tensors (inputs then states), got {len(example_inputs)}")
         if example_outputs is not None and len(example_outputs) != num_outputs:
             raise ValueError(f"example_outputs: expected {num_outputs} tensors, got {len(example_outputs)}")
+        _check_arity(core, count)
         self.core = core
         self.requires_grad = None if requires_grad is None else [bool(r) for r in requires_grad]
         self.step_mode = step_mode
@@ -193,10 +207,7 @@ class FlexSN(nn.Module):
     def _compile(self, example_inputs):
         count = self.num_inputs + self.num_states
         try:
-            candidates = []
-            from ._trace import _collect_candidates
-            _collect_candidates(self.core, candidates, set())
-            device = _example_device(candidates)
+            device = _example_device(captured_tensors(self.core))
             if example_inputs is None:
                 examples = [torch.zeros(1, device=device) for _ in range(count)]
             else:
@@ -261,7 +272,7 @@ class FlexSN(nn.Module):
         self.states = None
         self.state_seqs = None
 
-    def _current_states(self, inputs, step_shape):
+    def _current_states(self, step_shape):
         states = self.states
         if states is not None and all(s.shape == step_shape for s in states):
             return list(states)
@@ -292,7 +303,7 @@ class FlexSN(nn.Module):
 
     def single_step_forward(self, *inputs):
         self._check_inputs(inputs)
-        states = self._current_states(inputs, inputs[0].shape)
+        states = self._current_states(inputs[0].shape)
         if states is None:
             states = self.init_states(self.num_states, "s", *inputs)
         inputs, states = self._mask(inputs, states)
@@ -326,7 +337,7 @@ class FlexSN(nn.Module):
 
     def multi_step_forward(self, *inputs):
         self._check_inputs(inputs)
-        states = self._current_states(inputs, inputs[0].shape[1:])
+        states = self._current_states(inputs[0].shape[1:])
         outputs, finals, seqs = self.multi_step_functional_forward(*inputs, states=states)
         self.states = finals
         if self.store_state_seqs:

@@ -101,12 +101,12 @@ def run_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_stat
     state_seqs or None), taking the training op (with autograd) when a gradient is needed."""
     init_states = ops.initial_states(handle, init_states, inputs[0])
     if _needs_grad(list(inputs) + init_states + list(params)):
-        results = torch.ops.spikejit.neuron_forward(handle, inputs, init_states, params, store_state_seqs)
+        results = ops.run_training(handle, inputs, init_states, params, store_state_seqs)
         outputs = results[:num_outputs]
         finals = results[num_outputs:num_outputs + num_states]
         seqs = results[num_outputs + num_states:num_outputs + 2 * num_states] if store_state_seqs else None
     else:
-        results = torch.ops.spikejit.neuron_inference(handle, inputs, init_states, params, store_state_seqs, True)
+        results = ops.run_inference(handle, inputs, init_states, params, store_state_seqs, True)
         outputs = results[:num_outputs]
         seqs = results[num_outputs:num_outputs + num_states] if store_state_seqs else None
         finals = results[len(results) - num_states:]

@@ -15,6 +15,8 @@
 parameters [*S], scalar parameters [] or [1]; every tensor of one call has one dtype and one
 device. CPU tensors run on the C++ executor, CUDA tensors on generated kernels launched on the
 current stream; nothing synchronises and nothing reads tensor values on the host.
+`run_training` / `run_inference` are what the package calls: the ops inside graphs, and the same
+implementations without the dispatcher for plain tensors in eager mode.
 """
 from typing import List, Optional
 
@@ -155,36 +157,26 @@ def _launch_backward(program, device, seq_shape, saved, params, grad_outputs, gr
 
 
 # ---------------------------------------------------------------------------------------------
-# Inference
+# Implementations (plain functions: the custom ops and the eager fast path both call them)
 
 
-@torch.library.custom_op("spikejit::neuron_inference", mutates_args=())
-def neuron_inference(handle: int, inputs: List[Tensor], init_states: List[Tensor],
-                     params: List[Tensor], store_state_seqs: bool, final_state: bool) -> List[Tensor]:
-    program, counts = _counts(handle)
+def _inference_buffers(counts, inputs, init_states, params, store_state_seqs, final_state):
     seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
     x = inputs[0]
     outputs = [x.new_empty(seq_shape) for _ in range(counts.outputs)]
     state_seqs = [x.new_empty(seq_shape) for _ in range(counts.states)] if store_state_seqs else []
     final_states = [x.new_empty(neuron_shape) for _ in range(counts.states)] if final_state else []
-    _launch_forward(program, x.device, seq_shape, _contiguous(inputs), _contiguous(init_states),
+    return seq_shape, outputs, state_seqs, final_states
+
+
+def inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool):
+    """[*outputs, *state_seqs (if store_state_seqs), *final_states (if final_state)]."""
+    program, counts = _counts(handle)
+    seq_shape, outputs, state_seqs, final_states = _inference_buffers(
+        counts, inputs, init_states, params, store_state_seqs, final_state)
+    _launch_forward(program, inputs[0].device, seq_shape, _contiguous(inputs), _contiguous(init_states),
                     _contiguous(params), outputs, state_seqs, final_states, [])
     return outputs + state_seqs + final_states
-
-
-@neuron_inference.register_fake
-def _(handle, inputs, init_states, params, store_state_seqs, final_state):
-    _, counts = _counts(handle)
-    seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
-    x = inputs[0]
-    outputs = [x.new_empty(seq_shape) for _ in range(counts.outputs)]
-    state_seqs = [x.new_empty(seq_shape) for _ in range(counts.states)] if store_state_seqs else []
-    final_states = [x.new_empty(neuron_shape) for _ in range(counts.states)] if final_state else []
-    return outputs + state_seqs + final_states
-
-
-# ---------------------------------------------------------------------------------------------
-# Training
 
 
 def _training_buffers(program, counts, inputs, init_states, params, store_state_seqs):
@@ -197,22 +189,13 @@ def _training_buffers(program, counts, inputs, init_states, params, store_state_
     return seq_shape, outputs, final_states, state_seqs, saved
 
 
-@torch.library.custom_op("spikejit::neuron_forward", mutates_args=())
-def neuron_forward(handle: int, inputs: List[Tensor], init_states: List[Tensor],
-                   params: List[Tensor], store_state_seqs: bool) -> List[Tensor]:
+def training_forward(handle: int, inputs, init_states, params, store_state_seqs: bool):
+    """[*outputs, *final_states, *state_seqs (if store_state_seqs), *saved]."""
     program, counts = _counts(handle)
     seq_shape, outputs, final_states, state_seqs, saved = _training_buffers(
         program, counts, inputs, init_states, params, store_state_seqs)
     _launch_forward(program, inputs[0].device, seq_shape, _contiguous(inputs), _contiguous(init_states),
                     _contiguous(params), outputs, state_seqs, final_states, saved)
-    return outputs + final_states + state_seqs + saved
-
-
-@neuron_forward.register_fake
-def _(handle, inputs, init_states, params, store_state_seqs):
-    program, counts = _counts(handle)
-    _, outputs, final_states, state_seqs, saved = _training_buffers(
-        program, counts, inputs, init_states, params, store_state_seqs)
     return outputs + final_states + state_seqs + saved
 
 
@@ -228,8 +211,8 @@ def _check_grads(grads, count, name, shape, dtype, device):
             raise TypeError(f"{name}[{i}]: expected {dtype} on {device}, got {_describe(g)}")
 
 
-def _backward_results(counts, seq_shape, dtype, device, saved, params, grad_outputs,
-                      grad_final_states, grad_state_seqs):
+def _backward_results(counts, seq_shape, dtype, device, params, grad_outputs, grad_final_states,
+                      grad_state_seqs):
     neuron_shape = list(seq_shape[1:])
     if dtype not in DTYPE_CODES:
         raise TypeError(f"dtype: expected float32, float64, float16 or bfloat16, got {dtype}")
@@ -244,27 +227,17 @@ def _backward_results(counts, seq_shape, dtype, device, saved, params, grad_outp
     return grad_inputs, grad_states, grad_params
 
 
-@torch.library.custom_op("spikejit::neuron_backward", mutates_args=())
-def neuron_backward(handle: int, seq_shape: List[int], dtype: torch.dtype, device: torch.device,
-                    saved: List[Tensor], params: List[Tensor], grad_outputs: List[Optional[Tensor]],
-                    grad_final_states: List[Optional[Tensor]],
-                    grad_state_seqs: List[Optional[Tensor]]) -> List[Tensor]:
+def training_backward(handle: int, seq_shape, dtype, device, saved, params, grad_outputs,
+                      grad_final_states, grad_state_seqs):
+    """[*grad_inputs, *grad_initial_states, *grad_params]; None gradients count as zeros."""
     program, counts = _counts(handle)
     if len(saved) != _num_saved(program, counts):
         raise ValueError(f"saved: expected {counts.saved} tensors, got {len(saved)}")
     grad_inputs, grad_states, grad_params = _backward_results(
-        counts, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states, grad_state_seqs)
+        counts, seq_shape, dtype, device, params, grad_outputs, grad_final_states, grad_state_seqs)
     _launch_backward(program, device, seq_shape, _contiguous(saved), _contiguous(params),
                      _contiguous(grad_outputs), _contiguous(grad_state_seqs),
                      _contiguous(grad_final_states), grad_inputs, grad_states, grad_params)
-    return grad_inputs + grad_states + grad_params
-
-
-@neuron_backward.register_fake
-def _(handle, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states, grad_state_seqs):
-    _, counts = _counts(handle)
-    grad_inputs, grad_states, grad_params = _backward_results(
-        counts, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states, grad_state_seqs)
     return grad_inputs + grad_states + grad_params
 
 
@@ -279,6 +252,55 @@ class _ActiveReference:
 
     def __del__(self):
         registry.release_active(self.handle)
+
+
+# ---------------------------------------------------------------------------------------------
+# The custom ops (what torch.compile, export and opcheck see)
+
+
+@torch.library.custom_op("spikejit::neuron_inference", mutates_args=())
+def neuron_inference(handle: int, inputs: List[Tensor], init_states: List[Tensor],
+                     params: List[Tensor], store_state_seqs: bool, final_state: bool) -> List[Tensor]:
+    return inference(handle, inputs, init_states, params, store_state_seqs, final_state)
+
+
+@neuron_inference.register_fake
+def _(handle, inputs, init_states, params, store_state_seqs, final_state):
+    _, counts = _counts(handle)
+    _, outputs, state_seqs, final_states = _inference_buffers(
+        counts, inputs, init_states, params, store_state_seqs, final_state)
+    return outputs + state_seqs + final_states
+
+
+@torch.library.custom_op("spikejit::neuron_forward", mutates_args=())
+def neuron_forward(handle: int, inputs: List[Tensor], init_states: List[Tensor],
+                   params: List[Tensor], store_state_seqs: bool) -> List[Tensor]:
+    return training_forward(handle, inputs, init_states, params, store_state_seqs)
+
+
+@neuron_forward.register_fake
+def _(handle, inputs, init_states, params, store_state_seqs):
+    program, counts = _counts(handle)
+    _, outputs, final_states, state_seqs, saved = _training_buffers(
+        program, counts, inputs, init_states, params, store_state_seqs)
+    return outputs + final_states + state_seqs + saved
+
+
+@torch.library.custom_op("spikejit::neuron_backward", mutates_args=())
+def neuron_backward(handle: int, seq_shape: List[int], dtype: torch.dtype, device: torch.device,
+                    saved: List[Tensor], params: List[Tensor], grad_outputs: List[Optional[Tensor]],
+                    grad_final_states: List[Optional[Tensor]],
+                    grad_state_seqs: List[Optional[Tensor]]) -> List[Tensor]:
+    return training_backward(handle, seq_shape, dtype, device, saved, params, grad_outputs,
+                             grad_final_states, grad_state_seqs)
+
+
+@neuron_backward.register_fake
+def _(handle, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states, grad_state_seqs):
+    _, counts = _counts(handle)
+    grad_inputs, grad_states, grad_params = _backward_results(
+        counts, seq_shape, dtype, device, params, grad_outputs, grad_final_states, grad_state_seqs)
+    return grad_inputs + grad_states + grad_params
 
 
 def _setup_forward(ctx, inputs, output):
@@ -299,7 +321,7 @@ def _setup_forward(ctx, inputs, output):
 
 def _backward_forward(ctx, grads):
     counts = ctx.counts
-    ns, no = counts.states, counts.outputs
+    ns, no, ni = counts.states, counts.outputs, counts.inputs
     tensors = ctx.saved_tensors
     saved, params = list(tensors[:ctx.num_saved]), list(tensors[ctx.num_saved:])
     grad_outputs = list(grads[:no])
@@ -308,14 +330,69 @@ def _backward_forward(ctx, grads):
     results = torch.ops.spikejit.neuron_backward(
         ctx.handle, ctx.seq_shape, ctx.dtype, ctx.device, saved, params, grad_outputs,
         grad_final_states, grad_state_seqs)
-    ni = counts.inputs
-    grad_inputs = results[:ni]
     grad_states = results[ni:ni + ns] if ctx.states_given else []
-    grad_params = results[ni + ns:]
-    return None, grad_inputs, grad_states, grad_params, None
+    return None, results[:ni], grad_states, results[ni + ns:], None
 
 
 torch.library.register_autograd("spikejit::neuron_forward", _backward_forward, setup_context=_setup_forward)
+
+
+# ---------------------------------------------------------------------------------------------
+# Eager fast path: outside torch.compile / tracing, plain tensors skip the custom-op dispatch
+# (its pytree handling of tensor lists costs ~150 us per training call). Same implementations,
+# same results; the ops above remain what every graph sees.
+
+
+class _Training(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, handle, store_state_seqs, num_inputs, num_states, *tensors):
+        inputs = list(tensors[:num_inputs])
+        init_states = list(tensors[num_inputs:num_inputs + num_states])
+        params = list(tensors[num_inputs + num_states:])
+        results = training_forward(handle, inputs, init_states, params, store_state_seqs)
+        _, counts = _counts(handle)
+        first_saved = counts.outputs + counts.states * (2 if store_state_seqs else 1)
+        ctx.save_for_backward(*results[first_saved:], *params)
+        ctx.num_saved = len(results) - first_saved
+        ctx.handle, ctx.counts, ctx.store_state_seqs = handle, counts, store_state_seqs
+        ctx.active_reference = _ActiveReference(handle)
+        ctx.seq_shape, ctx.dtype, ctx.device = list(inputs[0].shape), inputs[0].dtype, inputs[0].device
+        ctx.num_states_given = num_states
+        return tuple(results[:first_saved])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        counts = ctx.counts
+        ns, no, ni = counts.states, counts.outputs, counts.inputs
+        tensors = ctx.saved_tensors
+        saved, params = list(tensors[:ctx.num_saved]), list(tensors[ctx.num_saved:])
+        grad_state_seqs = list(grads[no + ns:no + 2 * ns]) if ctx.store_state_seqs else []
+        results = training_backward(ctx.handle, ctx.seq_shape, ctx.dtype, ctx.device, saved, params,
+                                    list(grads[:no]), list(grads[no:no + ns]), grad_state_seqs)
+        grad_states = results[ni:ni + ns] if ctx.num_states_given else []
+        return (None, None, None, None, *results[:ni], *grad_states, *results[ni + ns:])
+
+
+def _eager(tensors) -> bool:
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+        return False
+    return all(type(t) is Tensor or type(t) is torch.nn.Parameter for t in tensors)
+
+
+def run_training(handle: int, inputs, init_states, params, store_state_seqs: bool):
+    """The training forward with autograd: [*outputs, *final_states, *state_seqs (if stored)],
+    possibly followed by the saved tensors (callers slice by their counts)."""
+    if _eager(inputs) and _eager(init_states) and _eager(params):
+        return list(_Training.apply(handle, store_state_seqs, len(inputs), len(init_states),
+                                    *inputs, *init_states, *params))
+    return torch.ops.spikejit.neuron_forward(handle, inputs, init_states, params, store_state_seqs)
+
+
+def run_inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool):
+    """Inference (no autograd): [*outputs, *state_seqs (if stored), *final_states (if asked)]."""
+    if _eager(inputs) and _eager(init_states) and _eager(params):
+        return inference(handle, inputs, init_states, params, store_state_seqs, final_state)
+    return torch.ops.spikejit.neuron_inference(handle, inputs, init_states, params, store_state_seqs, final_state)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,8 +451,8 @@ def bit_spike_compress(s: Tensor) -> Tensor:
     bits = (s.reshape(-1) != 0).to(torch.uint8)
     padding = (-bits.numel()) % 8
     bits = torch.nn.functional.pad(bits, (0, padding)).view(-1, 8)
-    weights = torch.tensor([1 << i for i in range(8)], dtype=torch.uint8, device=s.device)
-    return (bits * weights).sum(dim=1, dtype=torch.uint8)
+    shifts = torch.arange(8, dtype=torch.uint8, device=s.device)
+    return (bits << shifts).sum(dim=1, dtype=torch.uint8)
 
 
 @bit_spike_compress.register_fake

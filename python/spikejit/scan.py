@@ -118,7 +118,12 @@ def _lowerable(core, inputs, states, num_outputs, keep_sequences):
             per_step += [s.clone() for s in next_states]
         return [s.clone() for s in next_states], per_step
 
-    final, stacked = scan(combine, list(states), list(inputs))
+    states = list(states)
+    if torch.is_grad_enabled() and any(x.requires_grad for x in inputs):
+        # torch's scan drops the gradient carried between steps when the initial carry does not
+        # require one; asking for it (and discarding it) keeps the inputs' gradients right.
+        states = [s if s.requires_grad else s.detach().requires_grad_() for s in states]
+    final, stacked = scan(combine, states, list(inputs))
     outputs = list(stacked[:num_outputs])
     return outputs, (list(stacked[num_outputs:]) if keep_sequences else list(final))
 

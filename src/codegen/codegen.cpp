@@ -58,7 +58,8 @@ KernelSource generate(const Program& program, const KernelSpec& spec) {
   return generate_kernel(program.forward(), training ? &program.backward() : nullptr, id, spec);
 }
 
-const KernelVariant& pick_variant(const KernelSource& source, int64_t neurons, int multiprocessors) {
+const KernelVariant& pick_variant(const KernelSource& source, int64_t neurons, int multiprocessors,
+                                  bool rows_aligned) {
   if (source.variants.empty()) throw ArgumentError("source", "a generated KernelSource", "no variants");
   if (multiprocessors <= 0) {
     throw ArgumentError("multiprocessors", "a positive count", std::to_string(multiprocessors));
@@ -66,7 +67,9 @@ const KernelVariant& pick_variant(const KernelSource& source, int64_t neurons, i
   // The vector variant once its threads could fill half of every SM (1024 resident threads).
   const KernelVariant& wide = source.variants[0];
   const int64_t wide_threads = (neurons + wide.elements_per_thread - 1) / wide.elements_per_thread;
-  if (source.variants.size() == 1 || wide_threads >= static_cast<int64_t>(multiprocessors) * 1024) return wide;
+  const bool vector_rows = rows_aligned && neurons % wide.elements_per_thread == 0;
+  if (source.variants.size() == 1) return wide;
+  if (vector_rows && wide_threads >= static_cast<int64_t>(multiprocessors) * 1024) return wide;
   return source.variants[1];
 }
 

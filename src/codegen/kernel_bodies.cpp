@@ -95,23 +95,23 @@ __device__ __forceinline__ void forward_apply(const SpikejitArgs& a, long long o
   Row<EPT> out[kOutputsA], seq[kStatesA], sav[kSavedA];
 #pragma unroll
   for (int e = 0; e < EPT; ++e) {
-    real x[kInputsA], s[kStatesA], p[kParamsA], y[kOutputsA], s_next[kStatesA], saved[kSavedA];
+    ForwardIn in;
 #pragma unroll
-    for (int i = 0; i < kInputs; ++i) x[i] = to_real(xr[i].v[e]);
+    for (int i = 0; i < kInputs; ++i) in.x[i] = to_real(xr[i].v[e]);
 #pragma unroll
-    for (int i = 0; i < kStates; ++i) s[i] = st[i][e];
+    for (int i = 0; i < kStates; ++i) in.s[i] = st[i][e];
 #pragma unroll
-    for (int i = 0; i < kParams; ++i) p[i] = pr[i][e];
-    forward_step(x, s, p, y, s_next, saved);
+    for (int i = 0; i < kParams; ++i) in.p[i] = pr[i][e];
+    const ForwardOut o = forward_step(in);
 #pragma unroll
-    for (int i = 0; i < kOutputs; ++i) out[i].v[e] = to_storage(y[i]);
+    for (int i = 0; i < kOutputs; ++i) out[i].v[e] = to_storage(o.y[i]);
 #pragma unroll
     for (int i = 0; i < kStates; ++i) {
-      st[i][e] = s_next[i];
-      seq[i].v[e] = to_storage(s_next[i]);
+      st[i][e] = o.s_next[i];
+      seq[i].v[e] = to_storage(o.s_next[i]);
     }
 #pragma unroll
-    for (int i = 0; i < kSaved; ++i) sav[i].v[e] = to_storage(saved[i]);
+    for (int i = 0; i < kSaved; ++i) sav[i].v[e] = to_storage(o.saved[i]);
   }
 #pragma unroll
   for (int i = 0; i < kOutputs; ++i) row_store<EPT, VEC>(a.buffers[kSlotOutput + i], offset, count, out[i]);
@@ -159,6 +159,8 @@ __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0
   if constexpr (kWriteFinalStates) store_rows<kStates, EPT, VEC>(a, kSlotFinalState, n0, count, st);
 }
 
+// EPT > 1 (vector variant): 16-byte rows when every row is aligned (the runtime picks this
+// variant only then); otherwise a correct but slow element-by-element fallback.
 template <int EPT, int BLOCK, int DEPTH>
 __device__ __forceinline__ void forward_entry(const SpikejitArgs& a) {
   long long n0;
@@ -167,10 +169,12 @@ __device__ __forceinline__ void forward_entry(const SpikejitArgs& a) {
   if constexpr (EPT > 1) {
     if (count == EPT && rows_aligned<EPT>(a)) {
       forward_rows<EPT, DEPTH, true>(a, n0, count);
-      return;
+    } else {
+      for (int e = 0; e < count; ++e) forward_rows<1, 1, false>(a, n0 + e, 1);
     }
+  } else {
+    forward_rows<1, DEPTH, false>(a, n0, count);
   }
-  forward_rows<EPT, DEPTH, false>(a, n0, count);
 }
 )";
 
@@ -208,24 +212,23 @@ __device__ __forceinline__ void backward_apply(const SpikejitArgs& a, long long 
   Row<EPT> gin[kInputsA];
 #pragma unroll
   for (int e = 0; e < EPT; ++e) {
-    real saved[kSavedA], go[kOutputsA], gs[kStatesA], p[kParamsA];
-    real gi[kInputsA], g_prev[kStatesA], gp[kParamsA];
+    BackwardIn in;
 #pragma unroll
-    for (int i = 0; i < kSaved; ++i) saved[i] = sv[i][e];
+    for (int i = 0; i < kSaved; ++i) in.saved[i] = sv[i][e];
 #pragma unroll
-    for (int i = 0; i < kOutputs; ++i) go[i] = to_real(g.grad_out[i].v[e]);
+    for (int i = 0; i < kOutputs; ++i) in.go[i] = to_real(g.grad_out[i].v[e]);
 #pragma unroll
     for (int i = 0; i < kStates; ++i)
-      gs[i] = kReadGradStateSeqs ? sj_add(to_real(g.grad_seq[i].v[e]), carry[i][e]) : carry[i][e];
+      in.gs[i] = kReadGradStateSeqs ? sj_add(to_real(g.grad_seq[i].v[e]), carry[i][e]) : carry[i][e];
 #pragma unroll
-    for (int i = 0; i < kParams; ++i) p[i] = pr[i][e];
-    backward_step(saved, go, gs, p, gi, g_prev, gp);
+    for (int i = 0; i < kParams; ++i) in.p[i] = pr[i][e];
+    const BackwardOut o = backward_step(in);
 #pragma unroll
-    for (int i = 0; i < kInputs; ++i) gin[i].v[e] = to_storage(gi[i]);
+    for (int i = 0; i < kInputs; ++i) gin[i].v[e] = to_storage(o.gi[i]);
 #pragma unroll
-    for (int i = 0; i < kStates; ++i) carry[i][e] = g_prev[i];
+    for (int i = 0; i < kStates; ++i) carry[i][e] = o.g_prev[i];
 #pragma unroll
-    for (int i = 0; i < kParams; ++i) gacc[i][e] = sj_add(gacc[i][e], gp[i]);
+    for (int i = 0; i < kParams; ++i) gacc[i][e] = sj_add(gacc[i][e], o.gp[i]);
   }
 #pragma unroll
   for (int i = 0; i < kInputs; ++i) row_store<EPT, VEC>(a.buffers[kSlotGradInput + i], offset, count, gin[i]);
@@ -333,18 +336,18 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
         for (int i = 0; i < kInputs; ++i) row_load<EPT, VEC>(a.buffers[kSlotInput + i], (s0 + u) * N + n0, count, xr[i]);
 #pragma unroll
         for (int e = 0; e < EPT; ++e) {
-          real x[kInputsA], s[kStatesA], p[kParamsA], y[kOutputsA], s_next[kStatesA], saved[kSavedA];
+          ForwardIn in;
 #pragma unroll
-          for (int i = 0; i < kInputs; ++i) x[i] = to_real(xr[i].v[e]);
+          for (int i = 0; i < kInputs; ++i) in.x[i] = to_real(xr[i].v[e]);
 #pragma unroll
-          for (int i = 0; i < kStates; ++i) s[i] = st[i][e];
+          for (int i = 0; i < kStates; ++i) in.s[i] = st[i][e];
 #pragma unroll
-          for (int i = 0; i < kParams; ++i) p[i] = pr[i][e];
-          forward_step(x, s, p, y, s_next, saved);
+          for (int i = 0; i < kParams; ++i) in.p[i] = pr[i][e];
+          const ForwardOut o = forward_step(in);
 #pragma unroll
-          for (int i = 0; i < kStates; ++i) st[i][e] = s_next[i];
+          for (int i = 0; i < kStates; ++i) st[i][e] = o.s_next[i];
 #pragma unroll
-          for (int i = 0; i < kSaved; ++i) ring[u][i][e] = saved[i];
+          for (int i = 0; i < kSaved; ++i) ring[u][i][e] = o.saved[i];
         }
       }
     }
@@ -380,6 +383,17 @@ __device__ __forceinline__ void write_block_partials(const SpikejitArgs& a, cons
   }
 }
 
+template <int EPT, int DEPTH, bool VEC>
+__device__ __forceinline__ void backward_run(const SpikejitArgs& a, long long n0, int count,
+                                             double (&partial)[kScalarParamCountA]) {
+  if constexpr (kCheckpointEvery > 0) {
+    backward_checkpoint_rows<EPT, VEC>(a, n0, count, partial);
+  } else {
+    backward_rows<EPT, DEPTH, VEC>(a, n0, count, partial);
+  }
+}
+
+// Like forward_entry; then the block's scalar parameter gradient sums go to the workspace.
 template <int EPT, int BLOCK, int DEPTH>
 __device__ __forceinline__ void backward_entry(const SpikejitArgs& a) {
   double partial[kScalarParamCountA];
@@ -388,13 +402,20 @@ __device__ __forceinline__ void backward_entry(const SpikejitArgs& a) {
   long long n0;
   const int count = thread_elements<EPT, BLOCK>(a, n0);
   if (count > 0) {
-    const bool vec = EPT > 1 && count == EPT && rows_aligned<EPT>(a);
-    if constexpr (kCheckpointEvery > 0) {
-      if (vec) backward_checkpoint_rows<EPT, EPT != 1>(a, n0, count, partial);
-      else backward_checkpoint_rows<EPT, false>(a, n0, count, partial);
+    if constexpr (EPT > 1) {
+      if (count == EPT && rows_aligned<EPT>(a)) {
+        backward_run<EPT, DEPTH, true>(a, n0, count, partial);
+      } else {
+        // Element by element; the partial sums are added in the same order as above.
+        for (int e = 0; e < count; ++e) {
+          double pe[kScalarParamCountA];
+          backward_run<1, 1, false>(a, n0 + e, 1, pe);
+#pragma unroll
+          for (int j = 0; j < kScalarParamCount; ++j) partial[j] = e == 0 ? pe[j] : __dadd_rn(partial[j], pe[j]);
+        }
+      }
     } else {
-      if (vec) backward_rows<EPT, DEPTH, EPT != 1>(a, n0, count, partial);
-      else backward_rows<EPT, DEPTH, false>(a, n0, count, partial);
+      backward_run<1, DEPTH, false>(a, n0, count, partial);
     }
   }
   if constexpr (kScalarParamCount > 0) write_block_partials<BLOCK>(a, partial);

@@ -20,8 +20,11 @@ constexpr int kReduceThreads = 256;
 // Registers (32-bit) the prefetch ring may take per thread, and the deepest prefetch.
 constexpr int kRingRegisters = 32;
 constexpr int kMaxDepth = 8;
+constexpr int kWideDepth = 2;
 // Checkpoint segments are unrolled (values kept in registers) up to this many values per thread.
 constexpr int kCheckpointRegisters = 64;
+// Above this cost (step_cost) a step function is called instead of inlined.
+constexpr int kInlineStepCost = 120;
 
 const char* dtype_tag(DType d) {
   switch (d) {
@@ -56,11 +59,14 @@ int streamed_rows(const KernelPlan& p) {
   return (p.checkpointed() ? 0 : p.saved) + p.outputs + (p.spec.grad_state_seqs ? p.states : 0);
 }
 
+// The vector variant runs where there are many warps per SM to hide latency: a short prefetch
+// suffices. The one-per-thread variant runs where there are few: prefetch as deep as registers
+// allow. (Each level of depth replicates the step body: compile time grows with it.)
 int prefetch_depth(const KernelPlan& p, int ept) {
   const int rows = streamed_rows(p);
   if (rows == 0) return 1;
-  const int regs_per_element = p.spec.storage == DType::F64 ? 2 : 1;
-  const int per_step = rows * ept * regs_per_element;
+  if (ept > 1) return kWideDepth;
+  const int per_step = rows * (p.spec.storage == DType::F64 ? 2 : 1);
   return std::max(1, std::min(kMaxDepth, kRingRegisters / per_step));
 }
 
@@ -162,40 +168,48 @@ std::string constants(const KernelPlan& p) {
   s += "[[maybe_unused]] constexpr bool kReadGradStateSeqs = " + b(spec.grad_state_seqs) +
        ", kReadGradFinalStates = " + b(spec.grad_final_states) + ";\n";
   s += "[[maybe_unused]] constexpr int kCheckpointEvery = " + std::to_string(spec.checkpoint_every) + ";\n";
+  s += "// The values one step function takes and returns.\n"
+       "struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA]; };\n"
+       "struct ForwardOut { real y[kOutputsA], s_next[kStatesA], saved[kSavedA]; };\n"
+       "struct BackwardIn { real saved[kSavedA], go[kOutputsA], gs[kStatesA], p[kParamsA]; };\n"
+       "struct BackwardOut { real gi[kInputsA], g_prev[kStatesA], gp[kParamsA]; };\n";
   s += "[[maybe_unused]] constexpr int kCheckpointRegisters = " + std::to_string(kCheckpointRegisters) + ";\n";
   s += "[[maybe_unused]] constexpr int kReduceThreads = " + std::to_string(kReduceThreads) + ";\n";
   return s;
 }
 
+// Light steps are inlined into every unrolled copy of the time loop; heavy ones (many
+// transcendentals) are called, so that compile time does not grow with the unrolling.
+const char* step_linkage(const ir::Step& step, const std::vector<StepResults>& results) {
+  return step_cost(step, results) <= kInlineStepCost ? "__forceinline__" : "__noinline__";
+}
+
 std::string forward_step_function(const ir::Step& fwd, const ir::Step* bwd, const KernelPlan& p) {
   StepLeaves leaves;
-  leaves.input = "x";
-  leaves.state = "s";
-  leaves.param = "p";
-  std::vector<StepResults> results = {{"y", fwd.outputs}, {"s_next", fwd.next_states}};
-  if (p.forward_saves) results.push_back({"saved", bwd->saved});
+  leaves.input = "in.x";
+  leaves.state = "in.s";
+  leaves.param = "in.p";
+  std::vector<StepResults> results = {{"out.y", fwd.outputs}, {"out.s_next", fwd.next_states}};
+  if (p.forward_saves) results.push_back({"out.saved", bwd->saved});
   return "\n// ---- forward step: (inputs[t], states[t-1], params) -> (outputs[t], states[t], saved[t]) ----\n"
-         "__device__ __forceinline__ void forward_step(const real (&x)[kInputsA], const real (&s)[kStatesA],\n"
-         "                                             const real (&p)[kParamsA], real (&y)[kOutputsA],\n"
-         "                                             real (&s_next)[kStatesA], real (&saved)[kSavedA]) {\n" +
-         emit_step_statements(fwd, leaves, results, p.spec.storage == DType::F64) + "}\n";
+         "__device__ " + std::string(step_linkage(fwd, results)) + " ForwardOut forward_step(const ForwardIn in) {\n"
+         "  ForwardOut out = {};\n" +
+         emit_step_statements(fwd, leaves, results, p.spec.storage == DType::F64) + "  return out;\n}\n";
 }
 
 std::string backward_step_function(const ir::Step& bwd, const KernelPlan& p) {
   StepLeaves leaves;
-  leaves.saved = "saved";
-  leaves.grad_output = "go";
-  leaves.grad_state = "gs";
-  leaves.param = "p";
+  leaves.saved = "in.saved";
+  leaves.grad_output = "in.go";
+  leaves.grad_state = "in.gs";
+  leaves.param = "in.p";
   std::vector<StepResults> results = {
-      {"gi", bwd.grad_inputs}, {"g_prev", bwd.grad_prev_states}, {"gp", bwd.grad_params}};
+      {"out.gi", bwd.grad_inputs}, {"out.g_prev", bwd.grad_prev_states}, {"out.gp", bwd.grad_params}};
   return "\n// ---- backward step: (saved[t], dL/d outputs[t], dL/d states[t], params)\n"
          "//                      -> (dL/d inputs[t], dL/d states[t-1], this step's dL/d params) ----\n"
-         "__device__ __forceinline__ void backward_step(const real (&saved)[kSavedA], const real (&go)[kOutputsA],\n"
-         "                                              const real (&gs)[kStatesA], const real (&p)[kParamsA],\n"
-         "                                              real (&gi)[kInputsA], real (&g_prev)[kStatesA],\n"
-         "                                              real (&gp)[kParamsA]) {\n" +
-         emit_step_statements(bwd, leaves, results, p.spec.storage == DType::F64) + "}\n";
+         "__device__ " + std::string(step_linkage(bwd, results)) + " BackwardOut backward_step(const BackwardIn in) {\n"
+         "  BackwardOut out = {};\n" +
+         emit_step_statements(bwd, leaves, results, p.spec.storage == DType::F64) + "  return out;\n}\n";
 }
 
 std::string entry_line(const std::string& name, int block, const std::string& body) {

@@ -31,6 +31,10 @@ struct StepResults {
 std::string emit_step_statements(const ir::Step& step, const StepLeaves& leaves,
                                  const std::vector<StepResults>& results, bool f64);
 
+// A rough instruction count of the nodes the results need (transcendentals weigh more): decides
+// whether a step function is inlined.
+int step_cost(const ir::Step& step, const std::vector<StepResults>& results);
+
 // A C++ literal of type `real` with exactly the value the CPU executor uses: the double rounded
 // to float (kept as a double when `f64`). Non-finite values use bit patterns.
 std::string real_literal(double value, bool f64);

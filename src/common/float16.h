@@ -24,8 +24,8 @@ inline uint16_t float_to_half_bits(float f) {
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t ax = x & 0x7FFFFFFFu;
   if (ax > 0x7F800000u) return sign | 0x7E00u | ((ax >> 13) & 0x3FFu);  // NaN stays quiet NaN
-  if (ax >= 0x477FF000u) return sign | 0x7C00u;  // >= 65520 (and Inf) rounds to Inf
-  if (ax >= 0x38800000u) {                        // normal half: |f| >= 2^-14
+  if (ax >= 0x477FF000u) return sign | 0x7C00u;                         // >= 65520 (and Inf) rounds to Inf
+  if (ax >= 0x38800000u) {                                              // normal half: |f| >= 2^-14
     const uint32_t rounded = ax + 0xFFFu + ((ax >> 13) & 1u);
     return sign | static_cast<uint16_t>((rounded - (112u << 23)) >> 13);
   }

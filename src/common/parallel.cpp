@@ -13,6 +13,13 @@
 #include <thread>
 #include <vector>
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#endif
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 namespace spikejit {
 namespace {
 
@@ -55,15 +62,6 @@ struct Job {
 
 class ThreadPool {
  public:
-  ~ThreadPool() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    for (std::thread& t : workers_) t.join();
-  }
-
   // Offers `job` to `helpers` workers (started on demand); each takes one ticket.
   void submit(const std::shared_ptr<Job>& job, int helpers) {
     {
@@ -75,13 +73,12 @@ class ThreadPool {
   }
 
  private:
-  void run() {
+  [[noreturn]] void run() {
     for (;;) {
       std::shared_ptr<Job> job;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || !tickets_.empty(); });
-        if (stopping_) return;
+        wake_.wait(lock, [&] { return !tickets_.empty(); });
         job = std::move(tickets_.front());
         tickets_.pop_front();
       }
@@ -93,21 +90,43 @@ class ThreadPool {
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Job>> tickets_;
   std::vector<std::thread> workers_;
-  bool stopping_ = false;
 };
 
 constexpr int kMaxThreads = 256;
 
+// The CPUs this process may run on (a container's cpuset, `taskset`), not every CPU of the host.
+int default_threads() {
+#if defined(__linux__)
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+#endif
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// The pool lives as long as the process and is never destroyed, so idle workers may still wait on
+// it while the process exits. A forked child starts a fresh pool: the parent's workers do not
+// exist there and the old pool's lock may have been held at the fork.
+ThreadPool* g_pool = nullptr;
+
 ThreadPool& pool() {
-  static ThreadPool instance;
-  return instance;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    g_pool = new ThreadPool;
+#if defined(__unix__) || defined(__APPLE__)
+    pthread_atfork(nullptr, nullptr, [] { g_pool = new ThreadPool; });
+#endif
+  });
+  return *g_pool;
 }
 
 }  // namespace
 
 void parallel_for(int64_t count, int threads, const std::function<void(int64_t)>& body) {
   if (count <= 0) return;
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) {
+    static const int available = default_threads();
+    threads = available;
+  }
   const int helpers = static_cast<int>(std::min<int64_t>(std::min(threads, kMaxThreads), count)) - 1;
   if (helpers <= 0) {
     for (int64_t i = 0; i < count; ++i) body(i);

@@ -1,3 +1,4 @@
+// DType helpers, TensorView queries and the public fp16 / bf16 conversions.
 #include "spikejit/tensor.h"
 
 #include <sstream>
@@ -8,20 +9,28 @@ namespace spikejit {
 
 size_t dtype_size(DType d) {
   switch (d) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::F16: return 2;
-    case DType::BF16: return 2;
+    case DType::F32:
+      return 4;
+    case DType::F64:
+      return 8;
+    case DType::F16:
+      return 2;
+    case DType::BF16:
+      return 2;
   }
   return 0;
 }
 
 const char* dtype_name(DType d) {
   switch (d) {
-    case DType::F32: return "float32";
-    case DType::F64: return "float64";
-    case DType::F16: return "float16";
-    case DType::BF16: return "bfloat16";
+    case DType::F32:
+      return "float32";
+    case DType::F64:
+      return "float64";
+    case DType::F16:
+      return "float16";
+    case DType::BF16:
+      return "bfloat16";
   }
   return "unknown dtype";
 }

@@ -2,6 +2,8 @@
 // count, so every result, scalar parameter gradients included, has the same bits for any number
 // of threads). A block keeps its values in lane arrays and runs all T steps before the next block.
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,9 +58,13 @@ bool any_f64(std::initializer_list<const std::vector<TensorView>*> groups) {
   return false;
 }
 
-bool use_f64(const Options& o, bool has_f64) {
-  if (o.threads < 0) throw ArgumentError("options.threads", "0 (all hardware threads) or more", std::to_string(o.threads));
-  return o.compute == Compute::F64 || (o.compute == Compute::Auto && has_f64);
+void check_options(const Options& o) {
+  if (o.threads < 0)
+    throw ArgumentError("options.threads", "0 (all hardware threads) or more", std::to_string(o.threads));
+}
+
+bool compute_in_f64(const Options& o, bool any_buffer_f64) {
+  return o.compute == Compute::F64 || (o.compute == Compute::Auto && any_buffer_f64);
 }
 
 int64_t neuron_count(const std::vector<int64_t>& shape) {
@@ -87,7 +93,8 @@ void fill_constants(const LaneProgram& p, const std::vector<LaneBuffer>& params,
 
 template <class F>
 void run_instrs(const LaneProgram& p, const Slots<F>& s, int64_t n) {
-  for (const LaneInstr& in : p.instrs) run_op_lanes<F>(in.op, s[in.dst], s[in.args[0]], s[in.args[1]], s[in.args[2]], n);
+  for (const LaneInstr& in : p.instrs)
+    run_op_lanes<F>(in.op, s[in.dst], s[in.args[0]], s[in.args[1]], s[in.args[2]], n);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -130,7 +137,8 @@ void forward_block(const ForwardCall& c, int64_t block) {
       for (int32_t i = 0; i < states; ++i) copy_lanes(s[p.carry_slot[i]], s[staging + i], n);
     } else {
       for (int32_t i = 0; i < states; ++i) {
-        if (c.next_state_slots[i] != p.carry_slot[i]) copy_lanes(s[p.carry_slot[i]], s[c.next_state_slots[i]], n);
+        if (c.next_state_slots[i] != p.carry_slot[i])
+          copy_lanes(s[p.carry_slot[i]], s[c.next_state_slots[i]], n);
       }
     }
   }
@@ -169,7 +177,8 @@ void backward_block(BackwardCall& c, int64_t block) {
   }
   for (int32_t k = 0; k < num_params; ++k) fill_lanes(s[accumulators + k], F(0), n);
   for (const LaneLeaf& leaf : p.step_leaves) {
-    if (leaf.op == ir::Op::GradOutput && !c.grad_outputs[leaf.index].present()) fill_lanes(s[leaf.slot], F(0), n);
+    if (leaf.op == ir::Op::GradOutput && !c.grad_outputs[leaf.index].present())
+      fill_lanes(s[leaf.slot], F(0), n);
   }
   for (int64_t t = c.steps - 1; t >= 0; --t) {
     const int64_t row = t * c.neurons + start;
@@ -199,7 +208,8 @@ void backward_block(BackwardCall& c, int64_t block) {
     }
   }
   for (int32_t i = 0; i < states; ++i) {
-    if (c.grad_initial_states[i].present()) store_lanes(c.grad_initial_states[i], start, s[p.carry_slot[i]], n);
+    if (c.grad_initial_states[i].present())
+      store_lanes(c.grad_initial_states[i], start, s[p.carry_slot[i]], n);
   }
   for (int32_t k = 0; k < num_params; ++k) {
     if (!c.grad_params[k].present()) continue;
@@ -217,17 +227,20 @@ void backward_block(BackwardCall& c, int64_t block) {
 }  // namespace
 
 void forward(const Program& program, const ForwardBuffers& b, const Options& options) {
+  check_options(options);
   validate(program, b);
   const ir::Step& step = program.forward();
   const bool training = !b.saved.empty();
-  const std::vector<ir::ValueId> saved_nodes = training ? program.backward().saved : std::vector<ir::ValueId>{};
+  const std::vector<ir::ValueId> saved_nodes =
+      training ? program.backward().saved : std::vector<ir::ValueId>{};
 
   ForwardCall c;
   c.program = compile_lane_program(step, step, StepKind::Forward, saved_nodes);
   c.steps = b.steps;
   c.neurons = neuron_count(b.neuron_shape);
   c.param_kinds = step.params;
-  for (int i = 0; i < step.num_states; ++i) c.state_defaults.push_back(ir::state_default(program.neuron(), i));
+  for (int i = 0; i < step.num_states; ++i)
+    c.state_defaults.push_back(ir::state_default(program.neuron(), i));
   c.inputs = lane_buffers(b.inputs, step.num_inputs);
   c.initial_states = lane_buffers(b.initial_states, step.num_states);
   c.params = lane_buffers(b.params, step.params.size());
@@ -239,8 +252,8 @@ void forward(const Program& program, const ForwardBuffers& b, const Options& opt
   c.next_state_slots = slots_of(c.program, step.next_states);
   c.saved_slots = slots_of(c.program, saved_nodes);
 
-  const bool f64 = use_f64(options, any_f64({&b.inputs, &b.initial_states, &b.params, &b.outputs, &b.state_seqs,
-                                             &b.final_states, &b.saved}));
+  const bool f64 = compute_in_f64(options, any_f64({&b.inputs, &b.initial_states, &b.params, &b.outputs,
+                                                    &b.state_seqs, &b.final_states, &b.saved}));
   parallel_for(block_count(c.neurons), options.threads, [&](int64_t block) {
     if (f64) {
       forward_block<double>(c, block);
@@ -251,6 +264,7 @@ void forward(const Program& program, const ForwardBuffers& b, const Options& opt
 }
 
 void backward(const Program& program, const BackwardBuffers& b, const Options& options) {
+  check_options(options);
   validate(program, b);
   const ir::Step& fwd = program.forward();
   const ir::Step& step = program.backward();
@@ -275,9 +289,9 @@ void backward(const Program& program, const BackwardBuffers& b, const Options& o
   const int64_t blocks = block_count(c.neurons);
   c.partial_sums.assign(static_cast<size_t>(blocks) * num_params, 0.0);
 
-  const bool f64 = use_f64(options, any_f64({&b.saved, &b.params, &b.grad_outputs, &b.grad_state_seqs,
-                                             &b.grad_final_states, &b.grad_inputs, &b.grad_initial_states,
-                                             &b.grad_params}));
+  const bool f64 = compute_in_f64(
+      options, any_f64({&b.saved, &b.params, &b.grad_outputs, &b.grad_state_seqs, &b.grad_final_states,
+                        &b.grad_inputs, &b.grad_initial_states, &b.grad_params}));
   parallel_for(blocks, options.threads, [&](int64_t block) {
     if (f64) {
       backward_block<double>(c, block);

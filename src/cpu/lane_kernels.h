@@ -35,11 +35,12 @@ inline void op_lanes(F* __restrict d, const F* __restrict a, const F* __restrict
 // d = op(a, b, c) over n lanes; `d` is never one of the arguments. `flatten` inlines apply_op
 // into every case, where its switch folds away for the constant op.
 template <class F>
-[[gnu::flatten]] SPIKEJIT_CPU_LANE_CLONES void run_op_lanes(ir::Op op, F* d, const F* a, const F* b, const F* c, int64_t n) {
+[[gnu::flatten]] SPIKEJIT_CPU_LANE_CLONES void run_op_lanes(ir::Op op, F* d, const F* a, const F* b,
+                                                            const F* c, int64_t n) {
   switch (op) {
-#define SPIKEJIT_CPU_OP_CASE(name, text, arity)                          \
-  case ir::Op::name:                                                     \
-    if constexpr (arity > 0) op_lanes<F, ir::Op::name>(d, a, b, c, n);   \
+#define SPIKEJIT_CPU_OP_CASE(name, text, arity)                        \
+  case ir::Op::name:                                                   \
+    if constexpr (arity > 0) op_lanes<F, ir::Op::name>(d, a, b, c, n); \
     return;
     SPIKEJIT_IR_OPS(SPIKEJIT_CPU_OP_CASE)
 #undef SPIKEJIT_CPU_OP_CASE
@@ -55,10 +56,18 @@ inline void load_converted(F* __restrict dst, const void* data, int64_t offset, 
 template <class F>
 inline void load_lanes(F* dst, const LaneBuffer& b, int64_t offset, int64_t n) {
   switch (b.dtype) {
-    case DType::F32: load_converted<F, float>(dst, b.data, offset, n, [](float x) { return x; }); return;
-    case DType::F64: load_converted<F, double>(dst, b.data, offset, n, [](double x) { return x; }); return;
-    case DType::F16: load_converted<F, uint16_t>(dst, b.data, offset, n, detail::half_bits_to_float); return;
-    case DType::BF16: load_converted<F, uint16_t>(dst, b.data, offset, n, detail::bfloat16_bits_to_float); return;
+    case DType::F32:
+      load_converted<F, float>(dst, b.data, offset, n, [](float x) { return x; });
+      return;
+    case DType::F64:
+      load_converted<F, double>(dst, b.data, offset, n, [](double x) { return x; });
+      return;
+    case DType::F16:
+      load_converted<F, uint16_t>(dst, b.data, offset, n, detail::half_bits_to_float);
+      return;
+    case DType::BF16:
+      load_converted<F, uint16_t>(dst, b.data, offset, n, detail::bfloat16_bits_to_float);
+      return;
   }
 }
 
@@ -72,8 +81,12 @@ inline void store_converted(void* data, int64_t offset, const F* __restrict src,
 template <class F>
 inline void store_lanes(const LaneBuffer& b, int64_t offset, const F* src, int64_t n) {
   switch (b.dtype) {
-    case DType::F32: store_converted<float>(b.data, offset, src, n, [](F x) { return static_cast<float>(x); }); return;
-    case DType::F64: store_converted<double>(b.data, offset, src, n, [](F x) { return static_cast<double>(x); }); return;
+    case DType::F32:
+      store_converted<float>(b.data, offset, src, n, [](F x) { return static_cast<float>(x); });
+      return;
+    case DType::F64:
+      store_converted<double>(b.data, offset, src, n, [](F x) { return static_cast<double>(x); });
+      return;
     case DType::F16:
       store_converted<uint16_t>(b.data, offset, src, n,
                                 [](F x) { return detail::float_to_half_bits(static_cast<float>(x)); });

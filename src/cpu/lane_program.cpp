@@ -1,3 +1,4 @@
+// Compiles a Step into slot instructions: leaf bindings, liveness and slot reuse.
 #include "cpu/lane_program.h"
 
 #include <algorithm>
@@ -15,7 +16,8 @@ constexpr int32_t kForever = std::numeric_limits<int32_t>::max();
 
 void check_count(const char* what, size_t got, size_t expected) {
   if (got != expected) {
-    malformed(std::string(what) + " has " + std::to_string(got) + " entries, expected " + std::to_string(expected));
+    malformed(std::string(what) + " has " + std::to_string(got) + " entries, expected " +
+              std::to_string(expected));
   }
 }
 
@@ -74,7 +76,8 @@ LaneProgram compile_lane_program(const ir::Step& step, const ir::Step& forward, 
     const ir::Node& n = step.nodes[id];
     if (!ir::is_leaf(n.op)) continue;
     const bool forward_leaf = n.op == ir::Op::Input || n.op == ir::Op::State;
-    const bool backward_leaf = n.op == ir::Op::Saved || n.op == ir::Op::GradOutput || n.op == ir::Op::GradState;
+    const bool backward_leaf =
+        n.op == ir::Op::Saved || n.op == ir::Op::GradOutput || n.op == ir::Op::GradState;
     if ((forward_leaf && !is_forward) || (backward_leaf && is_forward) || n.op == ir::Op::Constant) {
       malformed(std::string("unexpected ") + ir::op_info(n.op).name + " leaf in a " +
                 (is_forward ? "forward" : "backward") + " step");
@@ -97,8 +100,8 @@ LaneProgram compile_lane_program(const ir::Step& step, const ir::Step& forward, 
         p.node_slot[id] = param_slot[n.index];
         break;
       default: {
-        const int64_t limit = n.op == ir::Op::Input    ? forward.num_inputs
-                              : n.op == ir::Op::Saved  ? static_cast<int64_t>(step.saved.size())
+        const int64_t limit = n.op == ir::Op::Input        ? forward.num_inputs
+                              : n.op == ir::Op::Saved      ? static_cast<int64_t>(step.saved.size())
                               : n.op == ir::Op::GradOutput ? forward.num_outputs
                                                            : forward.num_states;
         check_leaf_index(n, limit);

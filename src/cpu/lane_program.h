@@ -31,11 +31,11 @@ struct LaneLiteral {
 
 struct LaneProgram {
   int32_t num_slots = 0;
-  std::vector<int32_t> node_slot;       // slot holding each node's value
-  std::vector<LaneLiteral> literals;    // filled once per block
-  std::vector<LaneLeaf> params;         // filled once per block
-  std::vector<LaneLeaf> step_leaves;    // Input, Saved, GradOutput, GradState: filled every step
-  std::vector<int32_t> carry_slot;      // per state: forward state value / backward gradient carry
+  std::vector<int32_t> node_slot;     // slot holding each node's value
+  std::vector<LaneLiteral> literals;  // filled once per block
+  std::vector<LaneLeaf> params;       // filled once per block
+  std::vector<LaneLeaf> step_leaves;  // Input, Saved, GradOutput, GradState: filled every step
+  std::vector<int32_t> carry_slot;    // per state: forward state value / backward gradient carry
   std::vector<LaneInstr> instrs;
   // Forward: some next state is another state's previous value, so states are updated through
   // a copy (a plain in-place update would overwrite a value still to be read).

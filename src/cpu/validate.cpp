@@ -26,7 +26,7 @@ bool known_dtype(DType d) {
 // The shape a buffer must have, with the wording used in messages.
 struct ExpectedShape {
   std::vector<int64_t> shape;
-  std::string text;  // e.g. "[T, *S] = [8, 4, 16]"
+  std::string text;     // e.g. "[T, *S] = [8, 4, 16]"
   bool scalar = false;  // also accept [1]
 };
 
@@ -38,7 +38,8 @@ class Checker {
     int64_t n = 1;
     for (int64_t d : neuron_shape) {
       if (d < 0) throw ArgumentError("neuron_shape", "dimensions >= 0", shape_text(neuron_shape));
-      if (d != 0 && n > max / d) throw ArgumentError("neuron_shape", "N = prod(S) to fit in int64", shape_text(neuron_shape));
+      if (d != 0 && n > max / d)
+        throw ArgumentError("neuron_shape", "N = prod(S) to fit in int64", shape_text(neuron_shape));
       n *= d;
     }
     // Byte offsets of the widest dtype (8 bytes) must fit in int64 too.
@@ -81,7 +82,8 @@ class Checker {
       throw ArgumentError(name, "dtype float32, float64, float16 or bfloat16",
                           "dtype code " + std::to_string(static_cast<int>(v.dtype)));
     }
-    const bool shape_ok = v.shape == expected.shape || (expected.scalar && v.shape == std::vector<int64_t>{1});
+    const bool shape_ok =
+        v.shape == expected.shape || (expected.scalar && v.shape == std::vector<int64_t>{1});
     if (!shape_ok) throw ArgumentError(name, "shape " + expected.text, v.describe());
     if (!v.is_contiguous()) throw ArgumentError(name, "a contiguous tensor", v.describe());
     const int64_t bytes = v.numel() * static_cast<int64_t>(dtype_size(v.dtype));
@@ -99,7 +101,8 @@ class Checker {
         const Range& b = ranges_[j];
         if (i == j || !a.written || (b.written && j < i)) continue;
         if (a.begin < b.end && b.begin < a.end) {
-          throw ArgumentError(a.name, "memory that overlaps no other buffer", "memory that overlaps " + b.name);
+          throw ArgumentError(a.name, "memory that overlaps no other buffer",
+                              "memory that overlaps " + b.name);
         }
       }
     }
@@ -124,7 +127,8 @@ void each(Checker& c, const char* name, const std::vector<TensorView>& views, co
 
 void each_param(Checker& c, const char* name, const std::vector<TensorView>& views,
                 const std::vector<ir::ParamKind>& kinds, bool required, bool written) {
-  for (size_t i = 0; i < views.size(); ++i) c.tensor(item(name, i), views[i], c.param(kinds[i]), required, written);
+  for (size_t i = 0; i < views.size(); ++i)
+    c.tensor(item(name, i), views[i], c.param(kinds[i]), required, written);
 }
 
 }  // namespace
@@ -140,7 +144,8 @@ void validate(const Program& program, const ForwardBuffers& b) {
   Checker::count("state_seqs", b.state_seqs, states, true, "one per state");
   Checker::count("final_states", b.final_states, states, true, "one per state");
   if (!b.saved.empty()) {
-    Checker::count("saved", b.saved, program.backward().saved.size(), true, "one per saved value of the backward step");
+    Checker::count("saved", b.saved, program.backward().saved.size(), true,
+                   "one per saved value of the backward step");
   }
   each(c, "inputs", b.inputs, c.sequence(), true, false);
   each(c, "initial_states", b.initial_states, c.neuron(), false, false);
@@ -156,7 +161,8 @@ void validate(const Program& program, const BackwardBuffers& b) {
   const ir::Step& step = program.forward();
   const size_t inputs = step.num_inputs, states = step.num_states, outputs = step.num_outputs;
   Checker c(b.steps, b.neuron_shape);
-  Checker::count("saved", b.saved, program.backward().saved.size(), false, "one per saved value of the backward step");
+  Checker::count("saved", b.saved, program.backward().saved.size(), false,
+                 "one per saved value of the backward step");
   Checker::count("params", b.params, step.params.size(), false, "one per parameter");
   Checker::count("grad_outputs", b.grad_outputs, outputs, true, "one per output");
   Checker::count("grad_state_seqs", b.grad_state_seqs, states, true, "one per state");

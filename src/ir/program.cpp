@@ -1,3 +1,4 @@
+// Program: a verified neuron with its lowered forward step and its lazily derived backward step.
 #include "spikejit/program.h"
 
 #include <cerrno>
@@ -6,6 +7,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "common/sha256.h"
 #include "spikejit/autodiff.h"
 #include "spikejit/error.h"
 #include "spikejit/frontend.h"
@@ -15,6 +17,8 @@ namespace spikejit {
 struct Program::Impl {
   ir::Neuron neuron;
   ir::Step forward;
+  std::string canonical;  // computed once: the hash is on every kernel-cache lookup
+  std::string hash;
   std::once_flag backward_once;
   ir::Step backward;
 };
@@ -22,6 +26,8 @@ struct Program::Impl {
 Program::Program(ir::Neuron neuron) : impl_(std::make_shared<Impl>()) {
   ir::verify(neuron);
   impl_->forward = ir::lower(neuron);
+  impl_->canonical = frontend::print(neuron);
+  impl_->hash = sha256_hex(impl_->canonical);
   impl_->neuron = std::move(neuron);
 }
 
@@ -47,7 +53,7 @@ const ir::Step& Program::backward() const {
   return impl_->backward;
 }
 
-std::string Program::canonical() const { return frontend::print(impl_->neuron); }
-std::string Program::hash() const { return frontend::hash(impl_->neuron); }
+std::string Program::canonical() const { return impl_->canonical; }
+std::string Program::hash() const { return impl_->hash; }
 
 }  // namespace spikejit

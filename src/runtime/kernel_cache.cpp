@@ -154,9 +154,8 @@ std::shared_ptr<const LoadedKernel> kernel_for(const Program& program,
   }
   codegen::KernelSource source = codegen::generate(program, spec);
   std::string target = target_for(device);
-  std::string label = "neuron " + program.neuron().name + ", kernel " +
-                      codegen::kernel_kind_name(spec.kind) + " " + dtype_name(spec.storage) +
-                      " [" + spec.key() + "] " + target + " (" + source.entry + ")";
+  std::string label = "neuron " + program.neuron().name + ", kernel " + source.entry + " (" +
+                      spec.key() + ", " + target + ")";
   slot->kernel = load(source, binary_for(source, target, label), label);
   return slot->kernel;
 }

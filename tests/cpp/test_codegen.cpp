@@ -469,7 +469,7 @@ TEST(Codegen, LiteralsAreExact) {
       KernelSpec spec;
       spec.storage = d;
       const std::string src = codegen::generate(p, spec).source;
-      const size_t at = src.find("sj_mul(", src.find("void forward_step("));
+      const size_t at = src.find("sj_mul(", src.find(" forward_step(const ForwardIn in)"));
       ASSERT_NE(at, std::string::npos);
       // The literal's variable is the multiplication's second argument.
       const std::string args = src.substr(at + 7, src.find(')', at) - at - 7);
@@ -605,20 +605,28 @@ TEST(CodegenCompile, TestNeuronsEverySpec) {
   expect_compiles(sources);
 }
 
-// The built-ins: every option combination with its default surrogate for one dtype and every
-// kind, and every surrogate in the backward (where surrogates appear).
+// The built-ins as SpikingJelly's modules use them: every option combination with the default
+// surrogate (inference, training forward, backward), and every other surrogate in the backward
+// (where surrogates appear) with the default options; the dtypes rotate.
 TEST(CodegenCompile, Builtins) {
   REQUIRE_NVRTC();
   std::vector<std::pair<std::string, KernelSource>> sources;
   size_t rotation = 0;
   for (const NamedProgram& np : builtin_programs()) {
     const bool default_surrogate = np.name.find("_sg0_") != std::string::npos;
-    const DType d = kDTypes[rotation++ % kDTypes.size()];
-    for (const KernelSpec& spec : all_specs(d)) {
-      const bool plain_backward = spec.kind == KernelKind::Backward && spec.checkpoint_every == 0 &&
-                                  spec.grad_final_states && !spec.grad_state_seqs;
-      const bool plain_forward = spec.kind == KernelKind::Inference && !spec.store_state_seqs;
-      if (!(default_surrogate && (plain_forward || spec.kind == KernelKind::TrainingForward)) && !plain_backward) continue;
+    const bool default_options = np.name.find("_hard") != std::string::npos &&
+                                 np.name.find("_detach") == std::string::npos &&
+                                 np.name.find("_nodecay") == std::string::npos;
+    if (!default_surrogate && !default_options) continue;
+    KernelSpec infer, train, bwd;
+    infer.kind = KernelKind::InferenceFinalState;
+    train.kind = KernelKind::TrainingForward;
+    bwd.kind = KernelKind::Backward;
+    bwd.grad_final_states = true;
+    std::vector<KernelSpec> specs = {bwd};
+    if (default_surrogate) specs = {infer, train, bwd};
+    for (KernelSpec& spec : specs) {
+      spec.storage = kDTypes[rotation++ % kDTypes.size()];
       sources.push_back({np.name + " " + spec.key(), codegen::generate(np.program, spec)});
     }
   }

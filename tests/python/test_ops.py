@@ -188,3 +188,22 @@ def test_bit_spike_compression_counts_nonzero_as_spike():
     assert c.tolist() == [0b00010110, 1]
     with pytest.raises(ValueError, match="compressed"):
         spikejit.bit_spike_decompress(c, [20])
+
+
+def test_eager_fast_path_equals_the_custom_op_path():
+    """Eager calls skip the dispatcher (spikejit.ops.run_training); graphs use the op. Same bits."""
+    x = random_input(7, 3, 9)
+    v0 = random_input(3, 9, scale=0.3)
+    w = torch.tensor([0.4])
+    g = [torch.randn(7, 3, 9), torch.randn(3, 9), torch.randn(7, 3, 9)]
+    results = []
+    for path in ("fast", "op"):
+        args = [t.clone().requires_grad_() for t in (x, v0, w)]
+        if path == "fast":
+            out = spikejit.ops.run_training(PLIF(), [args[0]], [args[1]], [args[2]], True)
+        else:
+            out = torch.ops.spikejit.neuron_forward(PLIF(), [args[0]], [args[1]], [args[2]], True)[:3]
+        sum((o * gi).sum() for o, gi in zip(out, g)).backward()
+        results.append([o.detach() for o in out] + [a.grad for a in args])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)

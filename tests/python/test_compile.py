@@ -1,0 +1,165 @@
+"""torch.compile(fullgraph=True) of training steps with spikejit neurons: zero graph breaks
+(torch._dynamo.explain) and the same results as eager."""
+import copy
+
+import pytest
+import torch
+import torch._dynamo
+from torch import nn
+
+import spikejit
+from conftest import device_params
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class LinearNet(nn.Module):
+    def __init__(self, node):
+        super().__init__()
+        self.fc1, self.node, self.fc2 = nn.Linear(16, 32), node, nn.Linear(32, 4)
+
+    def forward(self, x):
+        self.node.reset()
+        return self.fc2(self.node(self.fc1(x)))
+
+
+class ConvNet(nn.Module):
+    """[T, B, 2, 8, 8] -> conv -> BN -> LIF -> pool -> conv -> PLIF -> linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(2, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.lif = spikejit.LIFNode(tau=2.0, step_mode="m", surrogate_function=spikejit.surrogate.ATan())
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.plif = spikejit.ParametricLIFNode(step_mode="m", v_reset=None, detach_reset=True)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, x):
+        for node in (self.lif, self.plif):
+            node.reset()
+        T, B = x.shape[:2]
+        y = self.bn1(self.conv1(x.flatten(0, 1)))
+        y = self.lif(y.reshape(T, B, *y.shape[1:]))
+        y = nn.functional.max_pool2d(y.flatten(0, 1), 2)
+        y = self.conv2(y)
+        y = self.plif(y.reshape(T, B, *y.shape[1:]))
+        return self.fc(y.flatten(2)).mean(0)
+
+
+class FlexNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 4)
+        self.theta = nn.Parameter(torch.full((32,), 0.9))
+        self.node = spikejit.FlexSN(self.core, num_inputs=1, num_states=2, num_outputs=1)
+
+    def core(self, x, v, a):
+        h = v + (x - v) * 0.5
+        s = spikejit.surrogate.Sigmoid(alpha=4.0)(h - self.theta - a)
+        return s, h * (1.0 - s), 0.8 * a + 0.2 * s
+
+    def forward(self, x):
+        self.node.reset()
+        return self.fc2(self.node(self.fc1(x)))
+
+
+def models():
+    return {
+        "linear-lif": lambda: LinearNet(spikejit.LIFNode(step_mode="m", surrogate_function=spikejit.surrogate.ATan())),
+        "linear-if-vseq": lambda: LinearNet(spikejit.IFNode(step_mode="m", v_reset=None, store_v_seq=True)),
+        "linear-plif": lambda: LinearNet(spikejit.ParametricLIFNode(step_mode="m", decay_input=False)),
+        "conv": ConvNet,
+        "flexsn": FlexNet,
+    }
+
+
+def example(name, device):
+    if name == "conv":
+        return torch.randn(4, 3, 2, 8, 8, device=device) * 2
+    return torch.randn(6, 5, 16, device=device) * 2
+
+
+def reset_states(model):
+    for m in model.modules():
+        if isinstance(m, (spikejit.neuron.BaseNode, spikejit.FlexSN)):
+            m.reset()
+
+
+def loss_of(model, x):
+    return model(x).square().mean()
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("name", list(models()))
+def test_no_graph_breaks_and_same_training_step(name, device):
+    model = models()[name]().to(device)
+    x = example(name, device)
+    explanation = torch._dynamo.explain(loss_of)(model, x)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    torch._dynamo.reset()
+
+    reset_states(model)  # the states hold autograd history, which deepcopy refuses
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(loss_of, fullgraph=True)
+    for step in range(2):  # the second step reuses the compiled graph
+        loss_c = compiled(model, x)
+        loss_e = loss_of(eager, x)
+        loss_c.backward()
+        loss_e.backward()
+        torch.testing.assert_close(loss_c, loss_e, rtol=1e-5, atol=1e-6)
+        for (n, p), (_, q) in zip(model.named_parameters(), eager.named_parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=f"{name}: grad of {n}")
+        with torch.no_grad():
+            for p, q in zip(model.parameters(), eager.parameters()):
+                p -= 0.1 * p.grad
+                q -= 0.1 * q.grad
+                p.grad = q.grad = None
+
+
+def test_inference_graph_uses_the_inference_op_without_zero_states():
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    model = LinearNet(spikejit.LIFNode(step_mode="m"))
+    x = torch.randn(6, 5, 16)
+    with torch.no_grad():
+        expected = model(x)
+        got = torch.compile(model, backend=capture, fullgraph=True)(x)
+    torch.testing.assert_close(got, expected)
+    code = "\n".join(g.code for g in graphs)
+    assert "spikejit.neuron_inference" in code
+    assert "neuron_forward" not in code and "zeros_like" not in code and "full" not in code
+
+
+def test_single_step_mode_compiles_without_breaks():
+    node = spikejit.LIFNode(step_mode="s")
+    fc = nn.Linear(8, 8)
+
+    def run(xs):
+        node.reset()
+        return torch.stack([node(fc(x)) for x in xs]).sum()
+
+    xs = torch.randn(4, 3, 8)
+    explanation = torch._dynamo.explain(run)(xs)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+
+
+def test_functional_api_compiles_without_breaks():
+    def run(x, v0, w):
+        s, v_last, _ = spikejit.plif_multi_step(x, v0, w, True, 1.0, None, spikejit.surrogate.Erf(), False)
+        s2, v2 = spikejit.multistep_lif(s, None, True, 3.0, 0.5, 0.0, True, "ATan", True)
+        return s2.sum() + v_last.sum() + v2.sum()
+
+    args = (torch.randn(5, 7), torch.zeros(7), torch.tensor(0.1, requires_grad=True))
+    explanation = torch._dynamo.explain(run)(*args)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(run, fullgraph=True)(*args), run(*args))

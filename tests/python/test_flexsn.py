@@ -1,0 +1,334 @@
+"""FlexSN: tracing into the IR, the reference's two-input/two-state/two-output example against an
+eager loop, parameters captured by the core, fallback and strict mode, T = 0, step modes."""
+import copy
+import functools
+import gc
+
+import pytest
+import torch
+from torch import nn
+
+import spikejit
+from conftest import device_params, random_input
+
+
+def strange_core(x, m, v, a):
+    """Two inputs, two states, two outputs; the second input modulates through a sigmoid."""
+    gate = torch.sigmoid(m)
+    h = v + (x * gate - v) / 2.0 - a
+    s = spikejit.surrogate.ATan(alpha=2.0)(h - 1.0)
+    return s, s * gate, h * (1.0 - s), 0.9 * a + 0.1 * s
+
+
+def eager_loop(core, inputs, states, num_outputs):
+    outputs = []
+    for t in range(inputs[0].shape[0]):
+        results = core(*[x[t] for x in inputs], *states)
+        outputs.append(results[:num_outputs])
+        states = list(results[num_outputs:])
+    return [torch.stack(o) for o in zip(*outputs)], states
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_reference_example_matches_an_eager_loop(device):
+    node = spikejit.FlexSN(strange_core, num_inputs=2, num_states=2, num_outputs=2)
+    assert node.handle is not None, node.fallback_reason
+    x, m = random_input(10, 3, 40, device=device), random_input(10, 3, 40, device=device)
+    g1, g2 = torch.randn_like(x), torch.randn_like(x)
+    grads = []
+    for run in ("kernel", "eager"):
+        xr, mr = x.clone().requires_grad_(), m.clone().requires_grad_()
+        if run == "kernel":
+            node.reset()
+            s, y = node(xr, mr)
+            v, a = node.states
+        else:
+            (s, y), (v, a) = eager_loop(strange_core, [xr, mr], [torch.zeros_like(x[0])] * 2, 2)
+        ((s * g1).sum() + (y * g2).sum() + v.sum() + a.sum()).backward()
+        grads.append((s.detach(), y.detach(), v.detach(), a.detach(), xr.grad, mr.grad))
+    (s, y, v, a, gx, gm), (s_ref, y_ref, v_ref, a_ref, gx_ref, gm_ref) = grads
+    assert torch.equal(s, s_ref)
+    for got, want in ((y, y_ref), (v, v_ref), (a, a_ref), (gx, gx_ref), (gm, gm_ref)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_traced_text_uses_the_spike_op_and_parameters():
+    theta = nn.Parameter(torch.full((7,), 0.8))
+    r = torch.tensor(0.4, requires_grad=True)
+
+    def core(x, v):
+        h = v + (x - v) * r
+        s = spikejit.surrogate.spike(h - theta, "piecewise_leaky_relu", [0.5, 0.02])
+        return s, h - s * theta
+
+    node = spikejit.FlexSN(core, 1, 1, 1)
+    text = node.program.canonical()
+    assert "spike(" in text and "piecewise_leaky_relu(w=0.5, c=0.02)" in text
+    assert [k for _, k, _ in node.program.params] == ["scalar", "per_neuron"]
+    x = random_input(6, 2, 7).requires_grad_()
+    node(x).sum().backward()
+
+    # the same dynamics written out, through eager autograd
+    r2, theta2 = r.detach().clone().requires_grad_(), theta.detach().clone().requires_grad_()
+    v, out = torch.zeros(2, 7), []
+    x2 = x.detach().clone().requires_grad_()
+    for t in range(6):
+        h = v + (x2[t] - v) * r2
+        s = spikejit.surrogate.spike(h - theta2, "piecewise_leaky_relu", [0.5, 0.02])
+        v = h - s * theta2
+        out.append(s)
+    torch.stack(out).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(r.grad, r2.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(theta.grad, theta2.grad, rtol=1e-5, atol=1e-6)
+
+
+class AdaptiveCore(nn.Module):
+    """A module core: its parameters become IR parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.tau_w = nn.Parameter(torch.tensor(0.2))
+        self.beta = nn.Parameter(torch.tensor([0.3]))
+
+    def forward(self, x, v, b):
+        h = v + (x - v) * torch.sigmoid(self.tau_w)
+        s = spikejit.surrogate.Sigmoid()(h - 1.0 - self.beta * b)
+        return s, h * (1 - s), b * 0.9 + s
+
+
+def test_module_core_parameters_get_gradients():
+    core = AdaptiveCore()
+    node = spikejit.FlexSN(core, 1, 2, 1)
+    assert node.handle is not None and len(node.program.params) == 2
+    assert {id(p) for p in node.parameters()} == {id(core.tau_w), id(core.beta)}
+    x = random_input(8, 16)
+    node(x).sum().backward()
+    grads = [core.tau_w.grad.clone(), core.beta.grad.clone()]
+    core.zero_grad()
+    outputs, _ = spikejit.eager_scan(core, [x], [torch.zeros(16), torch.zeros(16)])
+    outputs[0].sum().backward()
+    torch.testing.assert_close(grads[0], core.tau_w.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grads[1], core.beta.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_partial_and_bound_method_cores():
+    scale = torch.tensor(1.5)
+
+    def core(x, v, k):
+        h = v * 0.5 + x * k
+        s = spikejit.surrogate.Rect()(h - 1)
+        return s, h - s
+
+    node = spikejit.FlexSN(functools.partial(core, k=scale), 1, 1, 1)
+    assert node.handle is not None
+    x = random_input(5, 9)
+    expected, _ = spikejit.eager_scan(functools.partial(core, k=scale), [x], [torch.zeros(9)])
+    assert torch.equal(node(x), expected[0])
+    scale.fill_(0.5)  # captured tensors are read at every call
+    expected, _ = spikejit.eager_scan(functools.partial(core, k=scale), [x], [torch.zeros(9)])
+    node.reset()
+    assert torch.equal(node(x), expected[0])
+
+
+def test_op_table_coverage():
+    """A core using many table ops (comparisons, logic, where, clamp, pow, fmod, round, casts...)."""
+    def core(x, v):
+        a = torch.clamp(x, -2.0, 2.0) + torch.maximum(v, x) - torch.minimum(v, 0.5 * x)
+        b = torch.where((x > 0) & ~(v < -1), torch.exp(-a.abs()), torch.tanh(a)) * torch.erf(v)
+        c = torch.fmod(a, 0.7) + torch.round(x * 3) / 3 + torch.floor(v) - torch.ceil(-x)
+        d = torch.sqrt(a.abs() + 1) * torch.rsqrt(v.abs() + 2) + torch.log(a.abs() + 1) + torch.log2(v.abs() + 1)
+        e = torch.pow(a.abs() + 0.5, 1.5) + torch.sin(x) * torch.cos(v) + torch.relu(x - v) + torch.sign(v)
+        f = (x >= v).float() + torch.logical_or(x < 0, v > 0).to(x.dtype) + x.masked_fill(x > 1, 1.0)
+        g = torch.reciprocal(a.abs() + 1) - x.neg() + torch.clamp_min(v, -0.5) + torch.clamp_max(v, 0.5)
+        s = spikejit.surrogate.SoftSign()(b + c - 1)
+        return s, (d + e + f + g) * 0.01 + v * 0.5 * (1 - s)
+
+    node = spikejit.FlexSN(core, 1, 1, 1, strict=True)
+    x = random_input(7, 50)
+    outputs, (v_last,) = spikejit.eager_scan_final_state(core, [x], [torch.zeros(50)])
+    assert torch.equal(node(x), outputs[0])
+    torch.testing.assert_close(node.states[0], v_last)
+
+
+def test_unsupported_op_warns_naming_it_and_falls_back():
+    def core(x, v):
+        h = v + torch.atan(x)
+        return h, h * 0.5
+
+    with pytest.warns(RuntimeWarning, match="aten.atan"):
+        node = spikejit.FlexSN(core, 1, 1, 1)
+    assert node.handle is None
+    x = random_input(4, 3)
+    expected, _ = spikejit.eager_scan(core, [x], [torch.zeros(3)])
+    torch.testing.assert_close(node(x), expected[0])
+    with pytest.raises(spikejit.UnsupportedCoreError, match="aten.atan") as info:
+        spikejit.FlexSN(core, 1, 1, 1, strict=True)
+    assert info.value.op == "aten.atan.default"
+
+
+def test_autograd_function_surrogate_is_caught_by_the_check():
+    """A surrogate whose gradient make_fx cannot see (an autograd.Function) would give a silent
+    zero gradient; the post-trace check catches it and falls back."""
+    sj_surrogate = pytest.importorskip("spikingjelly.activation_based.surrogate")
+    sg = sj_surrogate.Sigmoid()
+
+    def core(x, v):
+        h = v + x
+        s = sg(h - 1.0)
+        return s, h * (1 - s)
+
+    with pytest.warns(RuntimeWarning, match="gradient"):
+        node = spikejit.FlexSN(core, 1, 1, 1)
+    assert node.handle is None
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_zero_steps(device):
+    node = spikejit.FlexSN(strange_core, 2, 2, 2, store_state_seqs=True)
+    x = torch.empty(0, 4, device=device)
+    s, y = node(x, x)
+    assert s.shape == y.shape == (0, 4)
+    assert all(torch.equal(v, torch.zeros(4, device=device)) for v in node.states)
+    assert all(seq.shape == (0, 4) for seq in node.state_seqs)
+
+
+def test_state_seqs_and_final_states_agree():
+    node = spikejit.FlexSN(strange_core, 2, 2, 2, store_state_seqs=True)
+    x, m = random_input(6, 11), random_input(6, 11)
+    node(x, m)
+    assert [s.shape for s in node.state_seqs] == [(6, 11), (6, 11)]
+    for seq, final in zip(node.state_seqs, node.states):
+        torch.testing.assert_close(seq[-1], final)
+    seqs = [s.clone() for s in node.state_seqs]
+    node(x, m)  # states carry over between calls
+    assert not torch.equal(node.state_seqs[0], seqs[0]) or not torch.equal(node.state_seqs[1], seqs[1])
+
+
+def test_single_step_mode_matches_multi_step():
+    multi = spikejit.FlexSN(strange_core, 2, 2, 2)
+    single = spikejit.FlexSN(strange_core, 2, 2, 2, step_mode="s")
+    x, m = random_input(5, 8), random_input(5, 8)
+    s_m, y_m = multi(x, m)
+    outs = [single(x[t], m[t]) for t in range(5)]
+    assert torch.equal(s_m, torch.stack([o[0] for o in outs]))
+    torch.testing.assert_close(y_m, torch.stack([o[1] for o in outs]))
+
+
+def test_custom_init_states_and_torch_backend():
+    class Offset(spikejit.FlexSN):
+        @staticmethod
+        def init_states(num_states, step_mode, *args):
+            x = args[0]
+            return [torch.full_like(x[0] if step_mode == "m" else x, 0.5) for _ in range(num_states)]
+
+    def core(x, v):
+        h = v + x
+        s = spikejit.surrogate.Sigmoid()(h - 1.0)
+        return s, h - s
+
+    x = random_input(4, 6)
+    kernel = Offset(core, 1, 1, 1)
+    torch_backend = Offset(core, 1, 1, 1, backend="torch")
+    assert torch.equal(kernel(x), torch_backend(x))
+    torch.testing.assert_close(kernel.states[0], torch_backend.states[0])
+
+
+def test_flexsn_kernel_functional_api():
+    kernel = spikejit.FlexSNKernel(strange_core, 2, 2, 2)
+    x, m = random_input(5, 6), random_input(5, 6)
+    v0, a0 = random_input(6, scale=0.3), random_input(6, scale=0.1)
+    s, y, v_seq, a_seq = kernel(x, m, v0, a0)
+    (s_ref, y_ref), _ = eager_loop(strange_core, [x, m], [v0, a0], 2)
+    _, seqs = spikejit.eager_scan(strange_core, [x, m], [v0, a0])
+    assert torch.equal(s, s_ref)
+    torch.testing.assert_close(v_seq, seqs[0])
+    torch.testing.assert_close(a_seq, seqs[1])
+
+
+def test_bad_constructor_and_call_arguments():
+    with pytest.raises(ValueError, match="num_inputs"):
+        spikejit.FlexSN(strange_core, 0, 2, 2)
+    with pytest.raises(ValueError, match="requires_grad"):
+        spikejit.FlexSN(strange_core, 2, 2, 2, requires_grad=[True])
+    with pytest.raises(ValueError, match="example_inputs"):
+        spikejit.FlexSN(strange_core, 2, 2, 2, example_inputs=[torch.zeros(1)])
+    with pytest.raises(ValueError, match="backend"):
+        spikejit.FlexSN(strange_core, 2, 2, 2, backend="cuda")
+    with pytest.raises(TypeError, match="core"):
+        spikejit.FlexSN(3, 1, 1, 1)
+    with pytest.raises(ValueError, match="core"):
+        spikejit.FlexSN(strange_core, 1, 1, 1)  # the core returns 4 values, 2 expected
+    node = spikejit.FlexSN(strange_core, 2, 2, 2)
+    with pytest.raises(ValueError, match="inputs"):
+        node(torch.zeros(3, 4))
+    with pytest.raises(ValueError, match="inputs\\[1\\]"):
+        node(torch.zeros(3, 4), torch.zeros(3, 5))
+
+
+# ---- kernel handle lifetime (reference section 3.5) ------------------------------------------
+
+def live(handle):
+    return spikejit.registry.is_registered(handle)
+
+
+def test_handle_released_with_the_module():
+    node = spikejit.FlexSN(strange_core, 2, 2, 2)
+    handle = node.handle
+    assert spikejit.registry.handle_info(handle) == {"owner_refs": 1, "active_refs": 0}
+    del node
+    gc.collect()
+    assert not live(handle)
+
+
+def test_pending_backward_keeps_the_kernels_alive():
+    node = spikejit.FlexSN(strange_core, 2, 2, 2)
+    handle = node.handle
+    x = random_input(4, 5).requires_grad_()
+    s, y = node(x, random_input(4, 5))
+    assert spikejit.registry.handle_info(handle)["active_refs"] == 1
+    loss = s.sum() + y.sum() + node.states[0].sum()
+    del node, s, y
+    gc.collect()
+    assert live(handle), "the backward still needs the program"
+    loss.backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    del loss
+    gc.collect()
+    assert not live(handle), "freed once nothing needs it"
+
+
+def test_unused_graph_releases_the_active_reference():
+    node = spikejit.FlexSN(strange_core, 2, 2, 2)
+    handle = node.handle
+    outputs = node(random_input(3, 4).requires_grad_(), random_input(3, 4))
+    assert spikejit.registry.handle_info(handle)["active_refs"] == 1
+    node.reset()
+    del outputs
+    gc.collect()
+    assert spikejit.registry.handle_info(handle) == {"owner_refs": 1, "active_refs": 0}
+
+
+def test_deepcopy_shares_the_handle():
+    node = spikejit.FlexSN(AdaptiveCore(), 1, 2, 1)
+    handle = node.handle
+    twin = copy.deepcopy(node)
+    assert twin.handle == handle
+    assert spikejit.registry.handle_info(handle)["owner_refs"] == 2
+    assert twin.core.tau_w is not node.core.tau_w
+    assert twin._compiled.params[0] is twin.core.tau_w  # the copy uses its own parameters
+    del node
+    gc.collect()
+    assert live(handle)
+    x = random_input(3, 4)
+    twin(x)
+    del twin
+    gc.collect()
+    assert not live(handle)
+
+
+def test_unknown_handle_is_an_error():
+    with pytest.raises(RuntimeError, match="not registered"):
+        spikejit.registry.program(987654321)
+    with pytest.raises(TypeError, match="handle"):
+        spikejit.registry.program("abc")
