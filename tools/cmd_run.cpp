@@ -81,35 +81,79 @@ void report_output(const std::string& name, const HostTensor& t) {
               sum / static_cast<double>(t.numel()));
 }
 
+// The training forward + backward with random output gradients; prints each parameter's
+// gradient and returns the fastest time of `repeat` runs.
+double time_training(const Program& program, ForwardBuffers& fwd, DType dtype, std::mt19937_64& rng,
+                     int64_t repeat, const cpu::Options& options) {
+  const ir::Neuron& neuron = program.neuron();
+  const std::vector<int64_t> seq_shape = {fwd.steps, fwd.neuron_shape[0]}, state_shape = fwd.neuron_shape;
+  std::vector<HostTensor> saved = make_tensors(program.backward().saved.size(), dtype, seq_shape);
+  std::vector<HostTensor> grad_outputs = make_tensors(neuron.outputs.size(), dtype, seq_shape);
+  for (HostTensor& g : grad_outputs) fill_normal(g, rng, 0.0, 1.0);
+  std::vector<HostTensor> grad_inputs = make_tensors(neuron.inputs.size(), dtype, seq_shape);
+  std::vector<HostTensor> grad_initial = make_tensors(neuron.states.size(), dtype, state_shape);
+  std::vector<HostTensor> grad_params;
+  for (const TensorView& p : fwd.params) grad_params.emplace_back(dtype, p.shape);
+
+  fwd.saved = views(saved);
+  BackwardBuffers bwd;
+  bwd.steps = fwd.steps;
+  bwd.neuron_shape = fwd.neuron_shape;
+  bwd.saved = fwd.saved;
+  bwd.params = fwd.params;
+  bwd.grad_outputs = views(grad_outputs);
+  bwd.grad_inputs = views(grad_inputs);
+  bwd.grad_initial_states = views(grad_initial);
+  bwd.grad_params = views(grad_params);
+  const double seconds = best_seconds(repeat, [&] {
+    cpu::forward(program, fwd, options);
+    cpu::backward(program, bwd, options);
+  });
+
+  for (size_t i = 0; i < grad_params.size(); ++i) {
+    double sum = 0.0;
+    for (int64_t k = 0; k < grad_params[i].numel(); ++k) sum += grad_params[i].get(k);
+    const char* name = neuron.params[i].name.c_str();
+    if (neuron.params[i].kind == ir::ParamKind::Scalar) {
+      std::printf("param %s: dL/d%s = %.6g\n", name, name, sum);
+    } else {
+      std::printf("param %s: mean dL/d%s = %.6g\n", name, name,
+                  sum / static_cast<double>(grad_params[i].numel()));
+    }
+  }
+  return seconds;
+}
+
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
-  const Args args(argc, argv, {"set", "steps", "neurons", "seed", "threads", "dtype", "mean", "std", "repeat"},
-                  {"train"});
+  const Args args(argc, argv,
+                  {"set", "steps", "neurons", "seed", "threads", "dtype", "mean", "std", "repeat"}, {"train"});
   if (args.help()) {
     std::cout << kAbout << kNeuronSourceHelp << kOptions;
     return 0;
   }
   const std::string& file = args.single_positional("FILE");
-  if (!args.value("steps") || !args.value("neurons")) throw UsageError("--steps and --neurons are required");
+  if (!args.value("steps") || !args.value("neurons")) {
+    throw UsageError("--steps and --neurons are required");
+  }
   const int64_t big = int64_t{1} << 40;
   const int64_t T = args.integer("steps", 0, 1, big);
   const int64_t N = args.integer("neurons", 0, 1, big);
   if (T > std::numeric_limits<int64_t>::max() / 16 / N) throw UsageError("--steps x --neurons is too large");
-  const uint64_t seed = static_cast<uint64_t>(
-      args.integer("seed", static_cast<int64_t>(std::random_device{}() >> 1), 0, std::numeric_limits<int64_t>::max()));
+  const int64_t max_seed = std::numeric_limits<int64_t>::max();
+  const uint64_t seed = static_cast<uint64_t>(args.integer("seed", std::random_device{}() >> 1, 0, max_seed));
   cpu::Options options;
   options.threads = static_cast<int>(args.integer("threads", 0, 0, 4096));
   const DType dtype = parse_dtype(args.value("dtype").value_or("float32"));
   const double mean = args.real("mean", 1.0), std = args.real("std", 1.0);
+  if (std < 0) throw UsageError("--std: expected a number >= 0");
   const int64_t repeat = args.integer("repeat", 3, 1, 1000);
   const bool train = args.flag("train");
-  if (std < 0) throw UsageError("--std: expected a number >= 0");
 
   const Program program = load_program(file, args.values("set"));
   const ir::Neuron& neuron = program.neuron();
   const std::vector<int64_t> seq_shape = {T, N}, state_shape = {N};
-
   std::mt19937_64 rng(seed);
   std::vector<HostTensor> inputs = make_tensors(neuron.inputs.size(), dtype, seq_shape);
   for (HostTensor& x : inputs) fill_normal(x, rng, mean, std);
@@ -133,43 +177,8 @@ int cmd_run(int argc, char** argv) {
                                                : std::max(1u, std::thread::hardware_concurrency());
   std::printf("neuron %s: T=%" PRId64 " N=%" PRId64 " dtype=%s threads=%u seed=%" PRIu64 " mode=%s\n",
               neuron.name.c_str(), T, N, dtype_name(dtype), threads, seed, train ? "training" : "inference");
-
-  double seconds = 0.0;
-  if (!train) {
-    seconds = best_seconds(repeat, [&] { cpu::forward(program, fwd, options); });
-  } else {
-    std::vector<HostTensor> saved = make_tensors(program.backward().saved.size(), dtype, seq_shape);
-    std::vector<HostTensor> grad_outputs = make_tensors(neuron.outputs.size(), dtype, seq_shape);
-    for (HostTensor& g : grad_outputs) fill_normal(g, rng, 0.0, 1.0);
-    std::vector<HostTensor> grad_inputs = make_tensors(neuron.inputs.size(), dtype, seq_shape);
-    std::vector<HostTensor> grad_initial = make_tensors(neuron.states.size(), dtype, state_shape);
-    std::vector<HostTensor> grad_params;
-    for (const HostTensor& p : params) grad_params.emplace_back(dtype, std::vector<int64_t>{p.numel()});
-    fwd.saved = views(saved);
-    BackwardBuffers bwd;
-    bwd.steps = T;
-    bwd.neuron_shape = state_shape;
-    bwd.saved = fwd.saved;
-    bwd.params = fwd.params;
-    bwd.grad_outputs = views(grad_outputs);
-    bwd.grad_inputs = views(grad_inputs);
-    bwd.grad_initial_states = views(grad_initial);
-    bwd.grad_params = views(grad_params);
-    seconds = best_seconds(repeat, [&] {
-      cpu::forward(program, fwd, options);
-      cpu::backward(program, bwd, options);
-    });
-    for (size_t i = 0; i < grad_params.size(); ++i) {
-      double sum = 0.0;
-      for (int64_t k = 0; k < grad_params[i].numel(); ++k) sum += grad_params[i].get(k);
-      const char* name = neuron.params[i].name.c_str();
-      if (neuron.params[i].kind == ir::ParamKind::Scalar) {
-        std::printf("param %s: dL/d%s = %.6g\n", name, name, sum);
-      } else {
-        std::printf("param %s: mean dL/d%s = %.6g\n", name, name, sum / static_cast<double>(grad_params[i].numel()));
-      }
-    }
-  }
+  const double seconds = train ? time_training(program, fwd, dtype, rng, repeat, options)
+                               : best_seconds(repeat, [&] { cpu::forward(program, fwd, options); });
   for (size_t i = 0; i < outputs.size(); ++i) report_output(neuron.outputs[i].name, outputs[i]);
   std::printf("time %.3f ms (fastest of %" PRId64 "), throughput %.3g neuron-steps/s\n", seconds * 1e3, repeat,
               static_cast<double>(T) * static_cast<double>(N) / seconds);

@@ -90,7 +90,7 @@ struct KernelSource {
 KernelSource generate(const Program& program, const KernelSpec& spec);
 
 // The variant to launch for `neurons` on a device with `multiprocessors` SMs: the vector variant
-// once it fills the device and its rows are aligned (`rows_aligned`: every buffer that is not a
+// once it has a warp for every SM scheduler and its rows are aligned (`rows_aligned`: every buffer that is not a
 // scalar parameter, checkpoint or workspace starts on 16 bytes; and N % its EPT == 0), else the
 // one-neuron-per-thread variant (more threads in flight). The vector variant stays correct on
 // unaligned rows, element by element, but slow.

@@ -32,11 +32,18 @@ def _check_float(name, value, allow_none=False):
 
 
 class BaseNode(nn.Module):
-    """Common state handling of the built-in neurons (one state `v`)."""
+    """Common state handling of the built-in neurons (one state `v`).
+
+    The program handle is kept in `_program_handle` and rebuilt whenever an option attribute is
+    assigned, so that forward only reads an int (a constant for torch.compile). A surrogate
+    changed in place (`node.surrogate_function.alpha = 3`) must be assigned again to count.
+    """
+
+    _OPTIONS = frozenset({"v_threshold", "v_reset", "detach_reset", "surrogate_function", "tau", "decay_input"})
 
     def __init__(self, v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, surrogate_function=None,
                  detach_reset: bool = False, step_mode: str = "s", backend: str = "spikejit",
-                 store_v_seq: bool = False):
+                 store_v_seq: bool = False, **options):
         super().__init__()
         _check_float("v_threshold", v_threshold)
         _check_float("v_reset", v_reset, allow_none=True)
@@ -51,11 +58,23 @@ class BaseNode(nn.Module):
         self.v_reset = None if v_reset is None else float(v_reset)
         self.surrogate_function = _surrogate.Sigmoid() if surrogate_function is None else surrogate_function
         self.detach_reset = detach_reset
+        for name, value in options.items():
+            setattr(self, name, value)
         self.step_mode = step_mode
         self.backend = backend
         self.store_v_seq = store_v_seq
         self.v = self._v_default()
         self.v_seq = None
+        self._options_ready = True
+        self._refresh_program()
+
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if name in self._OPTIONS and self.__dict__.get("_options_ready", False):
+            self._refresh_program()
+
+    def _refresh_program(self) -> None:
+        self._program_handle = self._make_handle()
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -87,7 +106,7 @@ class BaseNode(nn.Module):
 
     # -- subclasses ----------------------------------------------------------------------------
 
-    def _handle(self) -> int:
+    def _make_handle(self) -> int:
         raise NotImplementedError
 
     def _params(self, x_seq: Tensor):
@@ -103,7 +122,7 @@ class BaseNode(nn.Module):
 
     def multi_step_forward(self, x_seq: Tensor) -> Tensor:
         self._check_input(x_seq, "x_seq", 1)
-        outputs, finals, seqs = run_neuron(self._handle(), 1, 1, [x_seq], [self._initial_v(x_seq)],
+        outputs, finals, seqs = run_neuron(self._program_handle, 1, 1, [x_seq], [self._initial_v(x_seq)],
                                            self._params(x_seq),
                                            self.store_v_seq)
         self.v = finals[0]
@@ -114,7 +133,7 @@ class BaseNode(nn.Module):
     def single_step_forward(self, x: Tensor) -> Tensor:
         self._check_input(x, "x", 0)
         x_seq = x.unsqueeze(0)
-        outputs, finals, _ = run_neuron(self._handle(), 1, 1, [x_seq], [self._initial_v(x_seq)],
+        outputs, finals, _ = run_neuron(self._program_handle, 1, 1, [x_seq], [self._initial_v(x_seq)],
                                         self._params(x_seq), False)
         self.v = finals[0]
         if self.store_v_seq:
@@ -140,7 +159,7 @@ class BaseNode(nn.Module):
 class IFNode(BaseNode):
     """Integrate-and-fire: h = v + x; s = H(h - v_threshold); hard or soft reset."""
 
-    def _handle(self) -> int:
+    def _make_handle(self) -> int:
         name, params = _surrogate.resolve(self.surrogate_function)
         return builtin_handle("if", self.v_threshold, self.v_reset, self.detach_reset, name, params)
 
@@ -155,11 +174,10 @@ class LIFNode(BaseNode):
         _check_float("tau", tau)
         if not tau > 1.0:
             raise ValueError(f"tau: expected a float > 1, got {tau}")
-        super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq)
-        self.tau = float(tau)
-        self.decay_input = bool(decay_input)
+        super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq,
+                         tau=float(tau), decay_input=bool(decay_input))
 
-    def _handle(self) -> int:
+    def _make_handle(self) -> int:
         name, params = _surrogate.resolve(self.surrogate_function)
         return builtin_handle("lif", self.v_threshold, self.v_reset, self.detach_reset, name, params,
                               self.decay_input, self.tau)
@@ -177,11 +195,11 @@ class ParametricLIFNode(BaseNode):
         _check_float("init_tau", init_tau)
         if not init_tau > 1.0:
             raise ValueError(f"init_tau: expected a float > 1, got {init_tau}")
-        super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq)
-        self.decay_input = bool(decay_input)
+        super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq,
+                         decay_input=bool(decay_input))
         self.w = nn.Parameter(torch.as_tensor(-math.log(init_tau - 1.0)))
 
-    def _handle(self) -> int:
+    def _make_handle(self) -> int:
         name, params = _surrogate.resolve(self.surrogate_function)
         return builtin_handle("plif", self.v_threshold, self.v_reset, self.detach_reset, name, params,
                               self.decay_input)

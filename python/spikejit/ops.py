@@ -43,14 +43,11 @@ class _Counts:
         self.saved = None  # derived on first training use (runs autodiff)
 
 
-_counts_cache = {}
-
-
 def _counts(handle: int):
-    program = registry.program(handle)
-    counts = _counts_cache.get(handle)
+    program, cache = registry.program_and_cache(handle)
+    counts = cache.get("counts")
     if counts is None:
-        counts = _counts_cache[handle] = _Counts(program)
+        counts = cache["counts"] = _Counts(program)
     return program, counts
 
 

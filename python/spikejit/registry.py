@@ -18,12 +18,13 @@ _next_handle = itertools.count(1)
 
 
 class _Entry:
-    __slots__ = ("program", "owner_refs", "active_refs")
+    __slots__ = ("program", "owner_refs", "active_refs", "derived")
 
     def __init__(self, program):
         self.program = program
         self.owner_refs = 1
         self.active_refs = 0
+        self.derived = {}  # facts computed from the program, cached with it
 
 
 def _as_handle(handle) -> int:
@@ -50,6 +51,14 @@ def program(handle) -> "_core.Program":
     if entry is None:
         raise RuntimeError(f"spikejit: kernel handle {handle} is not registered (released or never created)")
     return entry.program
+
+
+def program_and_cache(handle):
+    """(program, a dict for facts derived from it) of a live handle; the dict goes with the entry."""
+    entry = _entries.get(_as_handle(handle))
+    if entry is None:
+        raise RuntimeError(f"spikejit: kernel handle {handle} is not registered (released or never created)")
+    return entry.program, entry.derived
 
 
 def _change(handle, owner_delta: int, active_delta: int) -> None:

@@ -77,6 +77,7 @@ __device__ __forceinline__ real sj_sub(real a, real b) { return __fsub_rn(a, b);
 __device__ __forceinline__ real sj_mul(real a, real b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ real sj_div(real a, real b) { return __fdiv_rn(a, b); }
 __device__ __forceinline__ real sj_sqrt(real a) { return __fsqrt_rn(a); }
+__device__ __forceinline__ real sj_rcp(real a) { return __frcp_rn(a); }  // = 1 / a, correctly rounded
 __device__ __forceinline__ real sj_fmod(real a, real b) { return fmodf(a, b); }
 __device__ __forceinline__ real sj_pow(real a, real b) { return powf(a, b); }
 __device__ __forceinline__ real sj_exp(real a) { return expf(a); }
@@ -99,6 +100,7 @@ __device__ __forceinline__ real sj_sub(real a, real b) { return __dsub_rn(a, b);
 __device__ __forceinline__ real sj_mul(real a, real b) { return __dmul_rn(a, b); }
 __device__ __forceinline__ real sj_div(real a, real b) { return __ddiv_rn(a, b); }
 __device__ __forceinline__ real sj_sqrt(real a) { return __dsqrt_rn(a); }
+__device__ __forceinline__ real sj_rcp(real a) { return __drcp_rn(a); }  // = 1 / a, correctly rounded
 __device__ __forceinline__ real sj_fmod(real a, real b) { return fmod(a, b); }
 __device__ __forceinline__ real sj_pow(real a, real b) { return pow(a, b); }
 __device__ __forceinline__ real sj_exp(real a) { return exp(a); }
@@ -116,9 +118,9 @@ __device__ __forceinline__ real sj_ceil(real a) { return ceil(a); }
 
 const char* kMathCommon = R"(
 __device__ __forceinline__ bool sj_isnan(real a) { return a != a; }
-__device__ __forceinline__ real sj_reciprocal(real a) { return sj_div((real)1, a); }
-__device__ __forceinline__ real sj_rsqrt(real a) { return sj_div((real)1, sj_sqrt(a)); }
-__device__ __forceinline__ real sj_sigmoid(real a) { return sj_div((real)1, sj_add((real)1, sj_exp(-a))); }
+__device__ __forceinline__ real sj_reciprocal(real a) { return sj_rcp(a); }
+__device__ __forceinline__ real sj_rsqrt(real a) { return sj_rcp(sj_sqrt(a)); }
+__device__ __forceinline__ real sj_sigmoid(real a) { return sj_rcp(sj_add((real)1, sj_exp(-a))); }
 // NaN propagates like torch.minimum / torch.maximum / torch.clamp / torch.relu / torch.sign.
 __device__ __forceinline__ real sj_min(real a, real b) {
   return (sj_isnan(a) || sj_isnan(b)) ? sj_add(a, b) : (a < b ? a : b);
@@ -142,6 +144,9 @@ struct Row {
   storage v[EPT];
 };
 
+// Loads take the read-only path (ld.global.nc): no buffer a kernel reads is written during it
+// (the runtime rejects overlaps), and plain loads would be ordered behind the thread's earlier
+// stores, which costs a memory round trip per step when few warps run.
 // VEC: one 16-byte access (the caller checked alignment and that all EPT neurons exist).
 // Otherwise element e is accessed only when e < count; missing elements read as zero.
 // A null base (an absent buffer) reads as zero and is never written.
@@ -155,11 +160,11 @@ __device__ __forceinline__ void row_load(const void* base, long long offset, int
   const storage* p = static_cast<const storage*>(base) + offset;
   if constexpr (VEC) {
     static_assert(sizeof(Row<EPT>) == 16, "vector rows are 16 bytes");
-    const uint4 q = *reinterpret_cast<const uint4*>(p);
+    const uint4 q = __ldg(reinterpret_cast<const uint4*>(p));
     memcpy(&r, &q, 16);
   } else {
 #pragma unroll
-    for (int e = 0; e < EPT; ++e) r.v[e] = e < count ? p[e] : (storage)0;
+    for (int e = 0; e < EPT; ++e) r.v[e] = e < count ? __ldg(p + e) : (storage)0;
   }
 }
 

@@ -108,7 +108,8 @@ std::string header_comment(const KernelPlan& p, const NeuronIdentity& id, const 
     while (start < id.canonical.size()) {
       size_t end = id.canonical.find('\n', start);
       if (end == std::string::npos) end = id.canonical.size();
-      s += "//   " + id.canonical.substr(start, end - start) + "\n";
+      const std::string line = id.canonical.substr(start, end - start);
+      s += line.empty() ? "//\n" : "//   " + line + "\n";
       start = end + 1;
     }
   }
@@ -168,13 +169,13 @@ std::string constants(const KernelPlan& p) {
   s += "[[maybe_unused]] constexpr bool kReadGradStateSeqs = " + b(spec.grad_state_seqs) +
        ", kReadGradFinalStates = " + b(spec.grad_final_states) + ";\n";
   s += "[[maybe_unused]] constexpr int kCheckpointEvery = " + std::to_string(spec.checkpoint_every) + ";\n";
+  s += "[[maybe_unused]] constexpr int kCheckpointRegisters = " + std::to_string(kCheckpointRegisters) + ";\n";
+  s += "[[maybe_unused]] constexpr int kReduceThreads = " + std::to_string(kReduceThreads) + ";\n";
   s += "// The values one step function takes and returns.\n"
        "struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA]; };\n"
        "struct ForwardOut { real y[kOutputsA], s_next[kStatesA], saved[kSavedA]; };\n"
        "struct BackwardIn { real saved[kSavedA], go[kOutputsA], gs[kStatesA], p[kParamsA]; };\n"
        "struct BackwardOut { real gi[kInputsA], g_prev[kStatesA], gp[kParamsA]; };\n";
-  s += "[[maybe_unused]] constexpr int kCheckpointRegisters = " + std::to_string(kCheckpointRegisters) + ";\n";
-  s += "[[maybe_unused]] constexpr int kReduceThreads = " + std::to_string(kReduceThreads) + ";\n";
   return s;
 }
 

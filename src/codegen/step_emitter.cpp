@@ -38,6 +38,14 @@ bool exact_reciprocal(double value, bool f64, double* reciprocal) {
   return true;
 }
 
+// Dividing by a power of two is multiplying by its exact reciprocal: the same result, bit for
+// bit, without the division sequence (LIF's `/ tau` with tau = 2, for instance).
+bool divides_by_power_of_two(const ir::Step& step, const ir::Node& n, bool f64, double* reciprocal) {
+  if (n.op != Op::Div) return false;
+  const ir::Node& d = step.nodes[n.args[1]];
+  return d.op == Op::Literal && d.type == ir::Type::Float && exact_reciprocal(d.value, f64, reciprocal);
+}
+
 std::string call(const char* fn, const std::vector<std::string>& args) {
   std::string s = std::string(fn) + "(";
   for (size_t i = 0; i < args.size(); ++i) s += (i ? ", " : "") + args[i];
@@ -66,13 +74,8 @@ std::string expression(const ir::Step& step, ir::ValueId id, const StepLeaves& l
     case Op::Sub: return call("sj_sub", {a, b});
     case Op::Mul: return call("sj_mul", {a, b});
     case Op::Div: {
-      // Dividing by a power of two is multiplying by its exact reciprocal: the same result, bit
-      // for bit, without the division sequence (LIF's `/ tau` with tau = 2, for instance).
-      const ir::Node& d = step.nodes[n.args[1]];
       double r = 0.0;
-      if (d.op == Op::Literal && d.type == ir::Type::Float && exact_reciprocal(d.value, f64, &r)) {
-        return call("sj_mul", {a, real_literal(r, f64)});
-      }
+      if (divides_by_power_of_two(step, n, f64, &r)) return call("sj_mul", {a, real_literal(r, f64)});
       return call("sj_div", {a, b});
     }
     case Op::Neg: return "-" + a;
@@ -143,7 +146,7 @@ std::string real_literal(double value, bool f64) {
 
 namespace {
 
-std::vector<char> needed_nodes(const ir::Step& step, const std::vector<StepResults>& results) {
+std::vector<char> needed_nodes(const ir::Step& step, const std::vector<StepResults>& results, bool f64) {
   const ir::ValueId count = static_cast<ir::ValueId>(step.nodes.size());
   std::vector<char> needed(step.nodes.size(), 0);
   for (const StepResults& r : results) {
@@ -155,10 +158,10 @@ std::vector<char> needed_nodes(const ir::Step& step, const std::vector<StepResul
   for (ir::ValueId id = count - 1; id >= 0; --id) {
     if (!needed[id]) continue;
     const ir::Node& n = step.nodes[id];
-    for (int k = 0; k < ir::op_info(n.op).arity; ++k) {
-      check_id(step, n.args[k], id);
-      needed[n.args[k]] = 1;
-    }
+    for (int k = 0; k < ir::op_info(n.op).arity; ++k) check_id(step, n.args[k], id);
+    double unused;
+    const int arity = divides_by_power_of_two(step, n, f64, &unused) ? 1 : ir::op_info(n.op).arity;
+    for (int k = 0; k < arity; ++k) needed[n.args[k]] = 1;
   }
   return needed;
 }
@@ -180,7 +183,7 @@ int op_cost(Op op) {
 }  // namespace
 
 int step_cost(const ir::Step& step, const std::vector<StepResults>& results) {
-  const std::vector<char> needed = needed_nodes(step, results);
+  const std::vector<char> needed = needed_nodes(step, results, false);
   int cost = 0;
   for (size_t id = 0; id < needed.size(); ++id) {
     if (needed[id]) cost += op_cost(step.nodes[id].op);
@@ -191,7 +194,7 @@ int step_cost(const ir::Step& step, const std::vector<StepResults>& results) {
 std::string emit_step_statements(const ir::Step& step, const StepLeaves& leaves,
                                  const std::vector<StepResults>& results, bool f64) {
   const ir::ValueId count = static_cast<ir::ValueId>(step.nodes.size());
-  const std::vector<char> needed = needed_nodes(step, results);
+  const std::vector<char> needed = needed_nodes(step, results, f64);
   std::string out;
   for (ir::ValueId id = 0; id < count; ++id) {
     if (!needed[id]) continue;

@@ -495,6 +495,10 @@ TEST(Codegen, PickVariant) {
   EXPECT_EQ(&codegen::pick_variant(k, 4096, 132), &k.variants[1]);
   EXPECT_EQ(&codegen::pick_variant(k, 16384, 132), &k.variants[1]);
   EXPECT_EQ(&codegen::pick_variant(k, int64_t(4) << 20, 132), &k.variants[0]);
+  EXPECT_EQ(&codegen::pick_variant(k, 262144, 132), &k.variants[0]);
+  // Unaligned rows, or N not a multiple of the vector width: one neuron per thread.
+  EXPECT_EQ(&codegen::pick_variant(k, int64_t(4) << 20, 132, false), &k.variants[1]);
+  EXPECT_EQ(&codegen::pick_variant(k, (int64_t(4) << 20) + 2, 132), &k.variants[1]);
   EXPECT_THROW(codegen::pick_variant(k, 4096, 0), ArgumentError);
 }
 

@@ -97,10 +97,11 @@ def compare(kind, opts, surrogate_name, surrogate_kwargs, device, shape=(12, 3, 
         torch.testing.assert_close(gw, gw_ref, rtol=tolerance["rtol"] * 10, atol=tolerance["atol"] * 10)
 
 
+@pytest.mark.parametrize("device", device_params(), indirect=True)
 @pytest.mark.parametrize("case", list(grid()), ids=case_id)
-def test_option_grid_matches_spikingjelly(case):
+def test_option_grid_matches_spikingjelly(case, device):
     kind, opts = case
-    compare(kind, opts, "Sigmoid", {}, "cpu")
+    compare(kind, opts, "Sigmoid", {}, device)
 
 
 @pytest.mark.parametrize("surrogate", SURROGATES, ids=lambda s: s[0] + str(s[1] or ""))
@@ -117,14 +118,15 @@ def test_cuda_and_cpu_match_spikingjelly(kind, device):
     compare(kind, opts, "ATan", {}, device, shape=(33, 5, 301))
 
 
+@pytest.mark.parametrize("device", device_params(), indirect=True)
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float16, dict(rtol=1e-2, atol=1e-2)),
                                               (torch.bfloat16, dict(rtol=5e-2, atol=5e-2))])
-def test_half_precision_storage_matches_fp32_reference(dtype, tolerance):
+def test_half_precision_storage_matches_fp32_reference(dtype, tolerance, device):
     """fp16/bf16 storage, fp32 arithmetic: equal to the fp32 reference run on the rounded inputs,
     up to the rounding of the stored results (a spike may flip only where h is within that
     rounding of the threshold, so we compare spike rates and potentials loosely)."""
-    x = random_input(8, 64, dtype=dtype)
-    v0 = random_input(64, dtype=dtype, scale=0.5)
+    x = random_input(8, 64, dtype=dtype, device=device)
+    v0 = random_input(64, dtype=dtype, scale=0.5, device=device)
     s, v_last, v_seq = spikejit.lif_multi_step(x, v0, 2.0, True, 1.0, 0.0, None, False, True)
     assert s.dtype == dtype and v_seq.dtype == dtype
     s_ref, _, v_ref = sj_lif.multi_step(x.float(), v0.float(), 2.0, True, 1.0, 0.0, sj_surrogate.Sigmoid(),

@@ -163,3 +163,33 @@ def test_functional_api_compiles_without_breaks():
     assert explanation.graph_break_count == 0, explanation.break_reasons
     torch._dynamo.reset()
     torch.testing.assert_close(torch.compile(run, fullgraph=True)(*args), run(*args))
+
+
+def test_dynamic_shapes_and_changed_options():
+    """dynamic=True: a new T reuses the graph; assigning an option rebuilds the program and the
+    compiled function follows (a guard on the program handle)."""
+    node = spikejit.LIFNode(step_mode="m")
+    fc = nn.Linear(8, 8)
+
+    def run(x):
+        node.reset()
+        return fc(node(x)).sum()
+
+    compiled = torch.compile(run, fullgraph=True, dynamic=True)
+    for steps in (3, 5, 9):
+        x = torch.randn(steps, 4, 8, requires_grad=True)
+        a = compiled(x)
+        a.backward()
+        grad = x.grad
+        x.grad = None
+        b = run(x)
+        b.backward()
+        torch.testing.assert_close(a, b)
+        torch.testing.assert_close(grad, x.grad)
+    x = torch.randn(5, 4, 8) * 2
+    before = run(x)
+    node.v_threshold = 0.3
+    node.surrogate_function = spikejit.surrogate.ATan()
+    after = run(x)
+    assert not torch.equal(before, after)
+    torch.testing.assert_close(compiled(x), after)

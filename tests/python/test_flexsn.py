@@ -332,3 +332,11 @@ def test_unknown_handle_is_an_error():
         spikejit.registry.program(987654321)
     with pytest.raises(TypeError, match="handle"):
         spikejit.registry.program("abc")
+
+
+def test_requires_grad_mask_detaches_inputs():
+    node = spikejit.FlexSN(strange_core, 2, 2, 2, requires_grad=[True, False, True, True])
+    x, m = random_input(4, 6).requires_grad_(), random_input(4, 6).requires_grad_()
+    s, y = node(x, m)
+    (s.sum() + y.sum()).backward()
+    assert x.grad is not None and m.grad is None
