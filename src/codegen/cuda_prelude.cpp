@@ -144,30 +144,30 @@ struct Row {
   storage v[EPT];
 };
 
-// Loads take the read-only path (ld.global.nc): no buffer a kernel reads is written during it
-// (the runtime rejects overlaps), and plain loads would be ordered behind the thread's earlier
-// stores, which costs a memory round trip per step when few warps run.
+// Every load is unconditional, from a valid address: an absent buffer (null base) or an element
+// past the end reads the zeros of sj_zero_row. A conditional load would make the compiler merge
+// the loaded register with the alternative right away, waiting for the load to arrive, which
+// defeats the prefetch. Loads take the read-only path (ld.global.nc): no buffer a kernel reads is
+// written during it (the runtime rejects overlapping buffers).
+__device__ __align__(16) const storage sj_zero_row[16 / sizeof(storage)] = {};
+
 // VEC: one 16-byte access (the caller checked alignment and that all EPT neurons exist).
-// Otherwise element e is accessed only when e < count; missing elements read as zero.
-// A null base (an absent buffer) reads as zero and is never written.
+// Otherwise element e is read when e < count, zero past it.
 template <int EPT, bool VEC>
 __device__ __forceinline__ void row_load(const void* base, long long offset, int count, Row<EPT>& r) {
-  if (base == nullptr) {
-#pragma unroll
-    for (int e = 0; e < EPT; ++e) r.v[e] = (storage)0;
-    return;
-  }
-  const storage* p = static_cast<const storage*>(base) + offset;
+  static_assert(EPT * sizeof(storage) <= sizeof(sj_zero_row), "at most 16 bytes per row");
+  const storage* p = base != nullptr ? static_cast<const storage*>(base) + offset : sj_zero_row;
   if constexpr (VEC) {
     static_assert(sizeof(Row<EPT>) == 16, "vector rows are 16 bytes");
     const uint4 q = __ldg(reinterpret_cast<const uint4*>(p));
     memcpy(&r, &q, 16);
   } else {
 #pragma unroll
-    for (int e = 0; e < EPT; ++e) r.v[e] = e < count ? __ldg(p + e) : (storage)0;
+    for (int e = 0; e < EPT; ++e) r.v[e] = __ldg(e < count ? p + e : sj_zero_row);
   }
 }
 
+// A null base (an absent buffer) is never written; elements >= count are not written.
 template <int EPT, bool VEC>
 __device__ __forceinline__ void row_store(void* base, long long offset, int count, const Row<EPT>& r) {
   if (base == nullptr) return;

@@ -87,9 +87,10 @@ __device__ __forceinline__ void load_inputs(const SpikejitArgs& a, long long off
   for (int i = 0; i < kInputs; ++i) row_load<EPT, VEC>(a.buffers[kSlotInput + i], offset, count, rows[i]);
 }
 
-// One step for the thread's elements: updates `st`, stores the step's rows at `offset`.
+// One step for the thread's elements: stores the step's rows at `offset` and updates `st`, when
+// `live` (the step exists: the time loop runs whole groups of DEPTH steps).
 template <int EPT, bool VEC>
-__device__ __forceinline__ void forward_apply(const SpikejitArgs& a, long long offset, int count,
+__device__ __forceinline__ void forward_apply(const SpikejitArgs& a, bool live, long long offset, int count,
                                               const Row<EPT> (&xr)[kInputsA], const real (&pr)[kParamsA][EPT],
                                               real (&st)[kStatesA][EPT]) {
   Row<EPT> out[kOutputsA], seq[kStatesA], sav[kSavedA];
@@ -107,12 +108,13 @@ __device__ __forceinline__ void forward_apply(const SpikejitArgs& a, long long o
     for (int i = 0; i < kOutputs; ++i) out[i].v[e] = to_storage(o.y[i]);
 #pragma unroll
     for (int i = 0; i < kStates; ++i) {
-      st[i][e] = o.s_next[i];
+      st[i][e] = live ? o.s_next[i] : st[i][e];
       seq[i].v[e] = to_storage(o.s_next[i]);
     }
 #pragma unroll
     for (int i = 0; i < kSaved; ++i) sav[i].v[e] = to_storage(o.saved[i]);
   }
+  if (!live) return;
 #pragma unroll
   for (int i = 0; i < kOutputs; ++i) row_store<EPT, VEC>(a.buffers[kSlotOutput + i], offset, count, out[i]);
   if constexpr (kStoreStateSeqs) {
@@ -127,32 +129,37 @@ __device__ __forceinline__ void forward_apply(const SpikejitArgs& a, long long o
 
 template <int EPT, int DEPTH, bool VEC>
 __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0, int count) {
-  const long long T = a.steps, N = a.neurons;
+  const long long T = a.steps, N = a.neurons, last = T - 1;
   real st[kStatesA][EPT], pr[kParamsA][EPT];
   load_rows<kStates, EPT, VEC>(a, kSlotInitialState, n0, count, st);
   load_params<EPT, VEC>(a, n0, count, pr);
-  Row<EPT> ring[DEPTH][kInputsA];
-#pragma unroll
-  for (int d = 0; d < DEPTH; ++d) {
-    if (d < T) load_inputs<EPT, VEC>(a, d * N + n0, count, ring[d]);
-  }
-  for (long long t0 = 0; t0 < T; t0 += DEPTH) {
+  if (T > 0) {
+    // Row t + DEPTH is loaded before step t runs (the last row again near the end).
+    const long long last_row = last * N + n0;
+    long long ahead_row = n0;
+    Row<EPT> ring[DEPTH][kInputsA];
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
-      const long long t = t0 + d;
-      if (t < T) {
+      load_inputs<EPT, VEC>(a, ahead_row < last_row ? ahead_row : last_row, count, ring[d]);
+      ahead_row += N;
+    }
+    for (long long t0 = 0; t0 < T; t0 += DEPTH) {
+#pragma unroll
+      for (int d = 0; d < DEPTH; ++d) {
+        const long long t = t0 + d;
         Row<EPT> xr[kInputsA];
 #pragma unroll
         for (int i = 0; i < kInputs; ++i) xr[i] = ring[d][i];
-        if (t + DEPTH < T) load_inputs<EPT, VEC>(a, (t + DEPTH) * N + n0, count, ring[d]);
+        load_inputs<EPT, VEC>(a, ahead_row < last_row ? ahead_row : last_row, count, ring[d]);
+        ahead_row += N;
         if constexpr (kCheckpointEvery > 0) {
           constexpr int K = kCheckpointEvery > 0 ? kCheckpointEvery : 1;
-          if (t % K == 0) {
+          if (t < T && t % K == 0) {
 #pragma unroll
             for (int i = 0; i < kStates; ++i) real_row_store<EPT>(a.buffers[kSlotSaved + i], t / K * N + n0, count, st[i]);
           }
         }
-        forward_apply<EPT, VEC>(a, t * N + n0, count, xr, pr, st);
+        forward_apply<EPT, VEC>(a, t < T, t * N + n0, count, xr, pr, st);
       }
     }
   }
@@ -202,10 +209,11 @@ __device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, long long 
   }
 }
 
-// One reverse step: `carry` holds dL/d states[t] from later steps on entry and dL/d states[t-1]
-// on return; parameter gradients accumulate in `gacc`; grad inputs are stored at `offset`.
+// One reverse step (when `live`): `carry` holds dL/d states[t] from later steps on entry and
+// dL/d states[t-1] on return; parameter gradients accumulate in `gacc`; grad inputs are stored
+// at `offset`.
 template <int EPT, bool VEC>
-__device__ __forceinline__ void backward_apply(const SpikejitArgs& a, long long offset, int count,
+__device__ __forceinline__ void backward_apply(const SpikejitArgs& a, bool live, long long offset, int count,
                                                const real (&sv)[kSavedA][EPT], const StepRows<EPT>& g,
                                                const real (&pr)[kParamsA][EPT], real (&carry)[kStatesA][EPT],
                                                real (&gacc)[kParamsA][EPT]) {
@@ -226,10 +234,11 @@ __device__ __forceinline__ void backward_apply(const SpikejitArgs& a, long long 
 #pragma unroll
     for (int i = 0; i < kInputs; ++i) gin[i].v[e] = to_storage(o.gi[i]);
 #pragma unroll
-    for (int i = 0; i < kStates; ++i) carry[i][e] = o.g_prev[i];
+    for (int i = 0; i < kStates; ++i) carry[i][e] = live ? o.g_prev[i] : carry[i][e];
 #pragma unroll
-    for (int i = 0; i < kParams; ++i) gacc[i][e] = sj_add(gacc[i][e], o.gp[i]);
+    for (int i = 0; i < kParams; ++i) gacc[i][e] = live ? sj_add(gacc[i][e], o.gp[i]) : gacc[i][e];
   }
+  if (!live) return;
 #pragma unroll
   for (int i = 0; i < kInputs; ++i) row_store<EPT, VEC>(a.buffers[kSlotGradInput + i], offset, count, gin[i]);
 }
@@ -284,24 +293,28 @@ __device__ __forceinline__ void backward_rows(const SpikejitArgs& a, long long n
   real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamsA][EPT];
   backward_init<EPT>(a, n0, count, carry, gacc);
   load_params<EPT, VEC>(a, n0, count, pr);
-  StepRows<EPT> ring[DEPTH];
-#pragma unroll
-  for (int d = 0; d < DEPTH; ++d) {
-    if (d < T) load_step_rows<EPT, VEC, true>(a, (T - 1 - d) * N + n0, count, ring[d]);
-  }
-  for (long long t0 = T - 1; t0 >= 0; t0 -= DEPTH) {
+  if (T > 0) {
+    // Like the forward, backwards: row t - DEPTH is loaded before step t runs.
+    long long ahead_row = (T - 1) * N + n0;
+    StepRows<EPT> ring[DEPTH];
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
-      const long long t = t0 - d;
-      if (t >= 0) {
+      load_step_rows<EPT, VEC, true>(a, ahead_row > n0 ? ahead_row : n0, count, ring[d]);
+      ahead_row -= N;
+    }
+    for (long long t0 = T - 1; t0 >= 0; t0 -= DEPTH) {
+#pragma unroll
+      for (int d = 0; d < DEPTH; ++d) {
+        const long long t = t0 - d;
         const StepRows<EPT> cur = ring[d];
-        if (t - DEPTH >= 0) load_step_rows<EPT, VEC, true>(a, (t - DEPTH) * N + n0, count, ring[d]);
+        load_step_rows<EPT, VEC, true>(a, ahead_row > n0 ? ahead_row : n0, count, ring[d]);
+        ahead_row -= N;
         real sv[kSavedA][EPT];
 #pragma unroll
         for (int i = 0; i < kSaved; ++i)
 #pragma unroll
           for (int e = 0; e < EPT; ++e) sv[i][e] = to_real(cur.saved[i].v[e]);
-        backward_apply<EPT, VEC>(a, t * N + n0, count, sv, cur, pr, carry, gacc);
+        backward_apply<EPT, VEC>(a, t >= 0, t * N + n0, count, sv, cur, pr, carry, gacc);
       }
     }
   }
@@ -356,7 +369,7 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
       if (u < len) {
         StepRows<EPT> g;
         load_step_rows<EPT, VEC, false>(a, (s0 + u) * N + n0, count, g);
-        backward_apply<EPT, VEC>(a, (s0 + u) * N + n0, count, ring[u], g, pr, carry, gacc);
+        backward_apply<EPT, VEC>(a, true, (s0 + u) * N + n0, count, ring[u], g, pr, carry, gacc);
       }
     }
   }

@@ -82,30 +82,30 @@ struct Row {
   storage v[EPT];
 };
 
-// Loads take the read-only path (ld.global.nc): no buffer a kernel reads is written during it
-// (the runtime rejects overlaps), and plain loads would be ordered behind the thread's earlier
-// stores, which costs a memory round trip per step when few warps run.
+// Every load is unconditional, from a valid address: an absent buffer (null base) or an element
+// past the end reads the zeros of sj_zero_row. A conditional load would make the compiler merge
+// the loaded register with the alternative right away, waiting for the load to arrive, which
+// defeats the prefetch. Loads take the read-only path (ld.global.nc): no buffer a kernel reads is
+// written during it (the runtime rejects overlapping buffers).
+__device__ __align__(16) const storage sj_zero_row[16 / sizeof(storage)] = {};
+
 // VEC: one 16-byte access (the caller checked alignment and that all EPT neurons exist).
-// Otherwise element e is accessed only when e < count; missing elements read as zero.
-// A null base (an absent buffer) reads as zero and is never written.
+// Otherwise element e is read when e < count, zero past it.
 template <int EPT, bool VEC>
 __device__ __forceinline__ void row_load(const void* base, long long offset, int count, Row<EPT>& r) {
-  if (base == nullptr) {
-#pragma unroll
-    for (int e = 0; e < EPT; ++e) r.v[e] = (storage)0;
-    return;
-  }
-  const storage* p = static_cast<const storage*>(base) + offset;
+  static_assert(EPT * sizeof(storage) <= sizeof(sj_zero_row), "at most 16 bytes per row");
+  const storage* p = base != nullptr ? static_cast<const storage*>(base) + offset : sj_zero_row;
   if constexpr (VEC) {
     static_assert(sizeof(Row<EPT>) == 16, "vector rows are 16 bytes");
     const uint4 q = __ldg(reinterpret_cast<const uint4*>(p));
     memcpy(&r, &q, 16);
   } else {
 #pragma unroll
-    for (int e = 0; e < EPT; ++e) r.v[e] = e < count ? __ldg(p + e) : (storage)0;
+    for (int e = 0; e < EPT; ++e) r.v[e] = __ldg(e < count ? p + e : sj_zero_row);
   }
 }
 
+// A null base (an absent buffer) is never written; elements >= count are not written.
 template <int EPT, bool VEC>
 __device__ __forceinline__ void row_store(void* base, long long offset, int count, const Row<EPT>& r) {
   if (base == nullptr) return;
@@ -259,9 +259,10 @@ __device__ __forceinline__ void load_inputs(const SpikejitArgs& a, long long off
   for (int i = 0; i < kInputs; ++i) row_load<EPT, VEC>(a.buffers[kSlotInput + i], offset, count, rows[i]);
 }
 
-// One step for the thread's elements: updates `st`, stores the step's rows at `offset`.
+// One step for the thread's elements: stores the step's rows at `offset` and updates `st`, when
+// `live` (the step exists: the time loop runs whole groups of DEPTH steps).
 template <int EPT, bool VEC>
-__device__ __forceinline__ void forward_apply(const SpikejitArgs& a, long long offset, int count,
+__device__ __forceinline__ void forward_apply(const SpikejitArgs& a, bool live, long long offset, int count,
                                               const Row<EPT> (&xr)[kInputsA], const real (&pr)[kParamsA][EPT],
                                               real (&st)[kStatesA][EPT]) {
   Row<EPT> out[kOutputsA], seq[kStatesA], sav[kSavedA];
@@ -279,12 +280,13 @@ __device__ __forceinline__ void forward_apply(const SpikejitArgs& a, long long o
     for (int i = 0; i < kOutputs; ++i) out[i].v[e] = to_storage(o.y[i]);
 #pragma unroll
     for (int i = 0; i < kStates; ++i) {
-      st[i][e] = o.s_next[i];
+      st[i][e] = live ? o.s_next[i] : st[i][e];
       seq[i].v[e] = to_storage(o.s_next[i]);
     }
 #pragma unroll
     for (int i = 0; i < kSaved; ++i) sav[i].v[e] = to_storage(o.saved[i]);
   }
+  if (!live) return;
 #pragma unroll
   for (int i = 0; i < kOutputs; ++i) row_store<EPT, VEC>(a.buffers[kSlotOutput + i], offset, count, out[i]);
   if constexpr (kStoreStateSeqs) {
@@ -299,32 +301,37 @@ __device__ __forceinline__ void forward_apply(const SpikejitArgs& a, long long o
 
 template <int EPT, int DEPTH, bool VEC>
 __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0, int count) {
-  const long long T = a.steps, N = a.neurons;
+  const long long T = a.steps, N = a.neurons, last = T - 1;
   real st[kStatesA][EPT], pr[kParamsA][EPT];
   load_rows<kStates, EPT, VEC>(a, kSlotInitialState, n0, count, st);
   load_params<EPT, VEC>(a, n0, count, pr);
-  Row<EPT> ring[DEPTH][kInputsA];
-#pragma unroll
-  for (int d = 0; d < DEPTH; ++d) {
-    if (d < T) load_inputs<EPT, VEC>(a, d * N + n0, count, ring[d]);
-  }
-  for (long long t0 = 0; t0 < T; t0 += DEPTH) {
+  if (T > 0) {
+    // Row t + DEPTH is loaded before step t runs (the last row again near the end).
+    const long long last_row = last * N + n0;
+    long long ahead_row = n0;
+    Row<EPT> ring[DEPTH][kInputsA];
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
-      const long long t = t0 + d;
-      if (t < T) {
+      load_inputs<EPT, VEC>(a, ahead_row < last_row ? ahead_row : last_row, count, ring[d]);
+      ahead_row += N;
+    }
+    for (long long t0 = 0; t0 < T; t0 += DEPTH) {
+#pragma unroll
+      for (int d = 0; d < DEPTH; ++d) {
+        const long long t = t0 + d;
         Row<EPT> xr[kInputsA];
 #pragma unroll
         for (int i = 0; i < kInputs; ++i) xr[i] = ring[d][i];
-        if (t + DEPTH < T) load_inputs<EPT, VEC>(a, (t + DEPTH) * N + n0, count, ring[d]);
+        load_inputs<EPT, VEC>(a, ahead_row < last_row ? ahead_row : last_row, count, ring[d]);
+        ahead_row += N;
         if constexpr (kCheckpointEvery > 0) {
           constexpr int K = kCheckpointEvery > 0 ? kCheckpointEvery : 1;
-          if (t % K == 0) {
+          if (t < T && t % K == 0) {
 #pragma unroll
             for (int i = 0; i < kStates; ++i) real_row_store<EPT>(a.buffers[kSlotSaved + i], t / K * N + n0, count, st[i]);
           }
         }
-        forward_apply<EPT, VEC>(a, t * N + n0, count, xr, pr, st);
+        forward_apply<EPT, VEC>(a, t < T, t * N + n0, count, xr, pr, st);
       }
     }
   }

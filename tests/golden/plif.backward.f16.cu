@@ -97,30 +97,30 @@ struct Row {
   storage v[EPT];
 };
 
-// Loads take the read-only path (ld.global.nc): no buffer a kernel reads is written during it
-// (the runtime rejects overlaps), and plain loads would be ordered behind the thread's earlier
-// stores, which costs a memory round trip per step when few warps run.
+// Every load is unconditional, from a valid address: an absent buffer (null base) or an element
+// past the end reads the zeros of sj_zero_row. A conditional load would make the compiler merge
+// the loaded register with the alternative right away, waiting for the load to arrive, which
+// defeats the prefetch. Loads take the read-only path (ld.global.nc): no buffer a kernel reads is
+// written during it (the runtime rejects overlapping buffers).
+__device__ __align__(16) const storage sj_zero_row[16 / sizeof(storage)] = {};
+
 // VEC: one 16-byte access (the caller checked alignment and that all EPT neurons exist).
-// Otherwise element e is accessed only when e < count; missing elements read as zero.
-// A null base (an absent buffer) reads as zero and is never written.
+// Otherwise element e is read when e < count, zero past it.
 template <int EPT, bool VEC>
 __device__ __forceinline__ void row_load(const void* base, long long offset, int count, Row<EPT>& r) {
-  if (base == nullptr) {
-#pragma unroll
-    for (int e = 0; e < EPT; ++e) r.v[e] = (storage)0;
-    return;
-  }
-  const storage* p = static_cast<const storage*>(base) + offset;
+  static_assert(EPT * sizeof(storage) <= sizeof(sj_zero_row), "at most 16 bytes per row");
+  const storage* p = base != nullptr ? static_cast<const storage*>(base) + offset : sj_zero_row;
   if constexpr (VEC) {
     static_assert(sizeof(Row<EPT>) == 16, "vector rows are 16 bytes");
     const uint4 q = __ldg(reinterpret_cast<const uint4*>(p));
     memcpy(&r, &q, 16);
   } else {
 #pragma unroll
-    for (int e = 0; e < EPT; ++e) r.v[e] = e < count ? __ldg(p + e) : (storage)0;
+    for (int e = 0; e < EPT; ++e) r.v[e] = __ldg(e < count ? p + e : sj_zero_row);
   }
 }
 
+// A null base (an absent buffer) is never written; elements >= count are not written.
 template <int EPT, bool VEC>
 __device__ __forceinline__ void row_store(void* base, long long offset, int count, const Row<EPT>& r) {
   if (base == nullptr) return;
@@ -333,10 +333,11 @@ __device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, long long 
   }
 }
 
-// One reverse step: `carry` holds dL/d states[t] from later steps on entry and dL/d states[t-1]
-// on return; parameter gradients accumulate in `gacc`; grad inputs are stored at `offset`.
+// One reverse step (when `live`): `carry` holds dL/d states[t] from later steps on entry and
+// dL/d states[t-1] on return; parameter gradients accumulate in `gacc`; grad inputs are stored
+// at `offset`.
 template <int EPT, bool VEC>
-__device__ __forceinline__ void backward_apply(const SpikejitArgs& a, long long offset, int count,
+__device__ __forceinline__ void backward_apply(const SpikejitArgs& a, bool live, long long offset, int count,
                                                const real (&sv)[kSavedA][EPT], const StepRows<EPT>& g,
                                                const real (&pr)[kParamsA][EPT], real (&carry)[kStatesA][EPT],
                                                real (&gacc)[kParamsA][EPT]) {
@@ -357,10 +358,11 @@ __device__ __forceinline__ void backward_apply(const SpikejitArgs& a, long long 
 #pragma unroll
     for (int i = 0; i < kInputs; ++i) gin[i].v[e] = to_storage(o.gi[i]);
 #pragma unroll
-    for (int i = 0; i < kStates; ++i) carry[i][e] = o.g_prev[i];
+    for (int i = 0; i < kStates; ++i) carry[i][e] = live ? o.g_prev[i] : carry[i][e];
 #pragma unroll
-    for (int i = 0; i < kParams; ++i) gacc[i][e] = sj_add(gacc[i][e], o.gp[i]);
+    for (int i = 0; i < kParams; ++i) gacc[i][e] = live ? sj_add(gacc[i][e], o.gp[i]) : gacc[i][e];
   }
+  if (!live) return;
 #pragma unroll
   for (int i = 0; i < kInputs; ++i) row_store<EPT, VEC>(a.buffers[kSlotGradInput + i], offset, count, gin[i]);
 }
@@ -415,24 +417,28 @@ __device__ __forceinline__ void backward_rows(const SpikejitArgs& a, long long n
   real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamsA][EPT];
   backward_init<EPT>(a, n0, count, carry, gacc);
   load_params<EPT, VEC>(a, n0, count, pr);
-  StepRows<EPT> ring[DEPTH];
-#pragma unroll
-  for (int d = 0; d < DEPTH; ++d) {
-    if (d < T) load_step_rows<EPT, VEC, true>(a, (T - 1 - d) * N + n0, count, ring[d]);
-  }
-  for (long long t0 = T - 1; t0 >= 0; t0 -= DEPTH) {
+  if (T > 0) {
+    // Like the forward, backwards: row t - DEPTH is loaded before step t runs.
+    long long ahead_row = (T - 1) * N + n0;
+    StepRows<EPT> ring[DEPTH];
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
-      const long long t = t0 - d;
-      if (t >= 0) {
+      load_step_rows<EPT, VEC, true>(a, ahead_row > n0 ? ahead_row : n0, count, ring[d]);
+      ahead_row -= N;
+    }
+    for (long long t0 = T - 1; t0 >= 0; t0 -= DEPTH) {
+#pragma unroll
+      for (int d = 0; d < DEPTH; ++d) {
+        const long long t = t0 - d;
         const StepRows<EPT> cur = ring[d];
-        if (t - DEPTH >= 0) load_step_rows<EPT, VEC, true>(a, (t - DEPTH) * N + n0, count, ring[d]);
+        load_step_rows<EPT, VEC, true>(a, ahead_row > n0 ? ahead_row : n0, count, ring[d]);
+        ahead_row -= N;
         real sv[kSavedA][EPT];
 #pragma unroll
         for (int i = 0; i < kSaved; ++i)
 #pragma unroll
           for (int e = 0; e < EPT; ++e) sv[i][e] = to_real(cur.saved[i].v[e]);
-        backward_apply<EPT, VEC>(a, t * N + n0, count, sv, cur, pr, carry, gacc);
+        backward_apply<EPT, VEC>(a, t >= 0, t * N + n0, count, sv, cur, pr, carry, gacc);
       }
     }
   }
@@ -487,7 +493,7 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
       if (u < len) {
         StepRows<EPT> g;
         load_step_rows<EPT, VEC, false>(a, (s0 + u) * N + n0, count, g);
-        backward_apply<EPT, VEC>(a, (s0 + u) * N + n0, count, ring[u], g, pr, carry, gacc);
+        backward_apply<EPT, VEC>(a, true, (s0 + u) * N + n0, count, ring[u], g, pr, carry, gacc);
       }
     }
   }
@@ -584,7 +590,7 @@ __device__ __forceinline__ void reduce_entry(const SpikejitArgs& a) {
 }
 
 // ---- entries (one neuron per thread variant last) -----------------------------------------
-extern "C" __global__ void __launch_bounds__(256) spikejit_backward_310ca3b949f3_f16_gfinal_e8(const SpikejitArgs a) { backward_entry<8, 256, 2>(a); }
+extern "C" __global__ void __launch_bounds__(256) spikejit_backward_310ca3b949f3_f16_gfinal_e8(const SpikejitArgs a) { backward_entry<8, 256, 1>(a); }
 extern "C" __global__ void __launch_bounds__(256) spikejit_backward_310ca3b949f3_f16_gfinal_e8_reduce(const SpikejitArgs a) { reduce_entry<8, 256>(a); }
 extern "C" __global__ void __launch_bounds__(64) spikejit_backward_310ca3b949f3_f16_gfinal_e1(const SpikejitArgs a) { backward_entry<1, 64, 8>(a); }
 extern "C" __global__ void __launch_bounds__(256) spikejit_backward_310ca3b949f3_f16_gfinal_e1_reduce(const SpikejitArgs a) { reduce_entry<1, 64>(a); }
