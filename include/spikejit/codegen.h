@@ -29,7 +29,7 @@ const char* kernel_kind_name(KernelKind k);  // "inference", "inference_final_st
 struct KernelSpec {
   KernelKind kind = KernelKind::Inference;
   DType storage = DType::F32;      // dtype of every sequence, state and parameter buffer
-  bool store_state_seqs = false;   // Inference / TrainingForward: also write states[t]
+  bool store_state_seqs = false;   // forward kinds: also write states[t]
   // Backward: which optional gradients are read (absent ones are zero, not read).
   bool grad_state_seqs = false;
   bool grad_final_states = false;

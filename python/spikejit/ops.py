@@ -91,6 +91,9 @@ def _check_call(counts, inputs, init_states, params):
         raise ValueError(f"inputs[0]: expected a sequence [T, *S], got {_describe(x)}")
     if x.dtype not in DTYPE_CODES:
         raise TypeError(f"inputs[0]: expected float32, float64, float16 or bfloat16, got {_describe(x)}")
+    if x.dtype == torch.float64 and x.device.type != "cpu":
+        raise TypeError(f"inputs[0]: float64 runs on the CPU only; on {x.device.type} expected float32, "
+                        f"float16 or bfloat16, got {_describe(x)}")
     seq_shape = list(x.shape)
     neuron_shape = seq_shape[1:]
 

@@ -128,8 +128,11 @@ __device__ __forceinline__ real sj_min(real a, real b) {
 __device__ __forceinline__ real sj_max(real a, real b) {
   return (sj_isnan(a) || sj_isnan(b)) ? sj_add(a, b) : (a > b ? a : b);
 }
+// min(max(a, lo), hi), like torch.clamp (hi wins when lo > hi).
 __device__ __forceinline__ real sj_clamp(real a, real lo, real hi) {
-  return sj_isnan(a) ? a : (a < lo ? lo : (a > hi ? hi : a));
+  if (sj_isnan(a)) return a;
+  const real low = a < lo ? lo : a;
+  return low > hi ? hi : low;
 }
 __device__ __forceinline__ real sj_relu(real a) { return sj_isnan(a) ? a : (a > (real)0 ? a : (real)0); }
 __device__ __forceinline__ real sj_sign(real a) {

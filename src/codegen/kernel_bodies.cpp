@@ -57,7 +57,8 @@ __device__ __forceinline__ void load_params(const SpikejitArgs& a, long long n0,
 #pragma unroll
   for (int i = 0; i < kParams; ++i) {
     if (is_scalar_param(i)) {
-      const real v = to_real(*static_cast<const storage*>(a.buffers[kSlotParam + i]));
+      const void* base = a.buffers[kSlotParam + i];
+      const real v = to_real(__ldg(base != nullptr ? static_cast<const storage*>(base) : sj_zero_row));
 #pragma unroll
       for (int e = 0; e < EPT; ++e) pr[i][e] = v;
     } else {

@@ -2,6 +2,7 @@
 // folding and the tests share. Bool values are carried as 0 or 1 in the float type F.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 
 #include "spikejit/ir.h"
@@ -36,7 +37,7 @@ inline F apply_op(Op op, F a, F b, F c) {
     case Op::Min: return (std::isnan(a) || std::isnan(b)) ? a + b : (a < b ? a : b);
     case Op::Max: return (std::isnan(a) || std::isnan(b)) ? a + b : (a > b ? a : b);
     // Like torch.clamp: min(max(x, lo), hi), so hi wins when lo > hi.
-    case Op::Clamp: return std::isnan(a) ? a : (a < b ? b : a) > c ? c : (a < b ? b : a);
+    case Op::Clamp: return std::isnan(a) ? a : std::min(std::max(a, b), c);
     case Op::Exp: return std::exp(a);
     case Op::Log: return std::log(a);
     case Op::Log2: return std::log2(a);

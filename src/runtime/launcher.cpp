@@ -1,5 +1,6 @@
 // spikejit::cuda::forward / backward: validate, pick the kernel, fill its arguments, launch on
 // the caller's stream. No synchronisation and no host<->device copies.
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -128,27 +129,32 @@ void run(const Program& program, const codegen::KernelSpec& spec, int64_t steps,
   std::shared_ptr<const runtime::LoadedKernel> kernel =
       runtime::kernel_for(program, spec, device, guard.context());
   const codegen::KernelSource& source = kernel->source;
-  const codegen::KernelVariant& variant =
-      codegen::pick_variant(source, neurons, multiprocessors(device));
-  const size_t v = static_cast<size_t>(&variant - source.variants.data());
   CUstream cu_stream = static_cast<CUstream>(stream);
 
   SpikejitArgs args{};
   args.steps = steps;
   args.neurons = neurons;
   bool reduce = false;
+  bool rows_aligned = true;  // every per-neuron row on 16 bytes: the vector variant may be used
   for (size_t i = 0; i < source.buffers.size(); ++i) {
     const codegen::BufferSlot& slot = source.buffers[i];
-    if (slot.role == codegen::BufferRole::Workspace) {
-      const int64_t bytes = variant.workspace_bytes(neurons);
-      args.buffers[i] = bytes > 0 ? reinterpret_cast<void*>(runtime::stream_workspace(
-                                        guard.context(), cu_stream, static_cast<size_t>(bytes)))
-                                  : nullptr;
-      continue;
-    }
+    if (slot.role == codegen::BufferRole::Workspace) continue;  // filled once the variant is known
     args.buffers[i] = pointer_for(slot, guard.context());
+    if (!slot.scalar_param && !slot.checkpoint) {
+      rows_aligned = rows_aligned && reinterpret_cast<uintptr_t>(args.buffers[i]) % 16 == 0;
+    }
     reduce = reduce || (slot.role == codegen::BufferRole::GradParam && slot.scalar_param &&
                         args.buffers[i] != nullptr);
+  }
+  const codegen::KernelVariant& variant =
+      codegen::pick_variant(source, neurons, multiprocessors(device), rows_aligned);
+  const size_t v = static_cast<size_t>(&variant - source.variants.data());
+  for (size_t i = 0; i < source.buffers.size(); ++i) {
+    if (source.buffers[i].role != codegen::BufferRole::Workspace) continue;
+    const int64_t bytes = variant.workspace_bytes(neurons);
+    args.buffers[i] = bytes > 0 ? reinterpret_cast<void*>(runtime::stream_workspace(
+                                      guard.context(), cu_stream, static_cast<size_t>(bytes)))
+                                : nullptr;
   }
   launch(kernel->functions[v], variant.blocks(neurons), variant.block_size, cu_stream, args,
          program, variant.entry);

@@ -68,8 +68,11 @@ __device__ __forceinline__ real sj_min(real a, real b) {
 __device__ __forceinline__ real sj_max(real a, real b) {
   return (sj_isnan(a) || sj_isnan(b)) ? sj_add(a, b) : (a > b ? a : b);
 }
+// min(max(a, lo), hi), like torch.clamp (hi wins when lo > hi).
 __device__ __forceinline__ real sj_clamp(real a, real lo, real hi) {
-  return sj_isnan(a) ? a : (a < lo ? lo : (a > hi ? hi : a));
+  if (sj_isnan(a)) return a;
+  const real low = a < lo ? lo : a;
+  return low > hi ? hi : low;
 }
 __device__ __forceinline__ real sj_relu(real a) { return sj_isnan(a) ? a : (a > (real)0 ? a : (real)0); }
 __device__ __forceinline__ real sj_sign(real a) {
@@ -231,7 +234,8 @@ __device__ __forceinline__ void load_params(const SpikejitArgs& a, long long n0,
 #pragma unroll
   for (int i = 0; i < kParams; ++i) {
     if (is_scalar_param(i)) {
-      const real v = to_real(*static_cast<const storage*>(a.buffers[kSlotParam + i]));
+      const void* base = a.buffers[kSlotParam + i];
+      const real v = to_real(__ldg(base != nullptr ? static_cast<const storage*>(base) : sj_zero_row));
 #pragma unroll
       for (int e = 0; e < EPT; ++e) pr[i][e] = v;
     } else {
@@ -357,5 +361,5 @@ __device__ __forceinline__ void forward_entry(const SpikejitArgs& a) {
 }
 
 // ---- entries (one neuron per thread variant last) -----------------------------------------
-extern "C" __global__ void __launch_bounds__(256) spikejit_inference_a55f37b79349_f32_e4(const SpikejitArgs a) { forward_entry<4, 256, 2>(a); }
-extern "C" __global__ void __launch_bounds__(64) spikejit_inference_a55f37b79349_f32_e1(const SpikejitArgs a) { forward_entry<1, 64, 8>(a); }
+extern "C" __global__ void __launch_bounds__(256) spikejit_inference_a55f37b79349_f32_e4(const SpikejitArgs a) { forward_entry<4, 256, 1>(a); }
+extern "C" __global__ void __launch_bounds__(64) spikejit_inference_a55f37b79349_f32_e1(const SpikejitArgs a) { forward_entry<1, 64, 16>(a); }

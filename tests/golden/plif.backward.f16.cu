@@ -83,8 +83,11 @@ __device__ __forceinline__ real sj_min(real a, real b) {
 __device__ __forceinline__ real sj_max(real a, real b) {
   return (sj_isnan(a) || sj_isnan(b)) ? sj_add(a, b) : (a > b ? a : b);
 }
+// min(max(a, lo), hi), like torch.clamp (hi wins when lo > hi).
 __device__ __forceinline__ real sj_clamp(real a, real lo, real hi) {
-  return sj_isnan(a) ? a : (a < lo ? lo : (a > hi ? hi : a));
+  if (sj_isnan(a)) return a;
+  const real low = a < lo ? lo : a;
+  return low > hi ? hi : low;
 }
 __device__ __forceinline__ real sj_relu(real a) { return sj_isnan(a) ? a : (a > (real)0 ? a : (real)0); }
 __device__ __forceinline__ real sj_sign(real a) {
@@ -290,7 +293,8 @@ __device__ __forceinline__ void load_params(const SpikejitArgs& a, long long n0,
 #pragma unroll
   for (int i = 0; i < kParams; ++i) {
     if (is_scalar_param(i)) {
-      const real v = to_real(*static_cast<const storage*>(a.buffers[kSlotParam + i]));
+      const void* base = a.buffers[kSlotParam + i];
+      const real v = to_real(__ldg(base != nullptr ? static_cast<const storage*>(base) : sj_zero_row));
 #pragma unroll
       for (int e = 0; e < EPT; ++e) pr[i][e] = v;
     } else {
@@ -592,5 +596,5 @@ __device__ __forceinline__ void reduce_entry(const SpikejitArgs& a) {
 // ---- entries (one neuron per thread variant last) -----------------------------------------
 extern "C" __global__ void __launch_bounds__(256) spikejit_backward_310ca3b949f3_f16_gfinal_e8(const SpikejitArgs a) { backward_entry<8, 256, 1>(a); }
 extern "C" __global__ void __launch_bounds__(256) spikejit_backward_310ca3b949f3_f16_gfinal_e8_reduce(const SpikejitArgs a) { reduce_entry<8, 256>(a); }
-extern "C" __global__ void __launch_bounds__(64) spikejit_backward_310ca3b949f3_f16_gfinal_e1(const SpikejitArgs a) { backward_entry<1, 64, 8>(a); }
+extern "C" __global__ void __launch_bounds__(64) spikejit_backward_310ca3b949f3_f16_gfinal_e1(const SpikejitArgs a) { backward_entry<1, 64, 10>(a); }
 extern "C" __global__ void __launch_bounds__(256) spikejit_backward_310ca3b949f3_f16_gfinal_e1_reduce(const SpikejitArgs a) { reduce_entry<1, 64>(a); }
