@@ -2,7 +2,7 @@
 # The whole GPU check in one call, on a machine with an NVIDIA GPU:
 #   build (Release, tests and benchmarks) -> ctest with SPIKEJIT_REQUIRE_CUDA=1 (GPU tests fail
 #   instead of skipping) -> compute-sanitizer memcheck and initcheck on a representative filter of
-#   test_cuda_kernels -> the GPU benchmark.
+#   test_cuda_kernels -> the Python package's tests on CUDA -> the GPU benchmark.
 # Logs and results go to $OUT (default ./gpu-out): at most 8 files, each cut to its last 15 MiB.
 # The exit code is 0 only when every step passed.
 #
@@ -94,6 +94,14 @@ if [[ $built -eq 0 ]]; then
     echo "compute-sanitizer not found" | tee -a "$SUMMARY" >> "$OUT/sanitizer.log"
     status=1
   fi
+
+  # The Python package on CUDA. No network there: SpikingJelly (the conformance reference) and
+  # its small dependencies travel as wheels in .whl/ (see docs/python.md).
+  if compgen -G "$ROOT/.whl/*.whl" > /dev/null; then
+    step wheels pytest.log python3 -m pip install -q --no-build-isolation --no-deps "$ROOT"/.whl/*.whl
+  fi
+  step pip pytest.log python3 -m pip install -q --no-build-isolation --no-deps "$ROOT" &&
+  step pytest pytest.log python3 -m pytest -q "$ROOT/tests/python"
 
   if [[ -x "$BUILD/bench_cuda_neurons" ]]; then
     step bench bench.txt "$BUILD/bench_cuda_neurons" --csv "$OUT/bench_cuda_neurons.csv"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test: the Release build with warnings as errors (build/), the same tests under
-# AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/), and a bounded libFuzzer run of the
-# parser (clang, build-fuzz/). Set JOBS to change the build parallelism, FUZZ_SECONDS the fuzz time.
+# AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/), a bounded libFuzzer run of the
+# parser (clang, build-fuzz/), and the Python package's tests (.venv/, reused when present). Set JOBS to change the build parallelism, FUZZ_SECONDS the fuzz time.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -30,15 +30,20 @@ cmake --build build-asan -j "$JOBS"
 GTEST_FILTER='-CodegenCompile.*' run_ctest build-asan
 
 echo "== libFuzzer run of the parser, ${FUZZ_SECONDS}s (build-fuzz/)"
-# The library is instrumented too, so that the fuzzer sees coverage inside the parser.
+# SPIKEJIT_FUZZ instruments the library too, so that the fuzzer sees coverage inside the parser.
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPIKEJIT_FUZZ=ON \
-  -DSPIKEJIT_BUILD_TESTS=OFF -DSPIKEJIT_BUILD_BENCH=OFF -DSPIKEJIT_BUILD_TOOLS=OFF \
-  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined"
+  -DSPIKEJIT_BUILD_TESTS=OFF -DSPIKEJIT_BUILD_BENCH=OFF -DSPIKEJIT_BUILD_TOOLS=OFF
 cmake --build build-fuzz -j "$JOBS" --target fuzz_parser
 mkdir -p build-fuzz/corpus build-fuzz/crashes
 # New inputs go to build-fuzz/corpus; the checked-in seeds in tests/fuzz/corpus are only read.
 build-fuzz/fuzz_parser -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 \
   -artifact_prefix=build-fuzz/crashes/ build-fuzz/corpus tests/fuzz/corpus
 passed=$((passed + 1))
+
+echo "== Python package (.venv/) and its tests"
+bash scripts/python_env.sh
+.venv/bin/pip install -q --no-build-isolation .
+.venv/bin/python -m pytest -q tests/python 2>&1 | tee build/pytest.log
+passed=$((passed + $(sed -n 's/^\([0-9]*\) passed.*/\1/p' build/pytest.log | tail -1)))
 
 echo "summary: $passed passed, 0 failed"
