@@ -1,7 +1,9 @@
-// A fresh random generator per test case, with its seed for SCOPED_TRACE.
+// A fresh random generator per test case, with its seed for SCOPED_TRACE. SPIKEJIT_TEST_SEED
+// replays a failure's seed.
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -9,8 +11,7 @@ namespace spikejit::testing {
 
 class SeededRng {
  public:
-  SeededRng()
-      : seed_((uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()), gen_(seed_) {}
+  SeededRng() : seed_(initial_seed()), gen_(seed_) {}
 
   double uniform(double lo, double hi) {
     return std::uniform_real_distribution<double>(lo, hi)(gen_);
@@ -19,6 +20,11 @@ class SeededRng {
   std::string trace() const { return "random seed " + std::to_string(seed_); }
 
  private:
+  static uint64_t initial_seed() {
+    if (const char* fixed = std::getenv("SPIKEJIT_TEST_SEED")) return std::strtoull(fixed, nullptr, 10);
+    return (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+  }
+
   uint64_t seed_;
   std::mt19937_64 gen_;
 };
