@@ -350,6 +350,9 @@ class _Training(torch.autograd.Function):
         init_states = list(tensors[num_inputs:num_inputs + num_states])
         params = list(tensors[num_inputs + num_states:])
         results = training_forward(handle, inputs, init_states, params, store_state_seqs)
+        # Unused outputs (often the final state) get None, not a tensor of zeros: the kernels
+        # read an absent gradient as zero without allocating, filling and reading one.
+        ctx.set_materialize_grads(False)
         _, counts = _counts(handle)
         first_saved = counts.outputs + counts.states * (2 if store_state_seqs else 1)
         ctx.save_for_backward(*results[first_saved:], *params)
