@@ -22,32 +22,12 @@
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc_api.h"
 #include "spikejit/runtime.h"
+#include "support/scoped_env.h"
 
 namespace spikejit::runtime {
 namespace {
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using testing::ScopedEnv;
 
 std::string random_bytes(std::mt19937_64& rng, size_t size) {
   std::string s(size, '\0');

@@ -13,33 +13,12 @@
 #include "runtime/driver_api.h"
 #include "spikejit/cuda.h"
 #include "spikejit/runtime.h"
+#include "support/scoped_env.h"
 
 namespace spikejit::runtime {
 namespace {
 
-// Sets (or unsets, with nullptr) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using testing::ScopedEnv;
 
 uint64_t fresh_seed() {
   std::random_device device;
