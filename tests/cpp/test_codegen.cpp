@@ -24,6 +24,7 @@
 #include "spikejit/frontend.h"
 #include "spikejit/program.h"
 #include "spikejit/runtime.h"
+#include "support/require_nvrtc.h"
 
 namespace spikejit {
 namespace {
@@ -531,27 +532,6 @@ TEST(Codegen, Golden) {
 
 // ---- compilation ----------------------------------------------------------------------------
 
-// Compiles with NVRTC when it can be opened; a machine without it skips, unless
-// SPIKEJIT_REQUIRE_CUDA=1 says NVRTC must be there.
-bool nvrtc_usable(std::string* why) {
-  try {
-    runtime::nvrtc_version();
-    return true;
-  } catch (const Error& e) {
-    *why = e.what();
-    return false;
-  }
-}
-
-#define REQUIRE_NVRTC()                                                    \
-  do {                                                                     \
-    std::string why;                                                       \
-    if (!nvrtc_usable(&why)) {                                             \
-      const char* must = std::getenv("SPIKEJIT_REQUIRE_CUDA");             \
-      if (must && std::string(must) == "1") FAIL() << why;                 \
-      GTEST_SKIP() << why;                                                 \
-    }                                                                      \
-  } while (0)
 
 // Compiles every source for sm_90 on a few threads, and for sm_80 the sources whose code differs
 // by architecture (bf16 conversions) and every third other one; returns the failures.

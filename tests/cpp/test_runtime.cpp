@@ -13,6 +13,7 @@
 #include "runtime/driver_api.h"
 #include "spikejit/cuda.h"
 #include "spikejit/runtime.h"
+#include "support/require_nvrtc.h"
 #include "support/scoped_env.h"
 
 namespace spikejit::runtime {
@@ -36,19 +37,6 @@ size_t index_of(const std::vector<std::string>& list, const std::string& item) {
   return std::string::npos;
 }
 
-// NVRTC is part of the CI image; a machine without it skips, unless told NVRTC must be there.
-#define REQUIRE_NVRTC()                                                                     \
-  do {                                                                                      \
-    try {                                                                                   \
-      nvrtc();                                                                              \
-    } catch (const Error& e) {                                                              \
-      const char* must = std::getenv("SPIKEJIT_REQUIRE_CUDA");                              \
-      if (must && std::string(must) == "1") {                                              \
-        FAIL() << e.what();                                                                 \
-      }                                                                                     \
-      GTEST_SKIP() << e.what();                                                             \
-    }                                                                                       \
-  } while (0)
 
 std::string random_kernel(uint64_t seed, std::string* entry) {
   *entry = "spikejit_test_kernel_" + std::to_string(seed % 100000);
