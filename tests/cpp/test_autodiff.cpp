@@ -108,48 +108,63 @@ ir::Step op_step(Op op) {
 
 double distance_to_integer(double x) { return std::fabs(x - std::round(x)); }
 
-// A random point of `op`'s domain, away from its kinks and discontinuities.
+// The range each coordinate of `op`'s sample points is drawn from.
+struct Range {
+  double lo, hi;
+};
+std::vector<Range> domain(Op op) {
+  std::vector<Range> r(3, Range{-3.0, 3.0});
+  switch (op) {
+    case Op::Log:
+    case Op::Log2:
+    case Op::Sqrt:
+    case Op::Rsqrt: r[0] = {0.2, 3.0}; break;
+    case Op::Pow: r[0] = {0.2, 3.0}, r[1] = {-2.0, 2.0}; break;
+    default: break;
+  }
+  return r;
+}
+
+// True when `x` is away from the kinks and discontinuities of `op`.
+bool away_from_kinks(Op op, const std::vector<double>& x) {
+  const double a = x[0], b = x[1], c = x[2];
+  switch (op) {
+    case Op::Div: return std::fabs(b) > 0.3;
+    case Op::Reciprocal: return std::fabs(a) > 0.3;
+    case Op::Fmod: return std::fabs(b) > 0.3 && distance_to_integer(a / b) > 0.05;
+    case Op::Min:
+    case Op::Max:
+    case Op::Eq:
+    case Op::Ne:
+    case Op::Lt:
+    case Op::Le:
+    case Op::Gt:
+    case Op::Ge: return std::fabs(a - b) > 0.05;
+    case Op::Clamp: return std::fabs(a - b) > 0.05 && std::fabs(a - c) > 0.05;
+    case Op::Abs:
+    case Op::Relu:
+    case Op::Sign:
+    case Op::ToBool:
+    case Op::Where:
+    case Op::Not: return std::fabs(a) > 0.05;
+    case Op::And:
+    case Op::Or:
+    case Op::ToFloat: return std::fabs(a) > 0.05 && std::fabs(b) > 0.05;
+    case Op::Round: return distance_to_integer(a + 0.5) > 0.05;
+    case Op::Floor:
+    case Op::Ceil: return distance_to_integer(a) > 0.05;
+    default: return true;
+  }
+}
+
+// A random point of `op`'s domain, away from its kinks. Each coordinate is drawn once from its
+// own range (the point is never edited after drawing).
 std::vector<double> sample_point(Op op, SeededRng& rng) {
+  const std::vector<Range> r = domain(op);
   for (;;) {
-    std::vector<double> x = {rng.uniform(-3, 3), rng.uniform(-3, 3), rng.uniform(-3, 3)};
-    const double a = x[0], b = x[1], c = x[2];
-    bool ok = true;
-    switch (op) {
-      case Op::Log:
-      case Op::Log2:
-      case Op::Sqrt:
-      case Op::Rsqrt: x[0] = rng.uniform(0.2, 3.0); break;
-      case Op::Pow:
-        x[0] = rng.uniform(0.2, 3.0);
-        x[1] = rng.uniform(-2.0, 2.0);
-        break;
-      case Op::Div: ok = std::fabs(b) > 0.3; break;
-      case Op::Reciprocal: ok = std::fabs(a) > 0.3; break;
-      case Op::Fmod: ok = std::fabs(b) > 0.3 && distance_to_integer(a / b) > 0.05; break;
-      case Op::Min:
-      case Op::Max:
-      case Op::Eq:
-      case Op::Ne:
-      case Op::Lt:
-      case Op::Le:
-      case Op::Gt:
-      case Op::Ge: ok = std::fabs(a - b) > 0.05; break;
-      case Op::Clamp: ok = std::fabs(a - b) > 0.05 && std::fabs(a - c) > 0.05; break;
-      case Op::Abs:
-      case Op::Relu:
-      case Op::Sign:
-      case Op::ToBool:
-      case Op::Where:
-      case Op::Not: ok = std::fabs(a) > 0.05; break;
-      case Op::And:
-      case Op::Or:
-      case Op::ToFloat: ok = std::fabs(a) > 0.05 && std::fabs(b) > 0.05; break;
-      case Op::Round: ok = distance_to_integer(a + 0.5) > 0.05; break;
-      case Op::Floor:
-      case Op::Ceil: ok = distance_to_integer(a) > 0.05; break;
-      default: break;
-    }
-    if (ok) return x;
+    std::vector<double> x;
+    for (const Range& d : r) x.push_back(rng.uniform(d.lo, d.hi));
+    if (away_from_kinks(op, x)) return x;
   }
 }
 
@@ -185,6 +200,10 @@ TEST(AutodiffRules, EveryOpMatchesCentralDifferences) {
     const ir::Step bwd = autodiff::differentiate(fwd);
     for (int trial = 0; trial < 20; ++trial) {
       const std::vector<double> x = sample_point(op, rng);
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_GE(x[i], domain(op)[i].lo) << "sample outside the domain";
+        ASSERT_LE(x[i], domain(op)[i].hi) << "sample outside the domain";
+      }
       const double g = rng.uniform(0.5, 2.0) * (rng.integer(0, 1) ? 1 : -1);
       const std::vector<double> grads = backward_at(fwd, bwd, x, g);
       ASSERT_EQ(grads.size(), 3u);
