@@ -2,7 +2,8 @@
 // for IF, LIF and PLIF at the sizes SpikingJelly was measured at (shared reference
 // anchor-h200.md), fp32 and fp16, timed with CUDA events on one stream. Reports the median time,
 // the minimal bytes, the fraction of the device copy bandwidth measured in the same run, and
-// the cold-compile and warm-lookup cost per neuron.
+// the same fraction against a copy of the same size, the kernels' own bytes (saved values included)
+// and the cold-compile and warm-lookup cost per neuron.
 //
 //   bench_cuda_neurons [--quick] [--csv FILE]
 #include <algorithm>
@@ -63,9 +64,11 @@ double median_ms(int reps, Body body) {
   return times[times.size() / 2];
 }
 
-// Device copy bandwidth (bytes read + written per second) of a 1 GiB device-to-device copy.
-double copy_bandwidth() {
-  const size_t bytes = size_t(1) << 30;
+// Device copy bandwidth (bytes read + written per second) of a device-to-device copy that moves
+// `moved` bytes in all (reads + writes): 1 GiB copied for the headline figure, and the size of
+// each workload for a like-for-like figure (a small copy pays the same launch and ramp costs).
+double copy_bandwidth(size_t moved = size_t(2) << 30) {
+  const size_t bytes = moved / 2;
   DeviceBuffer a(bytes), b(bytes);
   const double ms = median_ms(20, [&] {
     check_cuda(driver().cuMemcpyDtoDAsync(b.ptr, a.ptr, bytes, nullptr), "cuMemcpyDtoDAsync");
@@ -93,6 +96,8 @@ struct Result {
   std::string neuron, dtype, mode;
   int64_t steps, neurons;
   double ms, bytes, fraction, sj_ms;
+  double kernel_bytes;        // what the kernels really move (every saved value included)
+  double same_size_fraction;  // bytes / ms against a copy moving the same number of bytes
 };
 
 Program builtin(const std::string& name) {
@@ -147,13 +152,18 @@ std::vector<Result> run_case(const std::string& name, const Case& c, double band
   // moves x, s, h forward and grad s, h, grad x backward.
   const double infer_bytes = 2.0 * double(seq);
   const double train_bytes = 6.0 * double(seq);
+  // The kernels' own traffic: training writes and reads back every saved value.
+  const double train_kernel_bytes = (4.0 + 2.0 * double(saved_count)) * double(seq);
   auto fraction = [&](double bytes, double ms) { return bytes / (ms * 1e-3) / bandwidth; };
+  auto same_size = [&](double bytes, double ms) {
+    return bytes / (ms * 1e-3) / copy_bandwidth(static_cast<size_t>(bytes));
+  };
   const bool anchored = name == "lif";
   return {
       {name, c.dtype, "infer", T, N, infer_ms, infer_bytes, fraction(infer_bytes, infer_ms),
-       anchored ? c.sj_infer : 0.0},
+       anchored ? c.sj_infer : 0.0, infer_bytes, same_size(infer_bytes, infer_ms)},
       {name, c.dtype, "train", T, N, train_ms, train_bytes, fraction(train_bytes, train_ms),
-       anchored ? c.sj_train : 0.0},
+       anchored ? c.sj_train : 0.0, train_kernel_bytes, same_size(train_bytes, train_ms)},
   };
 }
 
@@ -216,17 +226,19 @@ int main(int argc, char** argv) {
     std::printf("device: %s; copy bandwidth (1 GiB device copy, read + write): %.2f TB/s\n\n",
                 name, bandwidth * 1e-12);
 
-    std::printf("| neuron | dtype | mode | T | N | ms | %% of copy BW | SpikingJelly triton ms | speed-up |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| neuron | dtype | mode | T | N | ms | %% of copy BW | %% of same-size copy | "
+                "kernel bytes / minimal | SpikingJelly triton ms | speed-up |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     std::vector<Result> all;
     for (const char* neuron : {"lif", "if", "plif"}) {
       for (const Case& c : kCases) {
         if (quick && c.steps != 32 && c.steps != 1024) continue;
         for (const Result& r : run_case(neuron, c, bandwidth)) {
           all.push_back(r);
-          std::printf("| %s | %s | %s | %lld | %lld | %.4f | %.1f | %s | %s |\n", r.neuron.c_str(),
-                      r.dtype.c_str(), r.mode.c_str(), (long long)r.steps, (long long)r.neurons,
-                      r.ms, 100.0 * r.fraction,
+          std::printf("| %s | %s | %s | %lld | %lld | %.4f | %.1f | %.1f | %.2f | %s | %s |\n",
+                      r.neuron.c_str(), r.dtype.c_str(), r.mode.c_str(), (long long)r.steps,
+                      (long long)r.neurons, r.ms, 100.0 * r.fraction, 100.0 * r.same_size_fraction,
+                      r.kernel_bytes / r.bytes,
                       r.sj_ms > 0 ? std::to_string(r.sj_ms).substr(0, 5).c_str() : "-",
                       r.sj_ms > 0 ? (std::to_string(r.sj_ms / r.ms).substr(0, 5) + "x").c_str() : "-");
           std::fflush(stdout);
@@ -237,10 +249,12 @@ int main(int argc, char** argv) {
     for (const char* neuron : {"if", "lif", "plif"}) compile_times(neuron);
     if (!csv.empty()) {
       std::ofstream out(csv);
-      out << "neuron,dtype,mode,T,N,ms,bytes,fraction_of_copy_bw,spikingjelly_triton_ms\n";
+      out << "neuron,dtype,mode,T,N,ms,bytes,fraction_of_copy_bw,spikingjelly_triton_ms,"
+             "kernel_bytes,fraction_of_same_size_copy\n";
       for (const Result& r : all) {
         out << r.neuron << ',' << r.dtype << ',' << r.mode << ',' << r.steps << ',' << r.neurons
-            << ',' << r.ms << ',' << r.bytes << ',' << r.fraction << ',' << r.sj_ms << '\n';
+            << ',' << r.ms << ',' << r.bytes << ',' << r.fraction << ',' << r.sj_ms << ','
+            << r.kernel_bytes << ',' << r.same_size_fraction << '\n';
       }
     }
   } catch (const std::exception& e) {
