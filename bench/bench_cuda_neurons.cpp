@@ -1,8 +1,8 @@
 // GPU benchmark of the built-in neurons: inference and training (training forward + backward)
 // for IF, LIF and PLIF at the sizes SpikingJelly was measured at (shared reference
 // anchor-h200.md), fp32 and fp16, timed with CUDA events on one stream. Reports the median time,
-// the minimal bytes, the fraction of the device copy bandwidth measured in the same run, and
-// the same fraction against a copy of the same size, the kernels' own bytes (saved values included)
+// the minimal bytes, their fraction of the device copy bandwidth measured in the same run (of a
+// 1 GiB copy, and of a copy of the same size), the kernels' own bytes (saved values included),
 // and the cold-compile and warm-lookup cost per neuron.
 //
 //   bench_cuda_neurons [--quick] [--csv FILE]
