@@ -118,8 +118,12 @@ std::vector<Result> run_case(const std::string& name, const Case& c, double band
 
   DeviceBuffer x(seq), s(seq), v_last(row), grad_s(seq), grad_x(seq), grad_v0(row);
   DeviceBuffer param(elem), grad_param(elem);
+  // A saved input is not written by the training forward: the backward reads x itself.
+  const std::vector<int>& saved_inputs = program.saved_inputs();
+  size_t computed_saved = 0;
+  for (int input : saved_inputs) computed_saved += input < 0;
   std::vector<std::unique_ptr<DeviceBuffer>> saved;
-  for (size_t i = 0; i < saved_count; ++i) saved.push_back(std::make_unique<DeviceBuffer>(seq));
+  for (size_t i = 0; i < saved_count; ++i) saved.push_back(std::make_unique<DeviceBuffer>(saved_inputs[i] < 0 ? seq : 0));
 
   ForwardBuffers infer;
   infer.steps = T;
@@ -130,12 +134,15 @@ std::vector<Result> run_case(const std::string& name, const Case& c, double band
   infer.final_states = {TensorView(v_last.data(), dtype, row_shape)};
 
   ForwardBuffers train = infer;
-  for (auto& b : saved) train.saved.push_back(TensorView(b->data(), dtype, seq_shape));
+  for (size_t i = 0; i < saved_count; ++i)
+    train.saved.push_back(saved_inputs[i] < 0 ? TensorView(saved[i]->data(), dtype, seq_shape) : TensorView());
 
   BackwardBuffers back;
   back.steps = T;
   back.neuron_shape = {N};
   back.saved = train.saved;
+  for (size_t i = 0; i < saved_count; ++i)
+    if (saved_inputs[i] >= 0) back.saved[i] = infer.inputs[static_cast<size_t>(saved_inputs[i])];
   back.params = infer.params;
   back.grad_outputs = {TensorView(grad_s.data(), dtype, seq_shape)};
   back.grad_inputs = {TensorView(grad_x.data(), dtype, seq_shape)};
@@ -152,8 +159,10 @@ std::vector<Result> run_case(const std::string& name, const Case& c, double band
   // moves x, s, h forward and grad s, h, grad x backward.
   const double infer_bytes = 2.0 * double(seq);
   const double train_bytes = 6.0 * double(seq);
-  // The kernels' own traffic: training writes and reads back every saved value.
-  const double train_kernel_bytes = (4.0 + 2.0 * double(saved_count)) * double(seq);
+  // The kernels' own traffic: training writes and reads back every computed saved value and
+  // reads saved inputs again in the backward.
+  const double train_kernel_bytes =
+      (4.0 + 2.0 * double(computed_saved) + double(saved_count - computed_saved)) * double(seq);
   auto fraction = [&](double bytes, double ms) { return bytes / (ms * 1e-3) / bandwidth; };
   auto same_size = [&](double bytes, double ms) {
     return bytes / (ms * 1e-3) / copy_bandwidth(static_cast<size_t>(bytes));

@@ -100,6 +100,13 @@ double time_training(const Program& program, ForwardBuffers& fwd, DType dtype, s
   bwd.steps = fwd.steps;
   bwd.neuron_shape = fwd.neuron_shape;
   bwd.saved = fwd.saved;
+  // A saved input is not written by the forward: the backward reads the input itself.
+  for (size_t i = 0; i < saved.size(); ++i) {
+    if (const int input = program.saved_inputs()[i]; input >= 0) {
+      fwd.saved[i] = TensorView();
+      bwd.saved[i] = fwd.inputs[static_cast<size_t>(input)];
+    }
+  }
   bwd.params = fwd.params;
   bwd.grad_outputs = views(grad_outputs);
   bwd.grad_inputs = views(grad_inputs);

@@ -11,7 +11,9 @@
 namespace spikejit {
 
 // Inference:                 outputs (+ state_seqs and/or final_states when present).
-// Training forward:          the same plus `saved` (one [T,*S] buffer per backward().saved).
+// Training forward:          the same plus `saved` (one [T,*S] buffer per backward().saved; one
+//                            that is an input, see Program::saved_inputs(), may be absent and is
+//                            then not written: the backward's `saved` entry is the input itself).
 struct ForwardBuffers {
   int64_t steps = 0;                     // T
   std::vector<int64_t> neuron_shape;     // S

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "spikejit/ir.h"
 
@@ -19,6 +20,10 @@ class Program {
   const ir::Neuron& neuron() const;
   const ir::Step& forward() const;   // the lowered forward step
   const ir::Step& backward() const;  // derived by autodiff on first use (thread-safe)
+  // For each backward().saved value: the index of the input it is, or -1 for a computed value.
+  // A saved input's forward buffer may be absent (nothing is written): pass the input sequence
+  // itself to the backward, which saves one sequence write per input.
+  const std::vector<int>& saved_inputs() const;
   std::string canonical() const;     // canonical text of the neuron
   std::string hash() const;          // hex digest of the canonical text
 

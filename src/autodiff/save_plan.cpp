@@ -1,6 +1,9 @@
-// Minimum vertex cut by max-flow on the node-split forward graph (Edmonds-Karp; the graphs have
-// tens of nodes). Node v becomes in(v) -> out(v) with capacity 1 (saving v); an argument edge
+// Minimum-cost vertex cut by max-flow on the node-split forward graph (Edmonds-Karp; the graphs
+// have tens of nodes). Node v becomes in(v) -> out(v) with the cost of saving v; an argument edge
 // u -> v becomes out(u) -> in(v) with unbounded capacity.
+//
+// Costs count sequence traffic: a computed value is written by the training forward and read by
+// the backward (2); an input is already in memory, so the backward can read it there (1).
 #include "autodiff/save_plan.h"
 
 #include <algorithm>
@@ -100,8 +103,8 @@ std::vector<ir::ValueId> choose_saved(const std::vector<ir::Node>& forward,
   FlowGraph g(2 * n + 2);
   for (int v = 0; v < n; ++v) {
     if (!varying[v]) continue;
-    g.add_edge(2 * v, 2 * v + 1, 1);
     const ir::Node& node = forward[v];
+    g.add_edge(2 * v, 2 * v + 1, node.op == ir::Op::Input ? 1 : 2);
     if (node.op == ir::Op::Input || node.op == ir::Op::State) g.add_edge(source, 2 * v, kUnbounded);
     for (int a = 0; a < ir::op_info(node.op).arity; ++a)
       if (varying[node.args[a]]) g.add_edge(2 * node.args[a] + 1, 2 * v, kUnbounded);

@@ -7,10 +7,11 @@
 
 namespace spikejit::autodiff {
 
-// Returns, in increasing id order, the fewest forward nodes whose values let every node of
-// `needed` be recomputed from them, parameters and literals alone: a minimum vertex cut between
-// the per-step sources (Input and State leaves) and `needed`. Among the minimum cuts it returns
-// the one nearest to `needed` (the smallest set of nodes left to recompute).
+// Returns, in increasing id order, the cheapest set of forward nodes whose values let every node
+// of `needed` be recomputed from them, parameters and literals alone: a minimum-cost vertex cut
+// between the per-step sources (Input and State leaves) and `needed`. A saved Input leaf costs
+// half of any other value: it is never written, the backward reads the input sequence itself.
+// Among the cheapest cuts it returns the one nearest to `needed` (the fewest nodes to recompute).
 std::vector<ir::ValueId> choose_saved(const std::vector<ir::Node>& forward,
                                       const std::vector<ir::ValueId>& needed);
 

@@ -131,7 +131,9 @@ void forward_block(const ForwardCall& c, int64_t block) {
     for (int32_t i = 0; i < states; ++i) {
       if (c.state_seqs[i].present()) store_lanes(c.state_seqs[i], row, s[c.next_state_slots[i]], n);
     }
-    for (size_t i = 0; i < c.saved.size(); ++i) store_lanes(c.saved[i], row, s[c.saved_slots[i]], n);
+    for (size_t i = 0; i < c.saved.size(); ++i) {
+      if (c.saved[i].present()) store_lanes(c.saved[i], row, s[c.saved_slots[i]], n);  // not inputs
+    }
     if (p.states_need_staging) {
       for (int32_t i = 0; i < states; ++i) copy_lanes(s[staging + i], s[c.next_state_slots[i]], n);
       for (int32_t i = 0; i < states; ++i) copy_lanes(s[p.carry_slot[i]], s[staging + i], n);

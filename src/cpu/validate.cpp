@@ -153,7 +153,11 @@ void validate(const Program& program, const ForwardBuffers& b) {
   each(c, "outputs", b.outputs, c.sequence(), true, true);
   each(c, "state_seqs", b.state_seqs, c.sequence(), false, true);
   each(c, "final_states", b.final_states, c.neuron(), false, true);
-  each(c, "saved", b.saved, c.sequence(), true, true);
+  // A saved input (program.saved_inputs()) may be absent: the backward can read the input itself.
+  for (size_t i = 0; i < b.saved.size(); ++i) {
+    const bool input = program.saved_inputs()[i] >= 0;
+    c.tensor(item("saved", i), b.saved[i], c.sequence(), !input, true);
+  }
   c.overlaps();
 }
 
@@ -170,6 +174,7 @@ void validate(const Program& program, const BackwardBuffers& b) {
   Checker::count("grad_inputs", b.grad_inputs, inputs, true, "one per input");
   Checker::count("grad_initial_states", b.grad_initial_states, states, true, "one per state");
   Checker::count("grad_params", b.grad_params, step.params.size(), true, "one per parameter");
+  // A saved input (program.saved_inputs()) is the input sequence itself, as the forward read it.
   each(c, "saved", b.saved, c.sequence(), true, false);
   each_param(c, "params", b.params, step.params, true, false);
   each(c, "grad_outputs", b.grad_outputs, c.sequence(), false, false);

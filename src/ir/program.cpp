@@ -21,6 +21,7 @@ struct Program::Impl {
   std::string hash;
   std::once_flag backward_once;
   ir::Step backward;
+  std::vector<int> saved_inputs;
 };
 
 Program::Program(ir::Neuron neuron) : impl_(std::make_shared<Impl>()) {
@@ -49,8 +50,22 @@ const ir::Step& Program::forward() const { return impl_->forward; }
 
 // A failed differentiation leaves the flag unset, so the next call tries again and throws again.
 const ir::Step& Program::backward() const {
-  std::call_once(impl_->backward_once, [this] { impl_->backward = autodiff::differentiate(impl_->forward); });
+  std::call_once(impl_->backward_once, [this] {
+    ir::Step backward = autodiff::differentiate(impl_->forward);
+    std::vector<int> saved_inputs;
+    for (ir::ValueId v : backward.saved) {
+      const ir::Node& node = impl_->forward.nodes[static_cast<size_t>(v)];
+      saved_inputs.push_back(node.op == ir::Op::Input ? node.index : -1);
+    }
+    impl_->backward = std::move(backward);
+    impl_->saved_inputs = std::move(saved_inputs);
+  });
   return impl_->backward;
+}
+
+const std::vector<int>& Program::saved_inputs() const {
+  backward();
+  return impl_->saved_inputs;
 }
 
 std::string Program::canonical() const { return impl_->canonical; }

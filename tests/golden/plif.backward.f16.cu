@@ -18,8 +18,8 @@
 //   v = where(soft_reset, h - s_reset * v_threshold, (1 - s_reset) * h + s_reset * v_reset)
 //
 // Buffers (SpikejitArgs::buffers, in order):
-//   0: saved 0 (forward %6) [T, N]
-//   1: saved 1 (forward %8) [T, N]
+//   0: saved 0 (forward %0) [T, N]
+//   1: saved 1 (forward %3) [T, N]
 //   2: param 0 (w) [1]
 //   3: grad_output 0 (s) [T, N]
 //   4: grad_final_state 0 (v) [N]
@@ -210,41 +210,44 @@ __device__ __forceinline__ ForwardOut forward_step(const ForwardIn in) {
 //                      -> (dL/d inputs[t], dL/d states[t-1], this step's dL/d params) ----
 __device__ __forceinline__ BackwardOut backward_step(const BackwardIn in) {
   BackwardOut out = {};
-  const real v0 = 1.0f;
-  const real v1 = 0.0f;
-  const real v2 = in.p[0];
-  const real v3 = sj_sigmoid(v2);
-  const real v4 = in.saved[0];
-  const real v5 = in.saved[1];
-  const real v6 = sj_sub(v5, v0);
-  const real v7 = v6 >= (real)0 ? (real)1 : (real)0;
-  const real v8 = sj_sub(v0, v7);
-  const real v9 = in.go[0];
-  const real v10 = in.gs[0];
-  const real v11 = sj_mul(v10, v1);
-  const real v12 = sj_add(v9, v11);
-  const real v13 = sj_mul(v10, v8);
-  const real v14 = sj_mul(v10, v5);
-  const real v15 = -v14;
-  const real v16 = sj_add(v12, v15);
-  const real v17 = 4.0f;
-  const real v18 = sj_mul(v6, v17);
-  const real v19 = sj_sigmoid(v18);
-  const real v20 = sj_sub(v0, v19);
-  const real v21 = sj_mul(v20, v19);
-  const real v22 = sj_mul(v21, v17);
-  const real v23 = sj_mul(v16, v22);
-  const real v24 = sj_add(v13, v23);
-  const real v25 = sj_mul(v24, v4);
-  const real v26 = sj_mul(v24, v3);
-  const real v27 = -v26;
-  const real v28 = sj_add(v24, v27);
-  const real v29 = sj_sub(v0, v3);
-  const real v30 = sj_mul(v25, v29);
-  const real v31 = sj_mul(v30, v3);
-  out.gi[0] = v26;
-  out.g_prev[0] = v28;
-  out.gp[0] = v31;
+  const real v0 = in.saved[0];
+  const real v1 = 1.0f;
+  const real v2 = 0.0f;
+  const real v3 = in.saved[1];
+  const real v4 = in.p[0];
+  const real v5 = sj_sigmoid(v4);
+  const real v6 = sj_sub(v0, v3);
+  const real v7 = sj_mul(v6, v5);
+  const real v8 = sj_add(v3, v7);
+  const real v9 = sj_sub(v8, v1);
+  const real v10 = v9 >= (real)0 ? (real)1 : (real)0;
+  const real v11 = sj_sub(v1, v10);
+  const real v12 = in.go[0];
+  const real v13 = in.gs[0];
+  const real v14 = sj_mul(v13, v2);
+  const real v15 = sj_add(v12, v14);
+  const real v16 = sj_mul(v13, v11);
+  const real v17 = sj_mul(v13, v8);
+  const real v18 = -v17;
+  const real v19 = sj_add(v15, v18);
+  const real v20 = 4.0f;
+  const real v21 = sj_mul(v9, v20);
+  const real v22 = sj_sigmoid(v21);
+  const real v23 = sj_sub(v1, v22);
+  const real v24 = sj_mul(v23, v22);
+  const real v25 = sj_mul(v24, v20);
+  const real v26 = sj_mul(v19, v25);
+  const real v27 = sj_add(v16, v26);
+  const real v28 = sj_mul(v27, v6);
+  const real v29 = sj_mul(v27, v5);
+  const real v30 = -v29;
+  const real v31 = sj_add(v27, v30);
+  const real v32 = sj_sub(v1, v5);
+  const real v33 = sj_mul(v28, v32);
+  const real v34 = sj_mul(v33, v5);
+  out.gi[0] = v29;
+  out.g_prev[0] = v31;
+  out.gp[0] = v34;
   return out;
 }
 
