@@ -10,10 +10,25 @@
 
 namespace spikejit {
 
+// The save policy of training (`checkpoint_every` of ForwardBuffers and BackwardBuffers; both
+// calls of one training step must use the same value):
+//   0 (default)  save per step: `saved` holds one [T, *S] buffer per backward().saved value, in
+//                the storage dtype; the backward is one pass.
+//   k (1..kMaxCheckpointEvery)  checkpoints: `saved` holds one [ceil(T/k), *S] buffer per state,
+//                row j the state before step j*k (row 0: the initial state), in the compute
+//                dtype (float32, or float64 when computing in float64) so that it is exact. The
+//                backward recomputes every segment of k steps from its checkpoint and the
+//                inputs, with the forward's own step, and reads the inputs (BackwardBuffers::
+//                inputs). Saved memory: O(T/k) states instead of T x backward().saved values.
+//                The recomputed values are kept in the compute dtype, never rounded to the
+//                storage dtype, so with float16 / bfloat16 storage the gradients may differ
+//                from the per-step policy's (which rounds what it stores) by that rounding.
+constexpr int kMaxCheckpointEvery = 256;
+
 // Inference:                 outputs (+ state_seqs and/or final_states when present).
-// Training forward:          the same plus `saved` (one [T,*S] buffer per backward().saved; one
-//                            that is an input, see Program::saved_inputs(), may be absent and is
-//                            then not written: the backward's `saved` entry is the input itself).
+// Training forward:          the same plus `saved` (see the save policy above; per step, a saved
+//                            value that is an input, see Program::saved_inputs(), may be absent
+//                            and is then not written: the backward's `saved` entry is the input).
 struct ForwardBuffers {
   int64_t steps = 0;                     // T
   std::vector<int64_t> neuron_shape;     // S
@@ -23,13 +38,17 @@ struct ForwardBuffers {
   std::vector<TensorView> outputs;       // num_outputs x [T,*S]; written
   std::vector<TensorView> state_seqs;    // empty, or num_states entries; present -> written
   std::vector<TensorView> final_states;  // empty, or num_states entries; present -> written
-  std::vector<TensorView> saved;         // empty (inference) or backward().saved.size() entries
+  // Per step: empty (inference) or backward().saved.size() entries. Checkpoints: num_states
+  // entries (a checkpointed call is always a training forward). Written.
+  std::vector<TensorView> saved;
+  int64_t checkpoint_every = 0;          // the save policy
 };
 
 struct BackwardBuffers {
   int64_t steps = 0;
   std::vector<int64_t> neuron_shape;
-  std::vector<TensorView> saved;              // what the training forward wrote
+  std::vector<TensorView> saved;              // what the training forward wrote (same policy)
+  std::vector<TensorView> inputs;             // checkpoints: the forward's inputs; else empty
   std::vector<TensorView> params;
   std::vector<TensorView> grad_outputs;       // empty or num_outputs; absent -> zero
   std::vector<TensorView> grad_state_seqs;    // empty or num_states; absent -> zero
@@ -37,6 +56,7 @@ struct BackwardBuffers {
   std::vector<TensorView> grad_inputs;        // empty or num_inputs; present -> written
   std::vector<TensorView> grad_initial_states;  // empty or num_states; present -> written
   std::vector<TensorView> grad_params;        // empty or one per parameter; present -> written
+  int64_t checkpoint_every = 0;               // the save policy
 };
 
 // Checks every buffer against the program (counts, shapes, dtypes, contiguity, overlap of written
@@ -44,5 +64,22 @@ struct BackwardBuffers {
 class Program;
 void validate(const Program& program, const ForwardBuffers& b);
 void validate(const Program& program, const BackwardBuffers& b);
+
+// One buffer of `saved`: its shape and dtype.
+struct SavedBuffer {
+  std::vector<int64_t> shape;
+  DType dtype = DType::F32;
+};
+
+// The dtype of checkpoints for a storage dtype: float64 for float64, else float32 (the compute
+// dtype of the CUDA kernels and of the CPU executor's automatic choice).
+DType checkpoint_dtype(DType storage);
+
+// What a training forward with this policy writes to `saved` (and the backward reads), in order:
+// per step, backward().saved.size() x [T, *S] in `storage`; with checkpoints, num_states x
+// [ceil(T/k), *S] in checkpoint_dtype(storage). Throws ArgumentError for a bad T, S or policy.
+std::vector<SavedBuffer> saved_layout(const Program& program, int64_t steps,
+                                      const std::vector<int64_t>& neuron_shape, DType storage,
+                                      int64_t checkpoint_every);
 
 }  // namespace spikejit

@@ -35,7 +35,8 @@ struct KernelSpec {
   bool grad_final_states = false;
   // TrainingForward / Backward: 0 saves backward().saved per step (one pass, default). k > 0
   // saves only the states every k steps (O(T/k) memory); Backward then recomputes each segment of
-  // k steps from its checkpoint and the inputs, bit for bit like the forward (1 <= k <= 256).
+  // k steps from its checkpoint and the inputs, bit for bit like the forward
+  // (1 <= k <= kMaxCheckpointEvery of spikejit/buffers.h).
   int checkpoint_every = 0;
   std::string key() const;         // stable text, part of cache keys (only the fields that apply)
 };

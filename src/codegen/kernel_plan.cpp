@@ -6,12 +6,11 @@
 
 #include <string>
 
+#include "spikejit/buffers.h"
 #include "spikejit/error.h"
 
 namespace spikejit::codegen {
 namespace {
-
-constexpr int kMaxCheckpointEvery = 256;
 
 void add_slots(std::vector<BufferSlot>& slots, BufferRole role, int count, bool per_step,
                bool checkpoint = false) {

@@ -1,6 +1,7 @@
 // The CPU executor. Neurons are split into fixed blocks of kBlock lanes (independent of the thread
 // count, so every result, scalar parameter gradients included, has the same bits for any number
 // of threads). A block keeps its values in lane arrays and runs all T steps before the next block.
+// With checkpoints the backward recomputes each segment of k steps with the forward step first.
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -97,6 +98,35 @@ void run_instrs(const LaneProgram& p, const Slots<F>& s, int64_t n) {
     run_op_lanes<F>(in.op, s[in.dst], s[in.args[0]], s[in.args[1]], s[in.args[2]], n);
 }
 
+// Slots of a forward step: the program's, plus room to stage the next states when needed.
+template <class F>
+Slots<F> forward_slots(const LaneProgram& p) {
+  const int32_t states = static_cast<int32_t>(p.carry_slot.size());
+  return Slots<F>(p.num_slots + (p.states_need_staging ? states : 0));
+}
+
+// One forward step over a block: loads the inputs at `row`, runs the step, lets `results` read
+// the step's values, then moves the next states into the carried slots. The training forward
+// and the checkpoint recomputation of the backward both run this, so they agree bit for bit.
+template <class F, class Results>
+void forward_step(const LaneProgram& p, const std::vector<LaneBuffer>& inputs,
+                  const std::vector<int32_t>& next_state_slots, const Slots<F>& s, int64_t row,
+                  int64_t n, const Results& results) {
+  const int32_t states = static_cast<int32_t>(p.carry_slot.size());
+  for (const LaneLeaf& leaf : p.step_leaves) load_lanes(s[leaf.slot], inputs[leaf.index], row, n);
+  run_instrs(p, s, n);
+  results();
+  if (p.states_need_staging) {
+    const int32_t staging = p.num_slots;
+    for (int32_t i = 0; i < states; ++i) copy_lanes(s[staging + i], s[next_state_slots[i]], n);
+    for (int32_t i = 0; i < states; ++i) copy_lanes(s[p.carry_slot[i]], s[staging + i], n);
+  } else {
+    for (int32_t i = 0; i < states; ++i) {
+      if (next_state_slots[i] != p.carry_slot[i]) copy_lanes(s[p.carry_slot[i]], s[next_state_slots[i]], n);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 struct ForwardCall {
@@ -106,6 +136,8 @@ struct ForwardCall {
   std::vector<double> state_defaults;
   std::vector<LaneBuffer> inputs, initial_states, params, outputs, state_seqs, final_states, saved;
   std::vector<int32_t> output_slots, next_state_slots, saved_slots;
+  int64_t checkpoint_every = 0;       // > 0: `checkpoints` instead of `saved`
+  std::vector<LaneBuffer> checkpoints;  // per state, [ceil(T/k), N] in the compute type F
 };
 
 template <class F>
@@ -113,8 +145,7 @@ void forward_block(const ForwardCall& c, int64_t block) {
   const LaneProgram& p = c.program;
   const int64_t start = block * kBlock, n = std::min(kBlock, c.neurons - start);
   const int32_t states = static_cast<int32_t>(p.carry_slot.size());
-  const int32_t staging = p.num_slots;  // states_need_staging: next states are copied here first
-  const Slots<F> s(p.num_slots + (p.states_need_staging ? states : 0));
+  const Slots<F> s = forward_slots<F>(p);
   fill_constants(p, c.params, c.param_kinds, s, start, n);
   for (int32_t i = 0; i < states; ++i) {
     if (c.initial_states[i].present()) {
@@ -125,24 +156,19 @@ void forward_block(const ForwardCall& c, int64_t block) {
   }
   for (int64_t t = 0; t < c.steps; ++t) {
     const int64_t row = t * c.neurons + start;
-    for (const LaneLeaf& leaf : p.step_leaves) load_lanes(s[leaf.slot], c.inputs[leaf.index], row, n);
-    run_instrs(p, s, n);
-    for (size_t i = 0; i < c.outputs.size(); ++i) store_lanes(c.outputs[i], row, s[c.output_slots[i]], n);
-    for (int32_t i = 0; i < states; ++i) {
-      if (c.state_seqs[i].present()) store_lanes(c.state_seqs[i], row, s[c.next_state_slots[i]], n);
+    if (c.checkpoint_every > 0 && t % c.checkpoint_every == 0) {
+      const int64_t at = t / c.checkpoint_every * c.neurons + start;
+      for (int32_t i = 0; i < states; ++i) store_lanes(c.checkpoints[i], at, s[p.carry_slot[i]], n);
     }
-    for (size_t i = 0; i < c.saved.size(); ++i) {
-      if (c.saved[i].present()) store_lanes(c.saved[i], row, s[c.saved_slots[i]], n);  // not inputs
-    }
-    if (p.states_need_staging) {
-      for (int32_t i = 0; i < states; ++i) copy_lanes(s[staging + i], s[c.next_state_slots[i]], n);
-      for (int32_t i = 0; i < states; ++i) copy_lanes(s[p.carry_slot[i]], s[staging + i], n);
-    } else {
+    forward_step(p, c.inputs, c.next_state_slots, s, row, n, [&] {
+      for (size_t i = 0; i < c.outputs.size(); ++i) store_lanes(c.outputs[i], row, s[c.output_slots[i]], n);
       for (int32_t i = 0; i < states; ++i) {
-        if (c.next_state_slots[i] != p.carry_slot[i])
-          copy_lanes(s[p.carry_slot[i]], s[c.next_state_slots[i]], n);
+        if (c.state_seqs[i].present()) store_lanes(c.state_seqs[i], row, s[c.next_state_slots[i]], n);
       }
-    }
+      for (size_t i = 0; i < c.saved.size(); ++i) {
+        if (c.saved[i].present()) store_lanes(c.saved[i], row, s[c.saved_slots[i]], n);  // not inputs
+      }
+    });
   }
   for (int32_t i = 0; i < states; ++i) {
     if (c.final_states[i].present()) store_lanes(c.final_states[i], start, s[p.carry_slot[i]], n);
@@ -159,7 +185,77 @@ struct BackwardCall {
   std::vector<LaneBuffer> grad_inputs, grad_initial_states, grad_params;
   std::vector<int32_t> grad_input_slots, grad_prev_state_slots, grad_param_slots;
   std::vector<double> partial_sums;  // [block][param]: per-block sums of scalar parameter gradients
+  // Checkpoints (checkpoint_every > 0): the forward step that recomputes the saved values from
+  // `checkpoints` (per state, [ceil(T/k), N] in F) and `inputs`.
+  int64_t checkpoint_every = 0;
+  LaneProgram forward;
+  std::vector<LaneBuffer> checkpoints, inputs;
+  std::vector<int32_t> forward_next_state_slots, forward_saved_slots;
 };
+
+// One reverse step at `t`: `load_saved(dst, index, row)` fills a saved value's lanes.
+template <class F, class LoadSaved>
+void backward_step(BackwardCall& c, const Slots<F>& s, int64_t t, int64_t start, int64_t n,
+                   const LoadSaved& load_saved) {
+  const LaneProgram& p = c.program;
+  const int32_t states = static_cast<int32_t>(p.carry_slot.size());
+  const int32_t num_params = static_cast<int32_t>(c.param_kinds.size());
+  const int32_t accumulators = p.num_slots;  // one per parameter
+  const int64_t row = t * c.neurons + start;
+  for (const LaneLeaf& leaf : p.step_leaves) {
+    F* dst = s[leaf.slot];
+    if (leaf.op == ir::Op::Saved) {
+      load_saved(dst, leaf.index, row);
+    } else if (leaf.op == ir::Op::GradOutput) {
+      if (c.grad_outputs[leaf.index].present()) load_lanes(dst, c.grad_outputs[leaf.index], row, n);
+    } else {  // GradState: the carried gradient plus the direct one of the state sequence
+      const F* carry = s[p.carry_slot[leaf.index]];
+      if (c.grad_state_seqs[leaf.index].present()) {
+        load_lanes(dst, c.grad_state_seqs[leaf.index], row, n);
+        add_lanes(dst, carry, n);
+      } else {
+        copy_lanes(dst, carry, n);
+      }
+    }
+  }
+  run_instrs(p, s, n);
+  for (size_t i = 0; i < c.grad_inputs.size(); ++i) {
+    if (c.grad_inputs[i].present()) store_lanes(c.grad_inputs[i], row, s[c.grad_input_slots[i]], n);
+  }
+  for (int32_t i = 0; i < states; ++i) copy_lanes(s[p.carry_slot[i]], s[c.grad_prev_state_slots[i]], n);
+  for (int32_t k = 0; k < num_params; ++k) {
+    if (c.grad_params[k].present()) add_lanes(s[accumulators + k], s[c.grad_param_slots[k]], n);
+  }
+}
+
+// Checkpoints: per segment of k steps, last first, the forward recomputes the segment's saved
+// values (kept in F, never rounded to a storage dtype) from its checkpoint; then the reverse
+// steps read them. The steps run in the same order as without checkpoints.
+template <class F>
+void backward_segments(BackwardCall& c, const Slots<F>& s, int64_t start, int64_t n) {
+  const LaneProgram& fp = c.forward;
+  const int64_t k = c.checkpoint_every, T = c.steps, N = c.neurons;
+  const int32_t states = static_cast<int32_t>(fp.carry_slot.size());
+  const int32_t saved = static_cast<int32_t>(c.forward_saved_slots.size());
+  const Slots<F> fs = forward_slots<F>(fp);
+  fill_constants(fp, c.params, c.param_kinds, fs, start, n);
+  const Slots<F> values(static_cast<int32_t>(std::min(k, T)) * saved);  // [step in segment][saved]
+  for (int64_t seg = (T + k - 1) / k - 1; seg >= 0; --seg) {
+    const int64_t first = seg * k, len = std::min(k, T - first);
+    for (int32_t i = 0; i < states; ++i) load_lanes(fs[fp.carry_slot[i]], c.checkpoints[i], seg * N + start, n);
+    for (int64_t u = 0; u < len; ++u) {
+      const int32_t at = static_cast<int32_t>(u) * saved;
+      forward_step(fp, c.inputs, c.forward_next_state_slots, fs, (first + u) * N + start, n, [&] {
+        for (int32_t i = 0; i < saved; ++i) copy_lanes(values[at + i], fs[c.forward_saved_slots[i]], n);
+      });
+    }
+    for (int64_t u = len - 1; u >= 0; --u) {
+      const int32_t at = static_cast<int32_t>(u) * saved;
+      backward_step(c, s, first + u, start, n,
+                    [&](F* dst, int32_t index, int64_t) { copy_lanes(dst, values[at + index], n); });
+    }
+  }
+}
 
 template <class F>
 void backward_block(BackwardCall& c, int64_t block) {
@@ -182,31 +278,12 @@ void backward_block(BackwardCall& c, int64_t block) {
     if (leaf.op == ir::Op::GradOutput && !c.grad_outputs[leaf.index].present())
       fill_lanes(s[leaf.slot], F(0), n);
   }
-  for (int64_t t = c.steps - 1; t >= 0; --t) {
-    const int64_t row = t * c.neurons + start;
-    for (const LaneLeaf& leaf : p.step_leaves) {
-      F* dst = s[leaf.slot];
-      if (leaf.op == ir::Op::Saved) {
-        load_lanes(dst, c.saved[leaf.index], row, n);
-      } else if (leaf.op == ir::Op::GradOutput) {
-        if (c.grad_outputs[leaf.index].present()) load_lanes(dst, c.grad_outputs[leaf.index], row, n);
-      } else {  // GradState: the carried gradient plus the direct one of the state sequence
-        const F* carry = s[p.carry_slot[leaf.index]];
-        if (c.grad_state_seqs[leaf.index].present()) {
-          load_lanes(dst, c.grad_state_seqs[leaf.index], row, n);
-          add_lanes(dst, carry, n);
-        } else {
-          copy_lanes(dst, carry, n);
-        }
-      }
-    }
-    run_instrs(p, s, n);
-    for (size_t i = 0; i < c.grad_inputs.size(); ++i) {
-      if (c.grad_inputs[i].present()) store_lanes(c.grad_inputs[i], row, s[c.grad_input_slots[i]], n);
-    }
-    for (int32_t i = 0; i < states; ++i) copy_lanes(s[p.carry_slot[i]], s[c.grad_prev_state_slots[i]], n);
-    for (int32_t k = 0; k < num_params; ++k) {
-      if (c.grad_params[k].present()) add_lanes(s[accumulators + k], s[c.grad_param_slots[k]], n);
+  if (c.checkpoint_every > 0) {
+    backward_segments(c, s, start, n);
+  } else {
+    for (int64_t t = c.steps - 1; t >= 0; --t) {
+      backward_step(c, s, t, start, n,
+                    [&](F* dst, int32_t index, int64_t row) { load_lanes(dst, c.saved[index], row, n); });
     }
   }
   for (int32_t i = 0; i < states; ++i) {
@@ -226,15 +303,29 @@ void backward_block(BackwardCall& c, int64_t block) {
   }
 }
 
+// Checkpoints hold exact states: their dtype must be the compute type of the call.
+void check_checkpoint_dtypes(const std::vector<TensorView>& checkpoints, bool f64) {
+  const DType want = f64 ? DType::F64 : DType::F32;
+  for (size_t i = 0; i < checkpoints.size(); ++i) {
+    if (checkpoints[i].dtype != want) {
+      throw ArgumentError("saved[" + std::to_string(i) + "]",
+                          std::string("dtype ") + dtype_name(want) +
+                              " (checkpoints hold the states in the compute dtype of the call)",
+                          checkpoints[i].describe());
+    }
+  }
+}
+
 }  // namespace
 
 void forward(const Program& program, const ForwardBuffers& b, const Options& options) {
   check_options(options);
   validate(program, b);
   const ir::Step& step = program.forward();
-  const bool training = !b.saved.empty();
+  const bool checkpoints = b.checkpoint_every > 0;
+  // Per-step saving computes and keeps the saved values; checkpoints store only states.
   const std::vector<ir::ValueId> saved_nodes =
-      training ? program.backward().saved : std::vector<ir::ValueId>{};
+      !b.saved.empty() && !checkpoints ? program.backward().saved : std::vector<ir::ValueId>{};
 
   ForwardCall c;
   c.program = compile_lane_program(step, step, StepKind::Forward, saved_nodes);
@@ -249,13 +340,18 @@ void forward(const Program& program, const ForwardBuffers& b, const Options& opt
   c.outputs = lane_buffers(b.outputs, step.num_outputs);
   c.state_seqs = lane_buffers(b.state_seqs, step.num_states);
   c.final_states = lane_buffers(b.final_states, step.num_states);
-  c.saved = lane_buffers(b.saved, saved_nodes.size());
+  c.saved = lane_buffers(checkpoints ? std::vector<TensorView>{} : b.saved, saved_nodes.size());
   c.output_slots = slots_of(c.program, step.outputs);
   c.next_state_slots = slots_of(c.program, step.next_states);
   c.saved_slots = slots_of(c.program, saved_nodes);
+  if (checkpoints) {
+    c.checkpoint_every = b.checkpoint_every;
+    c.checkpoints = lane_buffers(b.saved, step.num_states);
+  }
 
   const bool f64 = compute_in_f64(options, any_f64({&b.inputs, &b.initial_states, &b.params, &b.outputs,
                                                     &b.state_seqs, &b.final_states, &b.saved}));
+  if (checkpoints) check_checkpoint_dtypes(b.saved, f64);
   parallel_for(block_count(c.neurons), options.threads, [&](int64_t block) {
     if (f64) {
       forward_block<double>(c, block);
@@ -277,7 +373,16 @@ void backward(const Program& program, const BackwardBuffers& b, const Options& o
   c.steps = b.steps;
   c.neurons = neuron_count(b.neuron_shape);
   c.param_kinds = fwd.params;
-  c.saved = lane_buffers(b.saved, step.saved.size());
+  if (b.checkpoint_every > 0) {
+    c.checkpoint_every = b.checkpoint_every;
+    c.forward = compile_lane_program(fwd, fwd, StepKind::Forward, step.saved);
+    c.checkpoints = lane_buffers(b.saved, fwd.num_states);
+    c.inputs = lane_buffers(b.inputs, fwd.num_inputs);
+    c.forward_next_state_slots = slots_of(c.forward, fwd.next_states);
+    c.forward_saved_slots = slots_of(c.forward, step.saved);
+  } else {
+    c.saved = lane_buffers(b.saved, step.saved.size());
+  }
   c.params = lane_buffers(b.params, num_params);
   c.grad_outputs = lane_buffers(b.grad_outputs, fwd.num_outputs);
   c.grad_state_seqs = lane_buffers(b.grad_state_seqs, fwd.num_states);
@@ -292,8 +397,9 @@ void backward(const Program& program, const BackwardBuffers& b, const Options& o
   c.partial_sums.assign(static_cast<size_t>(blocks) * num_params, 0.0);
 
   const bool f64 = compute_in_f64(
-      options, any_f64({&b.saved, &b.params, &b.grad_outputs, &b.grad_state_seqs, &b.grad_final_states,
-                        &b.grad_inputs, &b.grad_initial_states, &b.grad_params}));
+      options, any_f64({&b.saved, &b.inputs, &b.params, &b.grad_outputs, &b.grad_state_seqs,
+                        &b.grad_final_states, &b.grad_inputs, &b.grad_initial_states, &b.grad_params}));
+  if (b.checkpoint_every > 0) check_checkpoint_dtypes(b.saved, f64);
   parallel_for(blocks, options.threads, [&](int64_t block) {
     if (f64) {
       backward_block<double>(c, block);

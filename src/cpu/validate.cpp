@@ -1,4 +1,5 @@
-// Buffer validation shared by every backend: counts, shapes, dtypes, contiguity and overlap.
+// Buffer validation shared by every backend: counts, shapes, dtypes, contiguity and overlap; and
+// the layout of `saved` under a save policy (what validation expects).
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -54,6 +55,16 @@ class Checker {
     neuron_.text = "[*S] = " + shape_text(neuron_shape);
     scalar_.text = "[] or [1]";
     scalar_.scalar = true;
+    steps_ = steps;
+  }
+
+  // [ceil(T/k), *S]: the checkpoints of the save policy k > 0.
+  ExpectedShape checkpoints(int64_t k) const {
+    ExpectedShape e;
+    e.shape = neuron_.shape;
+    e.shape.insert(e.shape.begin(), (steps_ + k - 1) / k);
+    e.text = "[ceil(T/k), *S] = " + shape_text(e.shape) + " (k = checkpoint_every = " + std::to_string(k) + ")";
+    return e;
   }
 
   const ExpectedShape& sequence() const { return sequence_; }
@@ -115,6 +126,7 @@ class Checker {
     bool written;
   };
   ExpectedShape sequence_, neuron_, scalar_;
+  int64_t steps_ = 0;
   std::vector<Range> ranges_;
 };
 
@@ -131,6 +143,32 @@ void each_param(Checker& c, const char* name, const std::vector<TensorView>& vie
     c.tensor(item(name, i), views[i], c.param(kinds[i]), required, written);
 }
 
+void check_policy(int64_t checkpoint_every) {
+  if (checkpoint_every < 0 || checkpoint_every > kMaxCheckpointEvery) {
+    throw ArgumentError("checkpoint_every",
+                        "0 (save per step) or a checkpoint interval from 1 to " +
+                            std::to_string(kMaxCheckpointEvery),
+                        std::to_string(checkpoint_every));
+  }
+}
+
+// Checkpoints: one per state, [ceil(T/k), *S], in a compute dtype (exact states).
+void each_checkpoint(Checker& c, const std::vector<TensorView>& views, int64_t k, bool written) {
+  const ExpectedShape shape = c.checkpoints(k);
+  for (size_t i = 0; i < views.size(); ++i) {
+    const std::string name = item("saved", i);
+    c.tensor(name, views[i], shape, true, written);
+    if (views[i].dtype != DType::F32 && views[i].dtype != DType::F64) {
+      throw ArgumentError(name, "dtype float32 or float64 (checkpoints hold states in the compute dtype)",
+                          views[i].describe());
+    }
+  }
+}
+
+std::string checkpoint_count_text(int64_t k) {
+  return "one checkpoint per state, checkpoint_every = " + std::to_string(k);
+}
+
 }  // namespace
 
 void validate(const Program& program, const ForwardBuffers& b) {
@@ -143,7 +181,11 @@ void validate(const Program& program, const ForwardBuffers& b) {
   Checker::count("outputs", b.outputs, outputs, false, "one per output");
   Checker::count("state_seqs", b.state_seqs, states, true, "one per state");
   Checker::count("final_states", b.final_states, states, true, "one per state");
-  if (!b.saved.empty()) {
+  check_policy(b.checkpoint_every);
+  const bool checkpoints = b.checkpoint_every > 0;
+  if (checkpoints) {
+    Checker::count("saved", b.saved, states, false, checkpoint_count_text(b.checkpoint_every));
+  } else if (!b.saved.empty()) {
     Checker::count("saved", b.saved, program.backward().saved.size(), true,
                    "one per saved value of the backward step");
   }
@@ -153,10 +195,14 @@ void validate(const Program& program, const ForwardBuffers& b) {
   each(c, "outputs", b.outputs, c.sequence(), true, true);
   each(c, "state_seqs", b.state_seqs, c.sequence(), false, true);
   each(c, "final_states", b.final_states, c.neuron(), false, true);
-  // A saved input (program.saved_inputs()) may be absent: the backward can read the input itself.
-  for (size_t i = 0; i < b.saved.size(); ++i) {
-    const bool input = program.saved_inputs()[i] >= 0;
-    c.tensor(item("saved", i), b.saved[i], c.sequence(), !input, true);
+  if (checkpoints) {
+    each_checkpoint(c, b.saved, b.checkpoint_every, true);
+  } else {
+    // A saved input (program.saved_inputs()) may be absent: the backward can read the input itself.
+    for (size_t i = 0; i < b.saved.size(); ++i) {
+      const bool input = program.saved_inputs()[i] >= 0;
+      c.tensor(item("saved", i), b.saved[i], c.sequence(), !input, true);
+    }
   }
   c.overlaps();
 }
@@ -165,8 +211,19 @@ void validate(const Program& program, const BackwardBuffers& b) {
   const ir::Step& step = program.forward();
   const size_t inputs = step.num_inputs, states = step.num_states, outputs = step.num_outputs;
   Checker c(b.steps, b.neuron_shape);
-  Checker::count("saved", b.saved, program.backward().saved.size(), false,
-                 "one per saved value of the backward step");
+  check_policy(b.checkpoint_every);
+  const bool checkpoints = b.checkpoint_every > 0;
+  if (checkpoints) {
+    Checker::count("saved", b.saved, states, false, checkpoint_count_text(b.checkpoint_every));
+    Checker::count("inputs", b.inputs, inputs, false, "one per input: checkpoints are recomputed from them");
+  } else {
+    Checker::count("saved", b.saved, program.backward().saved.size(), false,
+                   "one per saved value of the backward step");
+    if (!b.inputs.empty()) {
+      throw ArgumentError("inputs", "no tensors (the backward reads the inputs only with checkpoints, checkpoint_every > 0)",
+                          tensors_text(b.inputs.size()));
+    }
+  }
   Checker::count("params", b.params, step.params.size(), false, "one per parameter");
   Checker::count("grad_outputs", b.grad_outputs, outputs, true, "one per output");
   Checker::count("grad_state_seqs", b.grad_state_seqs, states, true, "one per state");
@@ -174,8 +231,13 @@ void validate(const Program& program, const BackwardBuffers& b) {
   Checker::count("grad_inputs", b.grad_inputs, inputs, true, "one per input");
   Checker::count("grad_initial_states", b.grad_initial_states, states, true, "one per state");
   Checker::count("grad_params", b.grad_params, step.params.size(), true, "one per parameter");
-  // A saved input (program.saved_inputs()) is the input sequence itself, as the forward read it.
-  each(c, "saved", b.saved, c.sequence(), true, false);
+  if (checkpoints) {
+    each_checkpoint(c, b.saved, b.checkpoint_every, false);
+    each(c, "inputs", b.inputs, c.sequence(), true, false);
+  } else {
+    // A saved input (program.saved_inputs()) is the input sequence itself, as the forward read it.
+    each(c, "saved", b.saved, c.sequence(), true, false);
+  }
   each_param(c, "params", b.params, step.params, true, false);
   each(c, "grad_outputs", b.grad_outputs, c.sequence(), false, false);
   each(c, "grad_state_seqs", b.grad_state_seqs, c.sequence(), false, false);
@@ -184,6 +246,24 @@ void validate(const Program& program, const BackwardBuffers& b) {
   each(c, "grad_initial_states", b.grad_initial_states, c.neuron(), false, true);
   each_param(c, "grad_params", b.grad_params, step.params, false, true);
   c.overlaps();
+}
+
+DType checkpoint_dtype(DType storage) { return storage == DType::F64 ? DType::F64 : DType::F32; }
+
+std::vector<SavedBuffer> saved_layout(const Program& program, int64_t steps,
+                                      const std::vector<int64_t>& neuron_shape, DType storage,
+                                      int64_t checkpoint_every) {
+  const Checker c(steps, neuron_shape);
+  check_policy(checkpoint_every);
+  if (!known_dtype(storage)) {
+    throw ArgumentError("storage", "dtype float32, float64, float16 or bfloat16",
+                        "dtype code " + std::to_string(static_cast<int>(storage)));
+  }
+  if (checkpoint_every > 0) {
+    const SavedBuffer checkpoint{c.checkpoints(checkpoint_every).shape, checkpoint_dtype(storage)};
+    return std::vector<SavedBuffer>(static_cast<size_t>(program.forward().num_states), checkpoint);
+  }
+  return std::vector<SavedBuffer>(program.backward().saved.size(), SavedBuffer{c.sequence().shape, storage});
 }
 
 }  // namespace spikejit

@@ -62,6 +62,17 @@ DType storage_dtype(std::initializer_list<std::pair<const char*, const std::vect
   return storage;
 }
 
+// Checkpoints hold the kernels' fp32 compute states, whatever the storage dtype.
+void check_checkpoints(const std::vector<TensorView>& checkpoints) {
+  for (size_t i = 0; i < checkpoints.size(); ++i) {
+    if (checkpoints[i].dtype != DType::F32) {
+      throw ArgumentError("saved[" + std::to_string(i) + "]",
+                          "dtype float32 (checkpoints hold the states in the CUDA kernels' compute dtype)",
+                          checkpoints[i].describe());
+    }
+  }
+}
+
 bool any_present(const std::vector<TensorView>& views) {
   for (const TensorView& v : views) {
     if (v.present) return true;
@@ -216,6 +227,8 @@ void backward_no_steps(const BackwardBuffers& b, CUstream stream) {
 
 void forward(const Program& program, const ForwardBuffers& b, void* stream, int device) {
   validate(program, b);
+  const bool checkpoints = b.checkpoint_every > 0;
+  const std::vector<TensorView> no_views;
   codegen::KernelSpec spec;
   spec.storage = storage_dtype({{"inputs", &b.inputs},
                                 {"initial_states", &b.initial_states},
@@ -223,11 +236,13 @@ void forward(const Program& program, const ForwardBuffers& b, void* stream, int 
                                 {"outputs", &b.outputs},
                                 {"state_seqs", &b.state_seqs},
                                 {"final_states", &b.final_states},
-                                {"saved", &b.saved}});
-  spec.kind = !b.saved.empty()              ? codegen::KernelKind::TrainingForward
-              : any_present(b.final_states) ? codegen::KernelKind::InferenceFinalState
-                                            : codegen::KernelKind::Inference;
+                                {"saved", checkpoints ? &no_views : &b.saved}});
+  if (checkpoints) check_checkpoints(b.saved);
+  spec.kind = checkpoints || !b.saved.empty() ? codegen::KernelKind::TrainingForward
+              : any_present(b.final_states)   ? codegen::KernelKind::InferenceFinalState
+                                              : codegen::KernelKind::Inference;
   spec.store_state_seqs = any_present(b.state_seqs);
+  spec.checkpoint_every = static_cast<int>(b.checkpoint_every);
   if (b.steps == 0 || neuron_count(b.neuron_shape) == 0) {
     runtime::ContextGuard guard(device);
     forward_no_steps(program, b, static_cast<CUstream>(stream));
@@ -253,9 +268,12 @@ void forward(const Program& program, const ForwardBuffers& b, void* stream, int 
 
 void backward(const Program& program, const BackwardBuffers& b, void* stream, int device) {
   validate(program, b);
+  const bool checkpoints = b.checkpoint_every > 0;
+  const std::vector<TensorView> no_views;
   codegen::KernelSpec spec;
   spec.kind = codegen::KernelKind::Backward;
-  spec.storage = storage_dtype({{"saved", &b.saved},
+  spec.storage = storage_dtype({{"saved", checkpoints ? &no_views : &b.saved},
+                                {"inputs", &b.inputs},
                                 {"params", &b.params},
                                 {"grad_outputs", &b.grad_outputs},
                                 {"grad_state_seqs", &b.grad_state_seqs},
@@ -263,8 +281,10 @@ void backward(const Program& program, const BackwardBuffers& b, void* stream, in
                                 {"grad_inputs", &b.grad_inputs},
                                 {"grad_initial_states", &b.grad_initial_states},
                                 {"grad_params", &b.grad_params}});
+  if (checkpoints) check_checkpoints(b.saved);
   spec.grad_state_seqs = any_present(b.grad_state_seqs);
   spec.grad_final_states = any_present(b.grad_final_states);
+  spec.checkpoint_every = static_cast<int>(b.checkpoint_every);
   if (b.steps == 0 || neuron_count(b.neuron_shape) == 0) {
     runtime::ContextGuard guard(device);
     backward_no_steps(b, static_cast<CUstream>(stream));
@@ -274,6 +294,7 @@ void backward(const Program& program, const BackwardBuffers& b, void* stream, in
       [&](const codegen::BufferSlot& slot, runtime::CUcontext) -> void* {
         switch (slot.role) {
           case codegen::BufferRole::Saved: return pointer_of(b.saved, slot.index);
+          case codegen::BufferRole::Input: return pointer_of(b.inputs, slot.index);
           case codegen::BufferRole::Param: return pointer_of(b.params, slot.index);
           case codegen::BufferRole::GradOutput: return pointer_of(b.grad_outputs, slot.index);
           case codegen::BufferRole::GradStateSeq: return pointer_of(b.grad_state_seqs, slot.index);

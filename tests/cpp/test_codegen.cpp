@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "spikejit/buffers.h"
 #include "spikejit/codegen.h"
 #include "spikejit/error.h"
 #include "spikejit/frontend.h"
@@ -614,6 +615,30 @@ TEST(CodegenCompile, Builtins) {
     for (KernelSpec& spec : specs) {
       spec.storage = kDTypes[rotation++ % kDTypes.size()];
       sources.push_back({np.name + " " + spec.key(), codegen::generate(np.program, spec)});
+    }
+  }
+  expect_compiles(sources);
+}
+
+// Checkpoint kernels of the built-ins (default options, as SpikingJelly's modules use them):
+// segments unrolled into registers (small k) and kept in local memory (large k), training
+// forward and backward with and without final-state gradients; the dtypes rotate.
+TEST(CodegenCompile, BuiltinCheckpoints) {
+  REQUIRE_NVRTC();
+  std::vector<std::pair<std::string, KernelSource>> sources;
+  size_t rotation = 0;
+  for (const char* stem : {"if", "lif", "plif"}) {
+    const Program program = Program::from_file(source_dir() + "/neurons/" + stem + ".sj");
+    for (int k : {1, 16, kMaxCheckpointEvery}) {
+      KernelSpec train, bwd, bwd_final;
+      train.kind = KernelKind::TrainingForward;
+      bwd.kind = bwd_final.kind = KernelKind::Backward;
+      bwd_final.grad_final_states = true;
+      for (KernelSpec spec : {train, bwd, bwd_final}) {
+        spec.checkpoint_every = k;
+        spec.storage = kDTypes[rotation++ % 3];  // f32, f16, bf16 (the CUDA dtypes)
+        sources.push_back({std::string(stem) + " " + spec.key(), codegen::generate(program, spec)});
+      }
     }
   }
   expect_compiles(sources);

@@ -403,10 +403,16 @@ struct ForwardRun {
 };
 
 struct ForwardRequest {
-  DType dtype = DType::F32;  // of everything written
+  DType dtype = DType::F32;  // of everything written (checkpoints: the compute dtype)
   bool state_seqs = true, final_states = true, training = true;
   cpu::Options options;
+  int64_t checkpoint_every = 0;  // training with checkpoints: `saved` holds them
 };
+
+bool computes_in_f64(const Problem& s, const ForwardRequest& q) {
+  const bool f64_buffers = q.dtype == DType::F64 || (!s.inputs.empty() && s.inputs[0].dtype() == DType::F64);
+  return q.options.compute == cpu::Compute::F64 || (q.options.compute == cpu::Compute::Auto && f64_buffers);
+}
 
 ForwardRun run_forward(Problem& s, const ForwardRequest& q) {
   const ir::Step& f = s.program.forward();
@@ -415,8 +421,15 @@ ForwardRun run_forward(Problem& s, const ForwardRequest& q) {
   for (int i = 0; q.state_seqs && i < f.num_states; ++i) r.state_seqs.emplace_back(q.dtype, s.seq_shape());
   for (int i = 0; q.final_states && i < f.num_states; ++i)
     r.final_states.emplace_back(q.dtype, s.neuron_shape);
-  const size_t saved = q.training ? s.program.backward().saved.size() : 0;
-  for (size_t i = 0; i < saved; ++i) r.saved.emplace_back(q.dtype, s.seq_shape());
+  if (q.training && q.checkpoint_every > 0) {
+    std::vector<int64_t> shape = s.neuron_shape;
+    shape.insert(shape.begin(), (s.steps + q.checkpoint_every - 1) / q.checkpoint_every);
+    const DType compute = computes_in_f64(s, q) ? DType::F64 : DType::F32;
+    for (int i = 0; i < f.num_states; ++i) r.saved.emplace_back(compute, shape);
+  } else {
+    const size_t saved = q.training ? s.program.backward().saved.size() : 0;
+    for (size_t i = 0; i < saved; ++i) r.saved.emplace_back(q.dtype, s.seq_shape());
+  }
   for (auto* group : {&r.outputs, &r.state_seqs, &r.final_states, &r.saved}) {
     for (Buffer& b : *group) b.poison();
   }
@@ -430,6 +443,7 @@ ForwardRun run_forward(Problem& s, const ForwardRequest& q) {
   fb.state_seqs = views(r.state_seqs);
   fb.final_states = views(r.final_states);
   fb.saved = views(r.saved);
+  fb.checkpoint_every = q.checkpoint_every;
   cpu::forward(s.program, fb, q.options);
   return r;
 }
@@ -438,8 +452,9 @@ struct BackwardRun {
   std::vector<Buffer> grad_inputs, grad_initial_states, grad_params;
 };
 
+// `checkpoint_every` > 0: `saved` holds checkpoints, and the backward reads the inputs too.
 BackwardRun run_backward(Problem& s, std::vector<Buffer>& saved, Upstream& up, DType dtype,
-                         const cpu::Options& options = {}) {
+                         const cpu::Options& options = {}, int64_t checkpoint_every = 0) {
   const ir::Step& f = s.program.forward();
   BackwardRun r;
   for (int i = 0; i < f.num_inputs; ++i) r.grad_inputs.emplace_back(dtype, s.seq_shape());
@@ -464,6 +479,8 @@ BackwardRun run_backward(Problem& s, std::vector<Buffer>& saved, Upstream& up, D
   bb.grad_inputs = views(r.grad_inputs);
   bb.grad_initial_states = views(r.grad_initial_states);
   bb.grad_params = views(r.grad_params);
+  if (checkpoint_every > 0) bb.inputs = views(s.inputs);
+  bb.checkpoint_every = checkpoint_every;
   cpu::backward(s.program, bb, options);
   return r;
 }
@@ -900,6 +917,191 @@ TEST(CpuExecutor, BuiltinsMatchSpikingJellyEquations) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Checkpoints (checkpoint_every = k > 0): the training forward stores the states before steps
+// 0, k, 2k, ...; the backward recomputes each segment. With fp32 / fp64 storage the per-step
+// policy saves exactly what the recomputation yields, so every result has the same bits.
+
+std::vector<double> values_of(const Buffer& b) {
+  std::vector<double> v(static_cast<size_t>(b.numel()));
+  for (int64_t i = 0; i < b.numel(); ++i) v[static_cast<size_t>(i)] = b.get(i);
+  return v;
+}
+
+// Row j of the checkpoint of state i: the state before step j*k, from its sequence [T, N]
+// (flat) and the problem's initial states (or the declared default).
+std::vector<double> expected_checkpoint(const Problem& s, const std::vector<double>& state_seq, int i,
+                                        int64_t k) {
+  const int64_t rows = (s.steps + k - 1) / k, N = s.neurons;
+  std::vector<double> want(static_cast<size_t>(rows * N));
+  for (int64_t j = 0; j < rows; ++j) {
+    for (int64_t n = 0; n < N; ++n) {
+      want[static_cast<size_t>(j * N + n)] =
+          j > 0 ? state_seq[static_cast<size_t>((j * k - 1) * N + n)]
+                : s.initial_states.empty() ? ir::state_default(s.program.neuron(), i)
+                                           : s.initial_states[static_cast<size_t>(i)].get(n);
+    }
+  }
+  return want;
+}
+
+void expect_same_bits(const std::vector<Buffer>& got, const std::vector<Buffer>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].same_bits(want[i])) << what << "[" << i << "]";
+}
+
+TEST(CpuCheckpoint, SameBitsAsSavingPerStep) {
+  const int64_t T = 10;  // not a multiple of 3 or 7
+  for (const NamedProgram& np : all_programs()) {
+    for (DType dtype : {DType::F64, DType::F32}) {
+      for (int64_t k : {int64_t(1), int64_t(2), int64_t(3), int64_t(7), T, T + 5}) {
+        Random rng;
+        SCOPED_TRACE(np.name + " " + dtype_name(dtype) + " k=" + std::to_string(k) + " " + rng.trace());
+        // Two blocks of lanes, the second partial; initial states given on odd k only.
+        Problem s = make_problem(np.program, T, {3, 200}, dtype, rng, k % 2 == 1);
+        const bool seqs = k % 3 != 0;
+        const ForwardRun per_step = run_forward(s, {dtype, true, true, true, {}});
+        const ForwardRun ck = run_forward(s, {dtype, seqs, true, true, {}, k});
+        expect_same_bits(ck.outputs, per_step.outputs, "outputs");
+        expect_same_bits(ck.final_states, per_step.final_states, "final_states");
+        if (seqs) expect_same_bits(ck.state_seqs, per_step.state_seqs, "state_seqs");
+        ASSERT_EQ(ck.saved.size(), static_cast<size_t>(s.program.forward().num_states));
+        for (size_t i = 0; i < ck.saved.size(); ++i) {
+          expect_close(ck.saved[i], expected_checkpoint(s, values_of(per_step.state_seqs[i]), int(i), k), 0, 0,
+                       "checkpoint " + std::to_string(i));
+        }
+        // Every combination of absent gradient groups, one per k.
+        const int mask = static_cast<int>(k % 8);
+        Upstream up = make_upstream(s, dtype, rng, mask & 1, mask & 2, mask & 4);
+        std::vector<Buffer> per_step_saved = per_step.saved, checkpoints = ck.saved;
+        const BackwardRun want = run_backward(s, per_step_saved, up, dtype);
+        const BackwardRun got = run_backward(s, checkpoints, up, dtype, {}, k);
+        expect_same_bits(got.grad_inputs, want.grad_inputs, "grad_inputs");
+        expect_same_bits(got.grad_initial_states, want.grad_initial_states, "grad_initial_states");
+        expect_same_bits(got.grad_params, want.grad_params, "grad_params");
+      }
+    }
+  }
+}
+
+// fp16 / bf16 storage: checkpoints are fp32 and the recomputed saved values stay fp32 (what
+// the CUDA kernels do), so the backward equals the interpreter fed with unrounded saved values.
+TEST(CpuCheckpoint, HalfStorageRecomputesUnroundedValues) {
+  for (const NamedProgram& np : all_programs()) {
+    for (DType dtype : {DType::F16, DType::BF16}) {
+      for (int64_t k : {int64_t(1), int64_t(4), int64_t(9)}) {
+        Random rng;
+        SCOPED_TRACE(np.name + " " + dtype_name(dtype) + " k=" + std::to_string(k) + " " + rng.trace());
+        Problem s = make_problem(np.program, 9, {517}, dtype, rng);
+        const ForwardRun ck = run_forward(s, {dtype, true, true, true, {}, k});
+        ForwardRun sequences = ck;
+        sequences.saved.clear();  // checked below
+        check_forward(s, sequences, false);
+        const RefForward ref = reference_forward<float>(s);
+        const Tolerance tol = elementwise(false);
+        for (size_t i = 0; i < ck.saved.size(); ++i) {
+          EXPECT_EQ(ck.saved[i].dtype(), DType::F32);
+          expect_close(ck.saved[i], expected_checkpoint(s, ref.state_seqs[i], int(i), k), tol.rtol, tol.atol,
+                       "checkpoint " + std::to_string(i));
+        }
+        std::vector<Buffer> unrounded;  // fp64 buffers hold the fp32 values exactly
+        for (const std::vector<double>& v : ref.saved) {
+          unrounded.emplace_back(DType::F64, s.seq_shape());
+          for (size_t e = 0; e < v.size(); ++e) unrounded.back().set(static_cast<int64_t>(e), v[e]);
+        }
+        Upstream up = make_upstream(s, dtype, rng, true, k != 4, k != 1);
+        std::vector<Buffer> checkpoints = ck.saved;
+        const BackwardRun got = run_backward(s, checkpoints, up, dtype, {}, k);
+        check_backward(s, unrounded, up, got, false);
+      }
+    }
+  }
+}
+
+TEST(CpuCheckpoint, EmptyAndSingleSteps) {
+  for (const NamedProgram& np : all_programs()) {
+    for (const Shape& shape : std::vector<Shape>{{0, {300}}, {1, {300}}, {1, {1}}, {4, {0}}, {0, {0}}}) {
+      for (int64_t k : {int64_t(1), int64_t(3)}) {
+        Random rng;
+        SCOPED_TRACE(np.name + " T=" + std::to_string(shape.steps) + " k=" + std::to_string(k) + " " +
+                     rng.trace());
+        Problem s = make_problem(np.program, shape.steps, shape.neuron_shape, DType::F64, rng);
+        const ForwardRun per_step = run_forward(s, {DType::F64, true, true, true, {}});
+        const ForwardRun ck = run_forward(s, {DType::F64, true, true, true, {}, k});
+        expect_same_bits(ck.outputs, per_step.outputs, "outputs");
+        expect_same_bits(ck.final_states, per_step.final_states, "final_states");
+        for (const Buffer& c : ck.saved) EXPECT_EQ(c.numel(), (shape.steps + k - 1) / k * s.neurons);
+        Upstream up = make_upstream(s, DType::F64, rng, true, true, true);
+        std::vector<Buffer> per_step_saved = per_step.saved, checkpoints = ck.saved;
+        const BackwardRun want = run_backward(s, per_step_saved, up, DType::F64);
+        const BackwardRun got = run_backward(s, checkpoints, up, DType::F64, {}, k);
+        expect_same_bits(got.grad_inputs, want.grad_inputs, "grad_inputs");
+        expect_same_bits(got.grad_initial_states, want.grad_initial_states, "grad_initial_states");
+        expect_same_bits(got.grad_params, want.grad_params, "grad_params");
+      }
+    }
+  }
+}
+
+// Computing in fp64 on fp32 storage: the checkpoints are fp64; any thread count, same bits.
+TEST(CpuCheckpoint, ComputeF64CheckpointsAndThreadCounts) {
+  Random rng;
+  SCOPED_TRACE(rng.trace());
+  Problem s = make_problem(find_program("adaptive"), 13, {5, 401}, DType::F32, rng);
+  cpu::Options f64;
+  f64.compute = cpu::Compute::F64;
+  const ForwardRun per_step = run_forward(s, {DType::F64, false, true, true, f64});
+  Upstream up = make_upstream(s, DType::F32, rng, true, true, true);
+  std::vector<Buffer> per_step_saved = per_step.saved;
+  const BackwardRun want = run_backward(s, per_step_saved, up, DType::F64, f64);
+  for (int threads : {1, 2, 3, 0}) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    cpu::Options o = f64;
+    o.threads = threads;
+    ForwardRun ck = run_forward(s, {DType::F64, false, true, true, o, 5});
+    for (const Buffer& c : ck.saved) EXPECT_EQ(c.dtype(), DType::F64);
+    expect_same_bits(ck.outputs, per_step.outputs, "outputs");
+    const BackwardRun got = run_backward(s, ck.saved, up, DType::F64, o, 5);
+    expect_same_bits(got.grad_inputs, want.grad_inputs, "grad_inputs");
+    expect_same_bits(got.grad_params, want.grad_params, "grad_params");
+  }
+}
+
+TEST(CpuCheckpoint, SavedLayout) {
+  const Program p = Program::from_text(kAdaptiveText);  // 2 states
+  const std::vector<SavedBuffer> per_step = saved_layout(p, 10, {3, 4}, DType::F16, 0);
+  ASSERT_EQ(per_step.size(), p.backward().saved.size());
+  for (const SavedBuffer& b : per_step) {
+    EXPECT_EQ(b.shape, (std::vector<int64_t>{10, 3, 4}));
+    EXPECT_EQ(b.dtype, DType::F16);
+  }
+  for (DType storage : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+    const std::vector<SavedBuffer> ck = saved_layout(p, 10, {3, 4}, storage, 3);
+    ASSERT_EQ(ck.size(), 2u);
+    for (const SavedBuffer& b : ck) {
+      EXPECT_EQ(b.shape, (std::vector<int64_t>{4, 3, 4}));
+      EXPECT_EQ(b.dtype, storage == DType::F64 ? DType::F64 : DType::F32);
+      EXPECT_EQ(b.dtype, checkpoint_dtype(storage));
+    }
+  }
+  EXPECT_EQ(saved_layout(p, 0, {5}, DType::F32, 4)[0].shape, (std::vector<int64_t>{0, 5}));
+  EXPECT_EQ(saved_layout(p, 12, {}, DType::F32, 12)[0].shape, (std::vector<int64_t>{1}));
+  EXPECT_EQ(saved_layout(p, 12, {2}, DType::F32, kMaxCheckpointEvery)[0].shape, (std::vector<int64_t>{1, 2}));
+  auto rejected = [&](int64_t steps, std::vector<int64_t> shape, DType storage, int64_t k, const std::string& arg) {
+    try {
+      saved_layout(p, steps, shape, storage, k);
+      ADD_FAILURE() << "accepted " << arg;
+    } catch (const ArgumentError& e) {
+      EXPECT_EQ(e.argument(), arg) << e.what();
+    }
+  };
+  rejected(10, {3}, DType::F32, -1, "checkpoint_every");
+  rejected(10, {3}, DType::F32, kMaxCheckpointEvery + 1, "checkpoint_every");
+  rejected(-1, {3}, DType::F32, 2, "steps");
+  rejected(10, {-3}, DType::F32, 2, "neuron_shape");
+  rejected(10, {3}, static_cast<DType>(7), 2, "storage");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Validation
 
 class Validation : public ::testing::Test {
@@ -1077,6 +1279,74 @@ TEST_F(Validation, MixedDtypesAreAccepted) {
   b.initial_states[1] = state_bf.view();
   b.outputs[0] = out64.view();
   EXPECT_NO_THROW(validate(s_.program, b));
+}
+
+TEST_F(Validation, CheckpointPolicy) {
+  SCOPED_TRACE(rng_.trace());
+  std::vector<Buffer> checkpoints;  // k = 2, T = 3: [2, *S] per state
+  for (int i = 0; i < 2; ++i) checkpoints.emplace_back(DType::F32, std::vector<int64_t>{2, 2, 8});
+  ForwardBuffers f = forward_buffers();
+  f.saved = views(checkpoints);
+  f.checkpoint_every = 2;
+  EXPECT_NO_THROW(validate(s_.program, f));
+  BackwardBuffers g = backward_buffers();
+  g.saved = views(checkpoints);
+  g.inputs = views(s_.inputs);
+  g.checkpoint_every = 2;
+  EXPECT_NO_THROW(validate(s_.program, g));
+
+  for (int64_t bad : {int64_t(-1), int64_t(kMaxCheckpointEvery + 1), int64_t(1) << 40}) {
+    ForwardBuffers fb = f;
+    fb.checkpoint_every = bad;
+    expect_rejected(fb, "checkpoint_every", "got " + std::to_string(bad));
+    BackwardBuffers gb = g;
+    gb.checkpoint_every = bad;
+    expect_rejected(gb, "checkpoint_every", "0 (save per step) or a checkpoint interval from 1 to 256");
+  }
+  Buffer full_seq(DType::F32, s_.seq_shape()), half(DType::F16, {2, 2, 8}), short_seq(DType::F32, {2, 2, 8});
+  ForwardBuffers fb = f;
+  fb.saved.pop_back();
+  expect_rejected(fb, "saved", "one checkpoint per state");
+  fb = f;
+  fb.saved.clear();  // a checkpointed call is a training forward
+  expect_rejected(fb, "saved", "2 tensors");
+  fb = f;
+  fb.saved[1] = full_seq.view();
+  expect_rejected(fb, "saved[1]", "[ceil(T/k), *S] = [2, 2, 8]");
+  fb = f;
+  fb.saved[0] = half.view();
+  expect_rejected(fb, "saved[0]", "float32 or float64");
+  fb = f;
+  fb.saved[0] = TensorView(fwd_.outputs[0].data(), DType::F32, {2, 2, 8});
+  expect_rejected(fb, "outputs[0]", "saved[0]");
+
+  BackwardBuffers gb = g;
+  gb.inputs.clear();
+  expect_rejected(gb, "inputs", "recomputed");
+  gb = g;
+  gb.inputs[1] = short_seq.view();
+  expect_rejected(gb, "inputs[1]", "[T, *S] = [3, 2, 8]");
+  gb = g;
+  gb.saved[0] = full_seq.view();
+  expect_rejected(gb, "saved[0]", "[ceil(T/k), *S]");
+  gb = g;
+  gb.grad_inputs[0] = gb.inputs[0];
+  expect_rejected(gb, "grad_inputs[0]", "inputs[0]");
+  gb = backward_buffers();  // per step: the inputs are not read, so they may not be given
+  gb.inputs = views(s_.inputs);
+  expect_rejected(gb, "inputs", "only with checkpoints");
+
+  // Checkpoints are in the compute dtype of the call.
+  cpu::Options f64;
+  f64.compute = cpu::Compute::F64;
+  try {
+    cpu::forward(s_.program, f, f64);
+    ADD_FAILURE() << "float32 checkpoints accepted for a float64 computation";
+  } catch (const ArgumentError& e) {
+    EXPECT_EQ(e.argument(), "saved[0]") << e.what();
+    EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(cpu::backward(s_.program, g, f64), ArgumentError);
 }
 
 TEST_F(Validation, OverlappingWrittenBuffers) {

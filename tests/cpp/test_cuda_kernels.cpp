@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -272,6 +273,8 @@ struct Job {
   bool training = false, state_seqs = false, final_states = false;
   bool grad_state_seqs = false, grad_final_states = false;
   int offset = 0;  // elements past the allocation start (odd: misaligned rows)
+  // Training forward / backward: > 0 saves (and reads) checkpoints every k steps.
+  int64_t checkpoint_every = 0;
 
   // The spec spikejit::cuda picks for this call (used to compile everything up front).
   codegen::KernelSpec spec() const {
@@ -281,11 +284,13 @@ struct Job {
       s.kind = codegen::KernelKind::Backward;
       s.grad_state_seqs = grad_state_seqs;
       s.grad_final_states = grad_final_states;
+      s.checkpoint_every = static_cast<int>(checkpoint_every);
     } else {
       s.kind = training ? codegen::KernelKind::TrainingForward
                : final_states ? codegen::KernelKind::InferenceFinalState
                               : codegen::KernelKind::Inference;
       s.store_state_seqs = state_seqs;
+      if (training) s.checkpoint_every = static_cast<int>(checkpoint_every);
     }
     return s;
   }
@@ -294,13 +299,29 @@ struct Job {
            " T=" + std::to_string(steps) + " S=" + shape_text(shape) +
            (state_seqs ? " +state_seqs" : "") + (final_states ? " +final_states" : "") +
            (grad_state_seqs ? " +grad_state_seqs" : "") + (grad_final_states ? " +grad_final_states" : "") +
-           (offset ? " offset=" + std::to_string(offset) : "");
+           (offset ? " offset=" + std::to_string(offset) : "") +
+           (checkpoint_every ? " checkpoint_every=" + std::to_string(checkpoint_every) : "");
   }
 };
 
 std::vector<std::vector<int64_t>> repeat(size_t n, const std::vector<int64_t>& shape) {
   return std::vector<std::vector<int64_t>>(n, shape);
 }
+
+// The `saved` buffers of a training call: per step, or float32 checkpoints [ceil(T/k), *S].
+std::vector<std::vector<int64_t>> saved_shapes(const Job& job) {
+  const Program& p = *job.program;
+  if (job.checkpoint_every == 0) {
+    std::vector<int64_t> seq = {job.steps};
+    seq.insert(seq.end(), job.shape.begin(), job.shape.end());
+    return repeat(p.backward().saved.size(), seq);
+  }
+  std::vector<int64_t> rows = {(job.steps + job.checkpoint_every - 1) / job.checkpoint_every};
+  rows.insert(rows.end(), job.shape.begin(), job.shape.end());
+  return repeat(static_cast<size_t>(p.forward().num_states), rows);
+}
+
+DType saved_dtype(const Job& job) { return job.checkpoint_every > 0 ? DType::F32 : job.dtype; }
 
 std::vector<std::vector<int64_t>> param_shapes(const Program& p, const std::vector<int64_t>& neuron_shape) {
   std::vector<std::vector<int64_t>> shapes;
@@ -336,18 +357,20 @@ void check_forward(const Job& job, std::mt19937_64& rng, CUstream stream) {
   std::vector<int64_t> seq = {job.steps};
   seq.insert(seq.end(), job.shape.begin(), job.shape.end());
   Inputs in = make_inputs(job, rng, rng() % 3 != 0);
-  const size_t saved_count = job.training ? p.backward().saved.size() : 0;
+  const std::vector<std::vector<int64_t>> saved_shape =
+      job.training ? saved_shapes(job) : std::vector<std::vector<int64_t>>{};
   Family outputs = written_family("outputs", job.dtype, repeat(f.num_outputs, seq), all(f.num_outputs, true), job.offset);
   Family state_seqs = written_family("state_seqs", job.dtype, repeat(job.state_seqs ? f.num_states : 0, seq),
                                      job.state_seqs ? some(rng, f.num_states) : std::vector<bool>(), job.offset);
   Family final_states = written_family("final_states", job.dtype, repeat(job.final_states ? f.num_states : 0, job.shape),
                                        job.final_states ? some(rng, f.num_states) : std::vector<bool>(), job.offset);
-  Family saved = written_family("saved", job.dtype, repeat(saved_count, seq), all(saved_count, true), job.offset);
+  Family saved = written_family("saved", saved_dtype(job), saved_shape, all(saved_shape.size(), true), job.offset);
 
   auto buffers = [&](bool gpu) {
     ForwardBuffers b;
     b.steps = job.steps;
     b.neuron_shape = job.shape;
+    b.checkpoint_every = job.training ? job.checkpoint_every : 0;
     for (Family* fam : {&in.inputs, &in.initial_states, &in.params, &outputs, &state_seqs, &final_states, &saved}) {
       std::vector<TensorView> views = gpu ? fam->device_views() : fam->host_views();
       if (fam == &in.inputs) b.inputs = views;
@@ -378,13 +401,11 @@ void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
   const ir::Step& f = p.forward();
   std::vector<int64_t> seq = {job.steps};
   seq.insert(seq.end(), job.shape.begin(), job.shape.end());
-  const size_t saved_count = p.backward().saved.size();
-
-  // The CPU's training forward provides `saved` to both backward passes, so only the backward
-  // kernels are compared here.
+  // The CPU's training forward provides `saved` (or the checkpoints) to both backward passes,
+  // so only the backward kernels are compared here (with checkpoints: the recomputation too).
   Inputs in = make_inputs(job, rng, true);
   Family saved{"saved", {}, {}};
-  for (size_t i = 0; i < saved_count; ++i) saved.host.emplace_back(job.dtype, seq);
+  for (const std::vector<int64_t>& shape : saved_shapes(job)) saved.host.emplace_back(saved_dtype(job), shape);
   {
     Family outputs = written_family("outputs", job.dtype, repeat(f.num_outputs, seq), all(f.num_outputs, false), 0);
     ForwardBuffers fb;
@@ -395,6 +416,7 @@ void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
     fb.params = in.params.host_views();
     for (HostTensor& o : outputs.host) fb.outputs.push_back(o.view());
     for (HostTensor& s : saved.host) fb.saved.push_back(s.view());
+    fb.checkpoint_every = job.checkpoint_every;
     cpu::forward(p, fb);
   }
   for (HostTensor& s : saved.host) saved.device.push_back(std::make_unique<DeviceTensor>(s, job.offset));
@@ -420,6 +442,8 @@ void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
     b.steps = job.steps;
     b.neuron_shape = job.shape;
     b.saved = views(saved);
+    if (job.checkpoint_every > 0) b.inputs = views(in.inputs);
+    b.checkpoint_every = job.checkpoint_every;
     b.params = views(in.params);
     b.grad_outputs = views(grad_outputs);
     b.grad_state_seqs = views(grad_state_seqs);
@@ -448,7 +472,10 @@ void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
   }
   report.compare(grad_params, param_tolerances, true);
   EXPECT_EQ(report.unwritten, 0) << report.text();
-  EXPECT_TRUE(report.bad_neurons.empty()) << report.text();
+  // Recomputing on the GPU may flip a spike where a transcendental rounds differently (as in
+  // the forward); saved values read from the CPU cannot.
+  const int64_t allowed = job.checkpoint_every > 0 ? allowed_flips(p, job.steps, report.neurons) : 0;
+  EXPECT_LE(static_cast<int64_t>(report.bad_neurons.size()), allowed) << report.text();
 }
 
 void run_job(const Job& job, std::mt19937_64& rng, CUstream stream = nullptr) {
@@ -684,6 +711,98 @@ TEST_F(CudaKernels, EdgeShapesZeroAndOneStepsZeroAndOneNeurons) {
   }
   compile_all(jobs);
   for (const Job& j : jobs) run_job(j, rng_);
+}
+
+// Checkpoints (checkpoint_every = k): the training forward's checkpoints and the backward's
+// recomputation equal the CPU executor's checkpoint mode (fp32 checkpoints and unrounded
+// recomputed values on both). T not a multiple of k, odd N, the vector path (large N) and the
+// segment lengths that keep a segment in registers (small k) or in local memory (large k).
+TEST_F(CudaKernels, CheckpointsEqualTheCpuCheckpoints) {
+  SCOPED_TRACE(trace());
+  std::vector<NamedProgram> programs;
+  for (ir::SurrogateKind kind : {ir::SurrogateKind::Sigmoid, ir::SurrogateKind::Rect, ir::SurrogateKind::ATan}) {
+    builtins::Options o;
+    o.surrogate = {kind, ir::surrogate_info(kind).defaults};
+    o.v_reset = kind == ir::SurrogateKind::ATan ? std::nullopt : std::optional<double>(0.0);
+    o.detach_reset = kind == ir::SurrogateKind::Rect;
+    const std::string sg = ir::surrogate_info(kind).name;
+    programs.push_back({"if " + sg, Program(builtins::if_neuron(o))});
+    programs.push_back({"lif " + sg, Program(builtins::lif_neuron(o))});
+    programs.push_back({"plif " + sg, Program(builtins::plif_neuron(o))});
+  }
+  programs.push_back({"adaptive", Program::from_text(kMultiState)});
+  const std::vector<int64_t> intervals = {1, 3, 7, 16, 100, kMaxCheckpointEvery};
+  std::vector<Job> jobs;
+  size_t variant = 0;
+  for (const NamedProgram& np : programs) {
+    for (DType d : {DType::F32, DType::F16, DType::BF16}) {
+      for (int64_t k : intervals) {
+        ++variant;
+        for (Job j : jobs_for(np, d, variant, 1, 3001)) {
+          if (!j.training && !j.backward) continue;
+          j.checkpoint_every = k;
+          // A partial last segment, or whole segments; k = 256 stays one (partial) segment.
+          j.steps = k * (1 + static_cast<int64_t>(rng_() % 3)) + (variant % 2 ? 1 + static_cast<int64_t>(rng_() % 5) : 0);
+          if (k >= 100) j.steps = 1 + static_cast<int64_t>(rng_() % (k + 20));
+          const int64_t n = static_cast<int64_t>(rng_() % 1500) * 2 + 1;  // odd
+          j.shape = variant % 5 == 0 ? std::vector<int64_t>{200000 + 8 * static_cast<int64_t>(variant % 2)} : std::vector<int64_t>{n};
+          jobs.push_back(j);
+        }
+      }
+    }
+  }
+  // T = 0 and T = 1, and N = 0.
+  for (const auto& [steps, shape] : std::vector<std::pair<int64_t, std::vector<int64_t>>>{{0, {37}}, {1, {37}}, {5, {0}}}) {
+    for (Job j : jobs_for(programs.back(), DType::F16, 1, 1, 1)) {
+      if (!j.training && !j.backward) continue;
+      j.checkpoint_every = 2;
+      j.steps = steps;
+      j.shape = shape;
+      jobs.push_back(j);
+    }
+  }
+  compile_all(jobs);
+  for (const Job& j : jobs) run_job(j, rng_);
+}
+
+// Bad checkpoint buffers are rejected before anything is launched.
+TEST_F(CudaKernels, RejectsBadCheckpoints) {
+  const Program lif(builtins::lif_neuron());
+  const int64_t n = 64;
+  DeviceTensor x(DType::F16, {5, n}), s(DType::F16, {5, n}), ck16(DType::F16, {3, n}), ck(DType::F32, {3, n});
+  ForwardBuffers f;
+  f.steps = 5;
+  f.neuron_shape = {n};
+  f.inputs = {x.view()};
+  f.outputs = {s.view()};
+  f.saved = {ck16.view()};
+  f.checkpoint_every = 2;
+  try {
+    cuda::forward(lif, f, nullptr, 0);
+    FAIL() << "float16 checkpoints were accepted";
+  } catch (const ArgumentError& e) {
+    EXPECT_EQ(e.argument(), "saved[0]") << e.what();
+  }
+  f.saved = {ck.view()};
+  f.checkpoint_every = kMaxCheckpointEvery + 1;
+  try {
+    cuda::forward(lif, f, nullptr, 0);
+    FAIL() << "a checkpoint interval past the limit was accepted";
+  } catch (const ArgumentError& e) {
+    EXPECT_EQ(e.argument(), "checkpoint_every") << e.what();
+  }
+  BackwardBuffers b;
+  b.steps = 5;
+  b.neuron_shape = {n};
+  b.saved = {ck.view()};
+  b.checkpoint_every = 2;
+  b.grad_inputs = {s.view()};
+  try {
+    cuda::backward(lif, b, nullptr, 0);
+    FAIL() << "a checkpointed backward without inputs was accepted";
+  } catch (const ArgumentError& e) {
+    EXPECT_EQ(e.argument(), "inputs") << e.what();
+  }
 }
 
 TEST_F(CudaKernels, RunsOnCallerStreamsFromManyThreads) {
