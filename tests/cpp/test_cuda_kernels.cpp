@@ -364,7 +364,12 @@ void check_forward(const Job& job, std::mt19937_64& rng, CUstream stream) {
                                      job.state_seqs ? some(rng, f.num_states) : std::vector<bool>(), job.offset);
   Family final_states = written_family("final_states", job.dtype, repeat(job.final_states ? f.num_states : 0, job.shape),
                                        job.final_states ? some(rng, f.num_states) : std::vector<bool>(), job.offset);
-  Family saved = written_family("saved", saved_dtype(job), saved_shape, all(saved_shape.size(), true), job.offset);
+  // Per step, a saved input may be absent (not written; the backward reads the input itself).
+  std::vector<bool> saved_present = all(saved_shape.size(), true);
+  if (job.training && job.checkpoint_every == 0) {
+    for (size_t i = 0; i < saved_present.size(); ++i) saved_present[i] = p.saved_inputs()[i] < 0 || rng() % 2;
+  }
+  Family saved = written_family("saved", saved_dtype(job), saved_shape, saved_present, job.offset);
 
   auto buffers = [&](bool gpu) {
     ForwardBuffers b;
