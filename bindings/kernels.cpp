@@ -34,7 +34,8 @@ using Shape = std::vector<int64_t>;
 
 DType dtype_of(int code, const std::string& argument) {
   if (code < 0 || code > static_cast<int>(DType::BF16))
-    throw ArgumentError(argument, "a dtype code 0..3 (float32, float64, float16, bfloat16)", std::to_string(code));
+    throw ArgumentError(argument, "a dtype code 0..3 (float32, float64, float16, bfloat16)",
+                        std::to_string(code));
   return static_cast<DType>(code);
 }
 
@@ -158,7 +159,8 @@ std::vector<std::pair<Shape, int>> saved_layout_of(const Program& program, int64
                                                    const Shape& neuron_shape, int dtype,
                                                    int64_t checkpoint_every) {
   std::vector<std::pair<Shape, int>> out;
-  for (const SavedBuffer& b : saved_layout(program, steps, neuron_shape, dtype_of(dtype, "dtype"), checkpoint_every))
+  const DType storage = dtype_of(dtype, "dtype");
+  for (const SavedBuffer& b : saved_layout(program, steps, neuron_shape, storage, checkpoint_every))
     out.emplace_back(b.shape, static_cast<int>(b.dtype));
   return out;
 }

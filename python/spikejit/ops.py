@@ -398,7 +398,9 @@ def _backward_forward(ctx, grads):
         ctx.handle, ctx.seq_shape, ctx.dtype, ctx.device, saved, params, grad_outputs,
         grad_final_states, grad_state_seqs, ctx.checkpoint_every)
     grad_states = results[ni:ni + ns] if ctx.states_given else []
-    return None, results[:ni], grad_states, results[ni + ns:], None, None
+    # The dispatcher drops arguments equal to their defaults (checkpoint_every = 0): one gradient
+    # (None) per argument the op was called with.
+    return (None, results[:ni], grad_states, results[ni + ns:], None, None)[:len(ctx.needs_input_grad)]
 
 
 torch.library.register_autograd("spikejit::neuron_forward", _backward_forward, setup_context=_setup_forward)
