@@ -1,7 +1,8 @@
 // Kernel calls on caller-owned memory. Every buffer is described from Python as
 // (data_ptr: int, dtype code: int, shape: list[int]) of a contiguous tensor, or None when an
 // optional buffer is absent. Dtype codes follow spikejit::DType: 0 float32, 1 float64,
-// 2 float16, 3 bfloat16. The GIL is released while a kernel runs.
+// 2 float16, 3 bfloat16. The GIL is released while a kernel runs. `checkpoint_every` is the save
+// policy of spikejit/buffers.h (0: per step; k: checkpoints, and the backward reads `inputs`).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -31,13 +32,18 @@ using Buffer = std::optional<std::tuple<uintptr_t, int, std::vector<int64_t>>>;
 using Buffers = std::vector<Buffer>;
 using Shape = std::vector<int64_t>;
 
+DType dtype_of(int code, const std::string& argument) {
+  if (code < 0 || code > static_cast<int>(DType::BF16))
+    throw ArgumentError(argument, "a dtype code 0..3 (float32, float64, float16, bfloat16)",
+                        std::to_string(code));
+  return static_cast<DType>(code);
+}
+
 TensorView to_view(const Buffer& b, const char* argument, size_t index) {
   if (!b) return TensorView();
   const auto& [data, code, shape] = *b;
-  if (code < 0 || code > static_cast<int>(DType::BF16))
-    throw ArgumentError(std::string(argument) + "[" + std::to_string(index) + "]",
-                        "a dtype code 0..3 (float32, float64, float16, bfloat16)", std::to_string(code));
-  return TensorView(reinterpret_cast<void*>(data), static_cast<DType>(code), shape);
+  const DType dtype = dtype_of(code, std::string(argument) + "[" + std::to_string(index) + "]");
+  return TensorView(reinterpret_cast<void*>(data), dtype, shape);
 }
 
 std::vector<TensorView> to_views(const Buffers& buffers, const char* argument) {
@@ -50,7 +56,8 @@ std::vector<TensorView> to_views(const Buffers& buffers, const char* argument) {
 ForwardBuffers forward_buffers(int64_t steps, const Shape& neuron_shape, const Buffers& inputs,
                                const Buffers& initial_states, const Buffers& params,
                                const Buffers& outputs, const Buffers& state_seqs,
-                               const Buffers& final_states, const Buffers& saved) {
+                               const Buffers& final_states, const Buffers& saved,
+                               int64_t checkpoint_every) {
   ForwardBuffers b;
   b.steps = steps;
   b.neuron_shape = neuron_shape;
@@ -61,6 +68,7 @@ ForwardBuffers forward_buffers(int64_t steps, const Shape& neuron_shape, const B
   b.state_seqs = to_views(state_seqs, "state_seqs");
   b.final_states = to_views(final_states, "final_states");
   b.saved = to_views(saved, "saved");
+  b.checkpoint_every = checkpoint_every;
   return b;
 }
 
@@ -68,7 +76,8 @@ BackwardBuffers backward_buffers(int64_t steps, const Shape& neuron_shape, const
                                  const Buffers& params, const Buffers& grad_outputs,
                                  const Buffers& grad_state_seqs, const Buffers& grad_final_states,
                                  const Buffers& grad_inputs, const Buffers& grad_initial_states,
-                                 const Buffers& grad_params) {
+                                 const Buffers& grad_params, const Buffers& inputs,
+                                 int64_t checkpoint_every) {
   BackwardBuffers b;
   b.steps = steps;
   b.neuron_shape = neuron_shape;
@@ -80,6 +89,8 @@ BackwardBuffers backward_buffers(int64_t steps, const Shape& neuron_shape, const
   b.grad_inputs = to_views(grad_inputs, "grad_inputs");
   b.grad_initial_states = to_views(grad_initial_states, "grad_initial_states");
   b.grad_params = to_views(grad_params, "grad_params");
+  b.inputs = to_views(inputs, "inputs");
+  b.checkpoint_every = checkpoint_every;
   return b;
 }
 
@@ -97,9 +108,10 @@ cpu::Options cpu_options(int threads, const std::string& compute) {
 void cpu_forward(const Program& program, int64_t steps, const Shape& neuron_shape,
                  const Buffers& inputs, const Buffers& initial_states, const Buffers& params,
                  const Buffers& outputs, const Buffers& state_seqs, const Buffers& final_states,
-                 const Buffers& saved, int threads, const std::string& compute) {
+                 const Buffers& saved, int threads, const std::string& compute,
+                 int64_t checkpoint_every) {
   ForwardBuffers b = forward_buffers(steps, neuron_shape, inputs, initial_states, params, outputs,
-                                     state_seqs, final_states, saved);
+                                     state_seqs, final_states, saved, checkpoint_every);
   cpu::Options o = cpu_options(threads, compute);
   nb::gil_scoped_release release;
   cpu::forward(program, b, o);
@@ -109,9 +121,11 @@ void cpu_backward(const Program& program, int64_t steps, const Shape& neuron_sha
                   const Buffers& saved, const Buffers& params, const Buffers& grad_outputs,
                   const Buffers& grad_state_seqs, const Buffers& grad_final_states,
                   const Buffers& grad_inputs, const Buffers& grad_initial_states,
-                  const Buffers& grad_params, int threads, const std::string& compute) {
+                  const Buffers& grad_params, int threads, const std::string& compute,
+                  const Buffers& inputs, int64_t checkpoint_every) {
   BackwardBuffers b = backward_buffers(steps, neuron_shape, saved, params, grad_outputs, grad_state_seqs,
-                                       grad_final_states, grad_inputs, grad_initial_states, grad_params);
+                                       grad_final_states, grad_inputs, grad_initial_states, grad_params,
+                                       inputs, checkpoint_every);
   cpu::Options o = cpu_options(threads, compute);
   nb::gil_scoped_release release;
   cpu::backward(program, b, o);
@@ -120,9 +134,9 @@ void cpu_backward(const Program& program, int64_t steps, const Shape& neuron_sha
 void cuda_forward(const Program& program, int64_t steps, const Shape& neuron_shape,
                   const Buffers& inputs, const Buffers& initial_states, const Buffers& params,
                   const Buffers& outputs, const Buffers& state_seqs, const Buffers& final_states,
-                  const Buffers& saved, uintptr_t stream, int device) {
+                  const Buffers& saved, uintptr_t stream, int device, int64_t checkpoint_every) {
   ForwardBuffers b = forward_buffers(steps, neuron_shape, inputs, initial_states, params, outputs,
-                                     state_seqs, final_states, saved);
+                                     state_seqs, final_states, saved, checkpoint_every);
   nb::gil_scoped_release release;
   cuda::forward(program, b, reinterpret_cast<void*>(stream), device);
 }
@@ -131,11 +145,24 @@ void cuda_backward(const Program& program, int64_t steps, const Shape& neuron_sh
                    const Buffers& saved, const Buffers& params, const Buffers& grad_outputs,
                    const Buffers& grad_state_seqs, const Buffers& grad_final_states,
                    const Buffers& grad_inputs, const Buffers& grad_initial_states,
-                   const Buffers& grad_params, uintptr_t stream, int device) {
+                   const Buffers& grad_params, uintptr_t stream, int device,
+                   const Buffers& inputs, int64_t checkpoint_every) {
   BackwardBuffers b = backward_buffers(steps, neuron_shape, saved, params, grad_outputs, grad_state_seqs,
-                                       grad_final_states, grad_inputs, grad_initial_states, grad_params);
+                                       grad_final_states, grad_inputs, grad_initial_states, grad_params,
+                                       inputs, checkpoint_every);
   nb::gil_scoped_release release;
   cuda::backward(program, b, reinterpret_cast<void*>(stream), device);
+}
+
+// [(shape, dtype code)] of `saved` for this call and policy (spikejit::saved_layout).
+std::vector<std::pair<Shape, int>> saved_layout_of(const Program& program, int64_t steps,
+                                                   const Shape& neuron_shape, int dtype,
+                                                   int64_t checkpoint_every) {
+  std::vector<std::pair<Shape, int>> out;
+  const DType storage = dtype_of(dtype, "dtype");
+  for (const SavedBuffer& b : saved_layout(program, steps, neuron_shape, storage, checkpoint_every))
+    out.emplace_back(b.shape, static_cast<int>(b.dtype));
+  return out;
 }
 
 }  // namespace
@@ -143,20 +170,26 @@ void cuda_backward(const Program& program, int64_t steps, const Shape& neuron_sh
 void bind_kernels(nb::module_& m) {
   m.def("cpu_forward", &cpu_forward, "program"_a, "steps"_a, "neuron_shape"_a, "inputs"_a,
         "initial_states"_a, "params"_a, "outputs"_a, "state_seqs"_a, "final_states"_a, "saved"_a,
-        "threads"_a = 0, "compute"_a = "auto",
+        "threads"_a = 0, "compute"_a = "auto", "checkpoint_every"_a = 0,
         "Inference (saved empty) or training forward on CPU buffers.");
   m.def("cpu_backward", &cpu_backward, "program"_a, "steps"_a, "neuron_shape"_a, "saved"_a,
         "params"_a, "grad_outputs"_a, "grad_state_seqs"_a, "grad_final_states"_a, "grad_inputs"_a,
         "grad_initial_states"_a, "grad_params"_a, "threads"_a = 0, "compute"_a = "auto",
-        "Backward on CPU buffers.");
+        "inputs"_a = Buffers(), "checkpoint_every"_a = 0,
+        "Backward on CPU buffers (checkpoints: also the forward's inputs).");
   m.def("cuda_forward", &cuda_forward, "program"_a, "steps"_a, "neuron_shape"_a, "inputs"_a,
         "initial_states"_a, "params"_a, "outputs"_a, "state_seqs"_a, "final_states"_a, "saved"_a,
-        "stream"_a, "device"_a,
+        "stream"_a, "device"_a, "checkpoint_every"_a = 0,
         "Inference or training forward on device buffers, launched on `stream` (a CUstream).");
   m.def("cuda_backward", &cuda_backward, "program"_a, "steps"_a, "neuron_shape"_a, "saved"_a,
         "params"_a, "grad_outputs"_a, "grad_state_seqs"_a, "grad_final_states"_a, "grad_inputs"_a,
-        "grad_initial_states"_a, "grad_params"_a, "stream"_a, "device"_a,
-        "Backward on device buffers, launched on `stream` (a CUstream).");
+        "grad_initial_states"_a, "grad_params"_a, "stream"_a, "device"_a, "inputs"_a = Buffers(),
+        "checkpoint_every"_a = 0, "Backward on device buffers, launched on `stream` (a CUstream).");
+  m.def("saved_layout", &saved_layout_of, "program"_a, "steps"_a, "neuron_shape"_a, "dtype"_a,
+        "checkpoint_every"_a,
+        "[(shape, dtype code)] of what a training forward saves for the backward under the policy "
+        "(0: per step, in `dtype`; k: one [ceil(T/k), *S] checkpoint per state, compute dtype).");
+  m.attr("MAX_CHECKPOINT_EVERY") = kMaxCheckpointEvery;
   m.def(
       "cuda_available",
       [] {

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from . import _core, registry
 from ._trace import UnsupportedOp, captured_tensors, trace_core
 from .functional import run_neuron
+from .ops import check_checkpoint_every
 from .scan import eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available, \
     lowerable_scan_final_state
 
@@ -103,9 +104,9 @@ class _CompiledCore:
                                  f"neuron shape {list(neuron_shape)}") from None
         return out
 
-    def run(self, inputs, states, store_state_seqs, params=None):
+    def run(self, inputs, states, store_state_seqs, params=None, checkpoint_every=0):
         return run_neuron(self.handle, self.num_outputs, self.num_states, list(inputs), list(states),
-                          self.runtime_params(inputs[0], params), store_state_seqs)
+                          self.runtime_params(inputs[0], params), store_state_seqs, checkpoint_every)
 
 
 def _verify(compiled: _CompiledCore, core: Callable, device: torch.device) -> None:
@@ -163,13 +164,16 @@ class FlexSN(nn.Module):
     `requires_grad` (per input and state: False detaches it), `step_mode` ('m': inputs [T, *S];
     's': one step), `backend` ('spikejit' — also 'triton'/'inductor' —, 'torch' for an eager
     scan, 'hop' for torch's scan operator), `store_state_seqs`, `example_outputs` (accepted and
-    checked for count; outputs always have the per-step shape of the inputs), and `strict`.
+    checked for count; outputs always have the per-step shape of the inputs), `strict`, and
+    `checkpoint_every` (the kernels' save policy of training: k >= 1 keeps the states only every
+    k steps and recomputes the rest in the backward; the eager fallback ignores it).
     """
 
     def __init__(self, core: Callable, num_inputs: int, num_states: int, num_outputs: int,
                  example_inputs: Optional[Sequence[Tensor]] = None, requires_grad: Optional[Sequence[bool]] = None,
                  step_mode: str = "m", backend: str = "spikejit", store_state_seqs: bool = False,
-                 example_outputs: Optional[Sequence[Tensor]] = None, strict: bool = False):
+                 example_outputs: Optional[Sequence[Tensor]] = None, strict: bool = False,
+                 checkpoint_every: int = 0):
         super().__init__()
         if not callable(core):
             raise TypeError(f"core: expected a callable, got {type(core).__name__}")
@@ -194,6 +198,7 @@ class FlexSN(nn.Module):
         self.backend = backend
         self.store_state_seqs = bool(store_state_seqs)
         self.strict = bool(strict)
+        self.checkpoint_every = check_checkpoint_every(checkpoint_every)
         self.fallback_reason = None
         self._compiled = None
         self._finalizer = None
@@ -323,7 +328,8 @@ class FlexSN(nn.Module):
         inputs, states = self._mask(inputs, None if states is None else list(states))
         if self._compiled is not None:
             init = [None] * self.num_states if states is None else states
-            outputs, finals, seqs = self._compiled.run(inputs, init, self.store_state_seqs)
+            outputs, finals, seqs = self._compiled.run(inputs, init, self.store_state_seqs,
+                                                       checkpoint_every=self.checkpoint_every)
             return list(outputs), list(finals), (list(seqs) if seqs is not None else None)
         use_hop = self.backend == "hop" and lowerable_scan_available()
         if self.store_state_seqs:
@@ -362,9 +368,10 @@ class FlexSNKernel:
     The core must compile (strict); the kernels live as long as this object or its copies."""
 
     def __init__(self, core: Callable, num_inputs: int, num_states: int, num_outputs: int,
-                 example_inputs: Optional[Sequence[Tensor]] = None, requires_grad: Optional[Sequence[bool]] = None):
+                 example_inputs: Optional[Sequence[Tensor]] = None, requires_grad: Optional[Sequence[bool]] = None,
+                 checkpoint_every: int = 0):
         self._module = FlexSN(core, num_inputs, num_states, num_outputs, example_inputs, requires_grad,
-                              step_mode="m", store_state_seqs=True, strict=True)
+                              step_mode="m", store_state_seqs=True, strict=True, checkpoint_every=checkpoint_every)
 
     @property
     def handle(self) -> int:

@@ -5,7 +5,9 @@
     s_seq = node(x_seq)          # [T, *S]; node.v is the last state, node.v_seq the whole sequence
     node.reset()
 
-Every step runs the fused kernels. Hyper-parameters may be changed between calls; the program
+Every step runs the fused kernels. `checkpoint_every` (constructor keyword and attribute,
+default 0) is the save policy of training: k >= 1 saves v only every k steps and recomputes the
+steps between in the backward (saved memory O(T/k), plus a reference to x_seq). Hyper-parameters may be changed between calls; the program
 for a set of options is built once per process. `backend` is accepted for compatibility with
 SpikingJelly ("torch", "cupy", "triton", "inductor") and always means spikejit.
 """
@@ -17,6 +19,7 @@ from torch import Tensor, nn
 
 from . import surrogate as _surrogate
 from .functional import builtin_handle, run_neuron
+from .ops import check_checkpoint_every
 
 __all__ = ["BaseNode", "IFNode", "LIFNode", "ParametricLIFNode"]
 
@@ -43,7 +46,7 @@ class BaseNode(nn.Module):
 
     def __init__(self, v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, surrogate_function=None,
                  detach_reset: bool = False, step_mode: str = "s", backend: str = "spikejit",
-                 store_v_seq: bool = False, **options):
+                 store_v_seq: bool = False, checkpoint_every: int = 0, **options):
         super().__init__()
         _check_float("v_threshold", v_threshold)
         _check_float("v_reset", v_reset, allow_none=True)
@@ -63,6 +66,7 @@ class BaseNode(nn.Module):
         self.step_mode = step_mode
         self.backend = backend
         self.store_v_seq = store_v_seq
+        self.checkpoint_every = check_checkpoint_every(checkpoint_every)
         self.v = self._v_default()
         self.v_seq = None
         self._options_ready = True
@@ -123,8 +127,7 @@ class BaseNode(nn.Module):
     def multi_step_forward(self, x_seq: Tensor) -> Tensor:
         self._check_input(x_seq, "x_seq", 1)
         outputs, finals, seqs = run_neuron(self._program_handle, 1, 1, [x_seq], [self._initial_v(x_seq)],
-                                           self._params(x_seq),
-                                           self.store_v_seq)
+                                           self._params(x_seq), self.store_v_seq, self.checkpoint_every)
         self.v = finals[0]
         if self.store_v_seq:
             self.v_seq = seqs[0]
@@ -134,7 +137,7 @@ class BaseNode(nn.Module):
         self._check_input(x, "x", 0)
         x_seq = x.unsqueeze(0)
         outputs, finals, _ = run_neuron(self._program_handle, 1, 1, [x_seq], [self._initial_v(x_seq)],
-                                        self._params(x_seq), False)
+                                        self._params(x_seq), False, self.checkpoint_every)
         self.v = finals[0]
         if self.store_v_seq:
             step = self.v.unsqueeze(0)
@@ -153,7 +156,8 @@ class BaseNode(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"v_threshold={self.v_threshold}, v_reset={self.v_reset}, detach_reset={self.detach_reset}, "
-                f"step_mode={self.step_mode}, store_v_seq={self.store_v_seq}")
+                f"step_mode={self.step_mode}, store_v_seq={self.store_v_seq}"
+                + (f", checkpoint_every={self.checkpoint_every}" if self.checkpoint_every else ""))
 
 
 class IFNode(BaseNode):
@@ -170,12 +174,13 @@ class LIFNode(BaseNode):
 
     def __init__(self, tau: float = 2.0, decay_input: bool = True, v_threshold: float = 1.0,
                  v_reset: Optional[float] = 0.0, surrogate_function=None, detach_reset: bool = False,
-                 step_mode: str = "s", backend: str = "spikejit", store_v_seq: bool = False):
+                 step_mode: str = "s", backend: str = "spikejit", store_v_seq: bool = False,
+                 checkpoint_every: int = 0):
         _check_float("tau", tau)
         if not tau > 1.0:
             raise ValueError(f"tau: expected a float > 1, got {tau}")
         super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq,
-                         tau=float(tau), decay_input=bool(decay_input))
+                         checkpoint_every, tau=float(tau), decay_input=bool(decay_input))
 
     def _make_handle(self) -> int:
         name, params = _surrogate.resolve(self.surrogate_function)
@@ -191,12 +196,13 @@ class ParametricLIFNode(BaseNode):
 
     def __init__(self, init_tau: float = 2.0, decay_input: bool = True, v_threshold: float = 1.0,
                  v_reset: Optional[float] = 0.0, surrogate_function=None, detach_reset: bool = False,
-                 step_mode: str = "s", backend: str = "spikejit", store_v_seq: bool = False):
+                 step_mode: str = "s", backend: str = "spikejit", store_v_seq: bool = False,
+                 checkpoint_every: int = 0):
         _check_float("init_tau", init_tau)
         if not init_tau > 1.0:
             raise ValueError(f"init_tau: expected a float > 1, got {init_tau}")
         super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq,
-                         decay_input=bool(decay_input))
+                         checkpoint_every, decay_input=bool(decay_input))
         self.w = nn.Parameter(torch.as_tensor(-math.log(init_tau - 1.0)))
 
     def _make_handle(self) -> int:

@@ -3,13 +3,18 @@
     spikejit::neuron_inference(handle, inputs, init_states, params, store_state_seqs, final_state)
         init_states: [] (every state starts at its declared default) or one tensor per state
         -> [*outputs, *state_seqs (if store_state_seqs), *final_states (if final_state)]
-    spikejit::neuron_forward(handle, inputs, init_states, params, store_state_seqs)
+    spikejit::neuron_forward(handle, inputs, init_states, params, store_state_seqs, checkpoint_every=0)
         -> [*outputs, *final_states, *state_seqs (if store_state_seqs), *saved]     (has autograd)
     spikejit::neuron_backward(handle, seq_shape, dtype, device, saved, params,
-                              grad_outputs, grad_final_states, grad_state_seqs)
+                              grad_outputs, grad_final_states, grad_state_seqs, checkpoint_every=0)
         -> [*grad_inputs, *grad_initial_states, *grad_params]
     spikejit::spike(x, surrogate, params) -> Heaviside(x), backward grad * surrogate'(x)
     spikejit::bit_spike_compress(s) / spikejit::bit_spike_decompress(c, shape)
+
+`checkpoint_every` is the save policy of training: 0 saves what the backward needs per step
+([T, *S] tensors); k >= 1 saves only one checkpoint per state every k steps ([ceil(T/k), *S],
+float32, or float64 for float64 inputs) and the backward recomputes the steps between them from
+the inputs: its `saved` is then [*checkpoints, *inputs] (autograd keeps the inputs alive).
 
 `handle` names a program in `spikejit.registry`. Sequences are [T, *S], states and per-neuron
 parameters [*S], scalar parameters [] or [1]; every tensor of one call has one dtype and one
@@ -64,6 +69,17 @@ def initial_states(handle: int, states, x_seq: Tensor) -> List[Tensor]:
     shape = x_seq.shape[1:]
     return [torch.full(shape, counts.state_defaults[j], dtype=x_seq.dtype, device=x_seq.device) if s is None else s
             for j, s in enumerate(states)]
+
+
+def check_checkpoint_every(checkpoint_every) -> int:
+    """The save policy as an int: 0 (per step) or a checkpoint interval 1..MAX_CHECKPOINT_EVERY."""
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int):
+        raise TypeError(f"checkpoint_every: expected an int (0: save per step, k >= 1: checkpoints every k steps), "
+                        f"got {type(checkpoint_every).__name__}")
+    if not 0 <= checkpoint_every <= _core.MAX_CHECKPOINT_EVERY:
+        raise ValueError(f"checkpoint_every: expected 0 (save per step) or a checkpoint interval from 1 to "
+                         f"{_core.MAX_CHECKPOINT_EVERY}, got {checkpoint_every}")
+    return checkpoint_every
 
 
 def _num_saved(program, counts) -> int:
@@ -130,28 +146,30 @@ def _contiguous(tensors):
 
 
 def _launch_forward(program, device, seq_shape, inputs, init_states, params, outputs, state_seqs,
-                    final_states, saved):
+                    final_states, saved, checkpoint_every=0):
     args = (program, seq_shape[0], seq_shape[1:], _specs(inputs), _specs(init_states), _specs(params),
             _specs(outputs), _specs(state_seqs), _specs(final_states), _specs(saved))
     if device.type == "cpu":
-        _core.cpu_forward(*args, threads=torch.get_num_threads())
+        _core.cpu_forward(*args, threads=torch.get_num_threads(), checkpoint_every=checkpoint_every)
     elif device.type == "cuda":
         stream = torch.cuda.current_stream(device).cuda_stream
-        _core.cuda_forward(*args, stream=stream, device=device.index)
+        _core.cuda_forward(*args, stream=stream, device=device.index, checkpoint_every=checkpoint_every)
     else:
         raise ValueError(f"inputs[0]: expected a CPU or CUDA tensor, got one on {device}")
 
 
 def _launch_backward(program, device, seq_shape, saved, params, grad_outputs, grad_state_seqs,
-                     grad_final_states, grad_inputs, grad_initial_states, grad_params):
+                     grad_final_states, grad_inputs, grad_initial_states, grad_params, inputs=(),
+                     checkpoint_every=0):
     args = (program, seq_shape[0], seq_shape[1:], _specs(saved), _specs(params), _specs(grad_outputs),
             _specs(grad_state_seqs), _specs(grad_final_states), _specs(grad_inputs),
             _specs(grad_initial_states), _specs(grad_params))
+    policy = dict(inputs=_specs(inputs), checkpoint_every=checkpoint_every)
     if device.type == "cpu":
-        _core.cpu_backward(*args, threads=torch.get_num_threads())
+        _core.cpu_backward(*args, threads=torch.get_num_threads(), **policy)
     elif device.type == "cuda":
         stream = torch.cuda.current_stream(device).cuda_stream
-        _core.cuda_backward(*args, stream=stream, device=device.index)
+        _core.cuda_backward(*args, stream=stream, device=device.index, **policy)
     else:
         raise ValueError(f"device: expected a CPU or CUDA device, got {device}")
 
@@ -179,23 +197,34 @@ def inference(handle: int, inputs, init_states, params, store_state_seqs: bool, 
     return outputs + state_seqs + final_states
 
 
-def _training_buffers(program, counts, inputs, init_states, params, store_state_seqs):
+def saved_buffers(program, counts, x: Tensor, seq_shape, checkpoint_every: int) -> List[Tensor]:
+    """Empty tensors for what the training forward saves (the layout of _core.saved_layout,
+    computed here so that a symbolic T stays symbolic): per step, one [T, *S] tensor per saved
+    value in x's dtype; with checkpoints, one [ceil(T/k), *S] per state in the compute dtype."""
+    if checkpoint_every == 0:
+        return [x.new_empty(seq_shape) for _ in range(_num_saved(program, counts))]
+    rows = (seq_shape[0] + checkpoint_every - 1) // checkpoint_every
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return [x.new_empty([rows, *seq_shape[1:]], dtype=dtype) for _ in range(counts.states)]
+
+
+def _training_buffers(program, counts, inputs, init_states, params, store_state_seqs, checkpoint_every):
     seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
     x = inputs[0]
     outputs = [x.new_empty(seq_shape) for _ in range(counts.outputs)]
     final_states = [x.new_empty(neuron_shape) for _ in range(counts.states)]
     state_seqs = [x.new_empty(seq_shape) for _ in range(counts.states)] if store_state_seqs else []
-    saved = [x.new_empty(seq_shape) for _ in range(_num_saved(program, counts))]
+    saved = saved_buffers(program, counts, x, seq_shape, check_checkpoint_every(checkpoint_every))
     return seq_shape, outputs, final_states, state_seqs, saved
 
 
-def training_forward(handle: int, inputs, init_states, params, store_state_seqs: bool):
+def training_forward(handle: int, inputs, init_states, params, store_state_seqs: bool, checkpoint_every: int = 0):
     """[*outputs, *final_states, *state_seqs (if store_state_seqs), *saved]."""
     program, counts = _counts(handle)
     seq_shape, outputs, final_states, state_seqs, saved = _training_buffers(
-        program, counts, inputs, init_states, params, store_state_seqs)
+        program, counts, inputs, init_states, params, store_state_seqs, checkpoint_every)
     _launch_forward(program, inputs[0].device, seq_shape, _contiguous(inputs), _contiguous(init_states),
-                    _contiguous(params), outputs, state_seqs, final_states, saved)
+                    _contiguous(params), outputs, state_seqs, final_states, saved, checkpoint_every)
     return outputs + final_states + state_seqs + saved
 
 
@@ -227,17 +256,41 @@ def _backward_results(counts, seq_shape, dtype, device, params, grad_outputs, gr
     return grad_inputs, grad_states, grad_params
 
 
+def _split_saved(program, counts, seq_shape, dtype, device, saved, checkpoint_every):
+    """(saved buffers, inputs) of a backward call: per step, `saved` is what the forward saved;
+    with checkpoints, one checkpoint per state followed by the forward's inputs."""
+    if checkpoint_every == 0:
+        if len(saved) != _num_saved(program, counts):
+            raise ValueError(f"saved: expected {counts.saved} tensors (one per saved value), got {len(saved)}")
+        return saved, []
+    expected = counts.states + counts.inputs
+    if len(saved) != expected:
+        raise ValueError(f"saved: expected {expected} tensors with checkpoint_every = {checkpoint_every} "
+                         f"({counts.states} checkpoints, then the {counts.inputs} inputs), got {len(saved)}")
+    checkpoints, inputs = list(saved[:counts.states]), list(saved[counts.states:])
+    for i, c in enumerate(checkpoints):
+        if c.device != device:
+            raise ValueError(f"saved[{i}]: expected a checkpoint on {device}, got {_describe(c)}")
+    for i, x in enumerate(inputs, counts.states):
+        if list(x.shape) != list(seq_shape):
+            raise ValueError(f"saved[{i}]: expected an input of shape {list(seq_shape)}, got {_describe(x)}")
+        if x.dtype != dtype or x.device != device:
+            raise TypeError(f"saved[{i}]: expected an input of {dtype} on {device}, got {_describe(x)}")
+    return checkpoints, inputs
+
+
 def training_backward(handle: int, seq_shape, dtype, device, saved, params, grad_outputs,
-                      grad_final_states, grad_state_seqs):
+                      grad_final_states, grad_state_seqs, checkpoint_every: int = 0):
     """[*grad_inputs, *grad_initial_states, *grad_params]; None gradients count as zeros."""
     program, counts = _counts(handle)
-    if len(saved) != _num_saved(program, counts):
-        raise ValueError(f"saved: expected {counts.saved} tensors, got {len(saved)}")
+    saved, inputs = _split_saved(program, counts, seq_shape, dtype, device, saved,
+                                 check_checkpoint_every(checkpoint_every))
     grad_inputs, grad_states, grad_params = _backward_results(
         counts, seq_shape, dtype, device, params, grad_outputs, grad_final_states, grad_state_seqs)
     _launch_backward(program, device, seq_shape, _contiguous(saved), _contiguous(params),
                      _contiguous(grad_outputs), _contiguous(grad_state_seqs),
-                     _contiguous(grad_final_states), grad_inputs, grad_states, grad_params)
+                     _contiguous(grad_final_states), grad_inputs, grad_states, grad_params,
+                     _contiguous(inputs), checkpoint_every)
     return grad_inputs + grad_states + grad_params
 
 
@@ -274,15 +327,15 @@ def _(handle, inputs, init_states, params, store_state_seqs, final_state):
 
 @torch.library.custom_op("spikejit::neuron_forward", mutates_args=())
 def neuron_forward(handle: int, inputs: List[Tensor], init_states: List[Tensor],
-                   params: List[Tensor], store_state_seqs: bool) -> List[Tensor]:
-    return training_forward(handle, inputs, init_states, params, store_state_seqs)
+                   params: List[Tensor], store_state_seqs: bool, checkpoint_every: int = 0) -> List[Tensor]:
+    return training_forward(handle, inputs, init_states, params, store_state_seqs, checkpoint_every)
 
 
 @neuron_forward.register_fake
-def _(handle, inputs, init_states, params, store_state_seqs):
+def _(handle, inputs, init_states, params, store_state_seqs, checkpoint_every=0):
     program, counts = _counts(handle)
     _, outputs, final_states, state_seqs, saved = _training_buffers(
-        program, counts, inputs, init_states, params, store_state_seqs)
+        program, counts, inputs, init_states, params, store_state_seqs, checkpoint_every)
     return outputs + final_states + state_seqs + saved
 
 
@@ -290,25 +343,40 @@ def _(handle, inputs, init_states, params, store_state_seqs):
 def neuron_backward(handle: int, seq_shape: List[int], dtype: torch.dtype, device: torch.device,
                     saved: List[Tensor], params: List[Tensor], grad_outputs: List[Optional[Tensor]],
                     grad_final_states: List[Optional[Tensor]],
-                    grad_state_seqs: List[Optional[Tensor]]) -> List[Tensor]:
+                    grad_state_seqs: List[Optional[Tensor]], checkpoint_every: int = 0) -> List[Tensor]:
     return training_backward(handle, seq_shape, dtype, device, saved, params, grad_outputs,
-                             grad_final_states, grad_state_seqs)
+                             grad_final_states, grad_state_seqs, checkpoint_every)
 
 
 @neuron_backward.register_fake
-def _(handle, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states, grad_state_seqs):
-    _, counts = _counts(handle)
+def _(handle, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states, grad_state_seqs,
+      checkpoint_every=0):
+    program, counts = _counts(handle)
+    _split_saved(program, counts, seq_shape, dtype, device, saved, check_checkpoint_every(checkpoint_every))
     grad_inputs, grad_states, grad_params = _backward_results(
         counts, seq_shape, dtype, device, params, grad_outputs, grad_final_states, grad_state_seqs)
     return grad_inputs + grad_states + grad_params
 
 
+def _save_for_backward(ctx, saved, inputs, params, checkpoint_every):
+    """Keeps what the backward reads: the saved tensors (with checkpoints, then the inputs) and
+    the params."""
+    saved = list(saved) + (list(inputs) if checkpoint_every else [])
+    ctx.save_for_backward(*saved, *params)
+    ctx.num_saved, ctx.checkpoint_every = len(saved), checkpoint_every
+
+
+def _saved_for_backward(ctx):
+    """(saved, params) as _save_for_backward kept them."""
+    tensors = ctx.saved_tensors
+    return list(tensors[:ctx.num_saved]), list(tensors[ctx.num_saved:])
+
+
 def _setup_forward(ctx, inputs, output):
-    handle, xs, init_states, params, store_state_seqs = inputs
+    handle, xs, init_states, params, store_state_seqs, checkpoint_every = inputs
     _, counts = _counts(handle)
     first_saved = counts.outputs + counts.states * (2 if store_state_seqs else 1)
-    ctx.save_for_backward(*output[first_saved:], *params)
-    ctx.num_saved = len(output) - first_saved
+    _save_for_backward(ctx, output[first_saved:], xs, params, checkpoint_every)
     ctx.handle = handle
     ctx.active_reference = _ActiveReference(handle)
     ctx.counts = counts
@@ -322,16 +390,17 @@ def _setup_forward(ctx, inputs, output):
 def _backward_forward(ctx, grads):
     counts = ctx.counts
     ns, no, ni = counts.states, counts.outputs, counts.inputs
-    tensors = ctx.saved_tensors
-    saved, params = list(tensors[:ctx.num_saved]), list(tensors[ctx.num_saved:])
+    saved, params = _saved_for_backward(ctx)
     grad_outputs = list(grads[:no])
     grad_final_states = list(grads[no:no + ns])
     grad_state_seqs = list(grads[no + ns:no + 2 * ns]) if ctx.store_state_seqs else []
     results = torch.ops.spikejit.neuron_backward(
         ctx.handle, ctx.seq_shape, ctx.dtype, ctx.device, saved, params, grad_outputs,
-        grad_final_states, grad_state_seqs)
+        grad_final_states, grad_state_seqs, ctx.checkpoint_every)
     grad_states = results[ni:ni + ns] if ctx.states_given else []
-    return None, results[:ni], grad_states, results[ni + ns:], None
+    # The dispatcher drops arguments equal to their defaults (checkpoint_every = 0): one gradient
+    # (None) per argument the op was called with.
+    return (None, results[:ni], grad_states, results[ni + ns:], None, None)[:len(ctx.needs_input_grad)]
 
 
 torch.library.register_autograd("spikejit::neuron_forward", _backward_forward, setup_context=_setup_forward)
@@ -345,18 +414,17 @@ torch.library.register_autograd("spikejit::neuron_forward", _backward_forward, s
 
 class _Training(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, handle, store_state_seqs, num_inputs, num_states, *tensors):
+    def forward(ctx, handle, store_state_seqs, checkpoint_every, num_inputs, num_states, *tensors):
         inputs = list(tensors[:num_inputs])
         init_states = list(tensors[num_inputs:num_inputs + num_states])
         params = list(tensors[num_inputs + num_states:])
-        results = training_forward(handle, inputs, init_states, params, store_state_seqs)
+        results = training_forward(handle, inputs, init_states, params, store_state_seqs, checkpoint_every)
         # Unused outputs (often the final state) get None, not a tensor of zeros: the kernels
         # read an absent gradient as zero without allocating, filling and reading one.
         ctx.set_materialize_grads(False)
         _, counts = _counts(handle)
         first_saved = counts.outputs + counts.states * (2 if store_state_seqs else 1)
-        ctx.save_for_backward(*results[first_saved:], *params)
-        ctx.num_saved = len(results) - first_saved
+        _save_for_backward(ctx, results[first_saved:], inputs, params, checkpoint_every)
         ctx.handle, ctx.counts, ctx.store_state_seqs = handle, counts, store_state_seqs
         ctx.active_reference = _ActiveReference(handle)
         ctx.seq_shape, ctx.dtype, ctx.device = list(inputs[0].shape), inputs[0].dtype, inputs[0].device
@@ -367,13 +435,13 @@ class _Training(torch.autograd.Function):
     def backward(ctx, *grads):
         counts = ctx.counts
         ns, no, ni = counts.states, counts.outputs, counts.inputs
-        tensors = ctx.saved_tensors
-        saved, params = list(tensors[:ctx.num_saved]), list(tensors[ctx.num_saved:])
+        saved, params = _saved_for_backward(ctx)
         grad_state_seqs = list(grads[no + ns:no + 2 * ns]) if ctx.store_state_seqs else []
         results = training_backward(ctx.handle, ctx.seq_shape, ctx.dtype, ctx.device, saved, params,
-                                    list(grads[:no]), list(grads[no:no + ns]), grad_state_seqs)
+                                    list(grads[:no]), list(grads[no:no + ns]), grad_state_seqs,
+                                    ctx.checkpoint_every)
         grad_states = results[ni:ni + ns] if ctx.num_states_given else []
-        return (None, None, None, None, *results[:ni], *grad_states, *results[ni + ns:])
+        return (None, None, None, None, None, *results[:ni], *grad_states, *results[ni + ns:])
 
 
 def _eager(tensors) -> bool:
@@ -382,13 +450,14 @@ def _eager(tensors) -> bool:
     return all(type(t) is Tensor or type(t) is torch.nn.Parameter for t in tensors)
 
 
-def run_training(handle: int, inputs, init_states, params, store_state_seqs: bool):
+def run_training(handle: int, inputs, init_states, params, store_state_seqs: bool, checkpoint_every: int = 0):
     """The training forward with autograd: [*outputs, *final_states, *state_seqs (if stored)],
     possibly followed by the saved tensors (callers slice by their counts)."""
     if _eager(inputs) and _eager(init_states) and _eager(params):
-        return list(_Training.apply(handle, store_state_seqs, len(inputs), len(init_states),
+        return list(_Training.apply(handle, store_state_seqs, checkpoint_every, len(inputs), len(init_states),
                                     *inputs, *init_states, *params))
-    return torch.ops.spikejit.neuron_forward(handle, inputs, init_states, params, store_state_seqs)
+    return torch.ops.spikejit.neuron_forward(handle, inputs, init_states, params, store_state_seqs,
+                                             checkpoint_every)
 
 
 def run_inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool):

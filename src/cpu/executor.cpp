@@ -242,7 +242,9 @@ void backward_segments(BackwardCall& c, const Slots<F>& s, int64_t start, int64_
   const Slots<F> values(static_cast<int32_t>(std::min(k, T)) * saved);  // [step in segment][saved]
   for (int64_t seg = (T + k - 1) / k - 1; seg >= 0; --seg) {
     const int64_t first = seg * k, len = std::min(k, T - first);
-    for (int32_t i = 0; i < states; ++i) load_lanes(fs[fp.carry_slot[i]], c.checkpoints[i], seg * N + start, n);
+    for (int32_t i = 0; i < states; ++i) {
+      load_lanes(fs[fp.carry_slot[i]], c.checkpoints[i], seg * N + start, n);
+    }
     for (int64_t u = 0; u < len; ++u) {
       const int32_t at = static_cast<int32_t>(u) * saved;
       forward_step(fp, c.inputs, c.forward_next_state_slots, fs, (first + u) * N + start, n, [&] {

@@ -63,7 +63,8 @@ class Checker {
     ExpectedShape e;
     e.shape = neuron_.shape;
     e.shape.insert(e.shape.begin(), (steps_ + k - 1) / k);
-    e.text = "[ceil(T/k), *S] = " + shape_text(e.shape) + " (k = checkpoint_every = " + std::to_string(k) + ")";
+    e.text = "[ceil(T/k), *S] = " + shape_text(e.shape) +
+             " (k = checkpoint_every = " + std::to_string(k) + ")";
     return e;
   }
 
@@ -220,7 +221,9 @@ void validate(const Program& program, const BackwardBuffers& b) {
     Checker::count("saved", b.saved, program.backward().saved.size(), false,
                    "one per saved value of the backward step");
     if (!b.inputs.empty()) {
-      throw ArgumentError("inputs", "no tensors (the backward reads the inputs only with checkpoints, checkpoint_every > 0)",
+      throw ArgumentError("inputs",
+                          "no tensors (the backward reads the inputs only with checkpoints, "
+                          "checkpoint_every > 0)",
                           tensors_text(b.inputs.size()));
     }
   }

@@ -629,7 +629,7 @@ TEST(CodegenCompile, BuiltinCheckpoints) {
   size_t rotation = 0;
   for (const char* stem : {"if", "lif", "plif"}) {
     const Program program = Program::from_file(source_dir() + "/neurons/" + stem + ".sj");
-    for (int k : {1, 16, kMaxCheckpointEvery}) {
+    for (int k : {16, kMaxCheckpointEvery}) {
       KernelSpec train, bwd, bwd_final;
       train.kind = KernelKind::TrainingForward;
       bwd.kind = bwd_final.kind = KernelKind::Backward;

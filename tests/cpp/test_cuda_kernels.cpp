@@ -747,17 +747,20 @@ TEST_F(CudaKernels, CheckpointsEqualTheCpuCheckpoints) {
           if (!j.training && !j.backward) continue;
           j.checkpoint_every = k;
           // A partial last segment, or whole segments; k = 256 stays one (partial) segment.
-          j.steps = k * (1 + static_cast<int64_t>(rng_() % 3)) + (variant % 2 ? 1 + static_cast<int64_t>(rng_() % 5) : 0);
+          const int64_t tail = variant % 2 ? 1 + static_cast<int64_t>(rng_() % 5) : 0;
+          j.steps = k * (1 + static_cast<int64_t>(rng_() % 3)) + tail;
           if (k >= 100) j.steps = 1 + static_cast<int64_t>(rng_() % (k + 20));
-          const int64_t n = static_cast<int64_t>(rng_() % 1500) * 2 + 1;  // odd
-          j.shape = variant % 5 == 0 ? std::vector<int64_t>{200000 + 8 * static_cast<int64_t>(variant % 2)} : std::vector<int64_t>{n};
+          const int64_t odd = static_cast<int64_t>(rng_() % 1500) * 2 + 1;
+          const int64_t wide = 200000 + 3 * static_cast<int64_t>(variant % 2);  // vector path (+ tail)
+          j.shape = {variant % 5 == 0 ? wide : odd};
           jobs.push_back(j);
         }
       }
     }
   }
   // T = 0 and T = 1, and N = 0.
-  for (const auto& [steps, shape] : std::vector<std::pair<int64_t, std::vector<int64_t>>>{{0, {37}}, {1, {37}}, {5, {0}}}) {
+  const std::vector<std::pair<int64_t, std::vector<int64_t>>> edges = {{0, {37}}, {1, {37}}, {5, {0}}};
+  for (const auto& [steps, shape] : edges) {
     for (Job j : jobs_for(programs.back(), DType::F16, 1, 1, 1)) {
       if (!j.training && !j.backward) continue;
       j.checkpoint_every = 2;
