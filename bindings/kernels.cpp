@@ -154,14 +154,14 @@ void cuda_backward(const Program& program, int64_t steps, const Shape& neuron_sh
   cuda::backward(program, b, reinterpret_cast<void*>(stream), device);
 }
 
-// [(shape, dtype code)] of `saved` for this call and policy (spikejit::saved_layout).
-std::vector<std::pair<Shape, int>> saved_layout_of(const Program& program, int64_t steps,
+// [(shape, dtype code, input)] of `saved` for this call and policy (spikejit::saved_layout).
+std::vector<std::tuple<Shape, int, int>> saved_layout_of(const Program& program, int64_t steps,
                                                    const Shape& neuron_shape, int dtype,
                                                    int64_t checkpoint_every) {
-  std::vector<std::pair<Shape, int>> out;
+  std::vector<std::tuple<Shape, int, int>> out;
   const DType storage = dtype_of(dtype, "dtype");
   for (const SavedBuffer& b : saved_layout(program, steps, neuron_shape, storage, checkpoint_every))
-    out.emplace_back(b.shape, static_cast<int>(b.dtype));
+    out.emplace_back(b.shape, static_cast<int>(b.dtype), b.input);
   return out;
 }
 
@@ -187,8 +187,9 @@ void bind_kernels(nb::module_& m) {
         "checkpoint_every"_a = 0, "Backward on device buffers, launched on `stream` (a CUstream).");
   m.def("saved_layout", &saved_layout_of, "program"_a, "steps"_a, "neuron_shape"_a, "dtype"_a,
         "checkpoint_every"_a,
-        "[(shape, dtype code)] of what a training forward saves for the backward under the policy "
-        "(0: per step, in `dtype`; k: one [ceil(T/k), *S] checkpoint per state, compute dtype).");
+        "[(shape, dtype code, input)] of what the backward reads under the policy (0: per step, "
+        "in `dtype`, `input` >= 0 for a saved input the forward does not write; k: one "
+        "[ceil(T/k), *S] checkpoint per state, compute dtype, input -1).");
   m.attr("MAX_CHECKPOINT_EVERY") = kMaxCheckpointEvery;
   m.def(
       "cuda_available",

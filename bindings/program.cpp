@@ -70,7 +70,11 @@ void bind_program(nb::module_& m) {
           })
       .def_prop_ro(
           "num_saved", [](const Program& p) { return p.backward().saved.size(); },
-          "How many [T, *S] buffers the training forward stores for the backward.")
+          "How many [T, *S] buffers the backward reads per step (saved inputs included).")
+      .def_prop_ro(
+          "saved_inputs", [](const Program& p) { return p.saved_inputs(); },
+          "Per saved value: the index of the input it is (never written by the forward; the "
+          "backward reads the input), or -1 for a computed value.")
       .def("canonical", &Program::canonical, "The canonical text of the neuron.")
       .def("hash", &Program::hash, "Hex SHA-256 of the canonical text.")
       .def("forward_text", [](const Program& p) { return ir::to_string(p.forward()); })

@@ -31,6 +31,7 @@ SANITIZER_FILTER=${SANITIZER_FILTER:-CudaKernels.MultiState*:CudaKernels.EdgeSha
 mkdir -p "$OUT" "$BUILD"
 export SPIKEJIT_REQUIRE_CUDA=1
 export SPIKEJIT_CACHE_DIR=${SPIKEJIT_CACHE_DIR:-$BUILD/kernel-cache}
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$BUILD/inductor-cache}
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 status=0

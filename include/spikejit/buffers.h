@@ -65,10 +65,12 @@ class Program;
 void validate(const Program& program, const ForwardBuffers& b);
 void validate(const Program& program, const BackwardBuffers& b);
 
-// One buffer of `saved`: its shape and dtype.
+// One buffer of `saved`: its shape and dtype, and (per step) the input it is, or -1 when the
+// forward computes it. A saved input may be absent in the forward (see Program::saved_inputs).
 struct SavedBuffer {
   std::vector<int64_t> shape;
   DType dtype = DType::F32;
+  int input = -1;
 };
 
 // The dtype of checkpoints for a storage dtype: float64 for float64, else float32 (the compute

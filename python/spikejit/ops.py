@@ -5,6 +5,8 @@
         -> [*outputs, *state_seqs (if store_state_seqs), *final_states (if final_state)]
     spikejit::neuron_forward(handle, inputs, init_states, params, store_state_seqs, checkpoint_every=0)
         -> [*outputs, *final_states, *state_seqs (if store_state_seqs), *saved]     (has autograd)
+        saved: the computed saved values; a saved value that is an input (program.saved_inputs)
+        is not written, and autograd passes the input itself to the backward
     spikejit::neuron_backward(handle, seq_shape, dtype, device, saved, params,
                               grad_outputs, grad_final_states, grad_state_seqs, checkpoint_every=0)
         -> [*grad_inputs, *grad_initial_states, *grad_params]
@@ -83,9 +85,25 @@ def check_checkpoint_every(checkpoint_every) -> int:
 
 
 def _num_saved(program, counts) -> int:
+    """How many tensors the backward reads per step (saved inputs included)."""
     if counts.saved is None:
-        counts.saved = program.num_saved
-    return counts.saved
+        counts.saved = program.saved_inputs
+    return len(counts.saved)
+
+
+def backward_saved(handle: int, saved, inputs) -> List[Tensor]:
+    """neuron_backward's per-step `saved` from neuron_forward's `saved` and the forward's inputs."""
+    program, counts = _counts(handle)
+    _num_saved(program, counts)
+    return _all_saved(counts, saved, inputs)
+
+
+def _all_saved(counts, computed, inputs):
+    """The backward's per-step `saved` list: the forward's computed saved values, with each saved
+    input (see Program.saved_inputs) taken from `inputs`. After a training forward (which reads
+    counts.saved)."""
+    rest = iter(computed)
+    return [inputs[j] if j >= 0 else next(rest) for j in counts.saved]
 
 
 def _describe(t: Tensor) -> str:
@@ -202,7 +220,8 @@ def saved_buffers(program, counts, x: Tensor, seq_shape, checkpoint_every: int) 
     computed here so that a symbolic T stays symbolic): per step, one [T, *S] tensor per saved
     value in x's dtype; with checkpoints, one [ceil(T/k), *S] per state in the compute dtype."""
     if checkpoint_every == 0:
-        return [x.new_empty(seq_shape) for _ in range(_num_saved(program, counts))]
+        _num_saved(program, counts)
+        return [x.new_empty(seq_shape) for j in counts.saved if j < 0]  # inputs are not copied
     rows = (seq_shape[0] + checkpoint_every - 1) // checkpoint_every
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     return [x.new_empty([rows, *seq_shape[1:]], dtype=dtype) for _ in range(counts.states)]
@@ -223,8 +242,9 @@ def training_forward(handle: int, inputs, init_states, params, store_state_seqs:
     program, counts = _counts(handle)
     seq_shape, outputs, final_states, state_seqs, saved = _training_buffers(
         program, counts, inputs, init_states, params, store_state_seqs, checkpoint_every)
+    launched = saved if checkpoint_every else _all_saved(counts, saved, [None] * counts.inputs)
     _launch_forward(program, inputs[0].device, seq_shape, _contiguous(inputs), _contiguous(init_states),
-                    _contiguous(params), outputs, state_seqs, final_states, saved, checkpoint_every)
+                    _contiguous(params), outputs, state_seqs, final_states, launched, checkpoint_every)
     return outputs + final_states + state_seqs + saved
 
 
@@ -261,7 +281,7 @@ def _split_saved(program, counts, seq_shape, dtype, device, saved, checkpoint_ev
     with checkpoints, one checkpoint per state followed by the forward's inputs."""
     if checkpoint_every == 0:
         if len(saved) != _num_saved(program, counts):
-            raise ValueError(f"saved: expected {counts.saved} tensors (one per saved value), got {len(saved)}")
+            raise ValueError(f"saved: expected {len(counts.saved)} tensors (one per saved value), got {len(saved)}")
         return saved, []
     expected = counts.states + counts.inputs
     if len(saved) != expected:
@@ -358,10 +378,13 @@ def _(handle, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_
     return grad_inputs + grad_states + grad_params
 
 
-def _save_for_backward(ctx, saved, inputs, params, checkpoint_every):
-    """Keeps what the backward reads: the saved tensors (with checkpoints, then the inputs) and
-    the params."""
-    saved = list(saved) + (list(inputs) if checkpoint_every else [])
+def _save_for_backward(ctx, counts, saved, inputs, params, checkpoint_every):
+    """Keeps what the backward reads: the saved tensors (per step with the saved inputs in their
+    places; with checkpoints, then the inputs) and the params."""
+    if checkpoint_every:
+        saved = list(saved) + list(inputs)
+    else:
+        saved = _all_saved(counts, saved, inputs)
     ctx.save_for_backward(*saved, *params)
     ctx.num_saved, ctx.checkpoint_every = len(saved), checkpoint_every
 
@@ -376,7 +399,7 @@ def _setup_forward(ctx, inputs, output):
     handle, xs, init_states, params, store_state_seqs, checkpoint_every = inputs
     _, counts = _counts(handle)
     first_saved = counts.outputs + counts.states * (2 if store_state_seqs else 1)
-    _save_for_backward(ctx, output[first_saved:], xs, params, checkpoint_every)
+    _save_for_backward(ctx, counts, output[first_saved:], xs, params, checkpoint_every)
     ctx.handle = handle
     ctx.active_reference = _ActiveReference(handle)
     ctx.counts = counts
@@ -424,7 +447,7 @@ class _Training(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         _, counts = _counts(handle)
         first_saved = counts.outputs + counts.states * (2 if store_state_seqs else 1)
-        _save_for_backward(ctx, results[first_saved:], inputs, params, checkpoint_every)
+        _save_for_backward(ctx, counts, results[first_saved:], inputs, params, checkpoint_every)
         ctx.handle, ctx.counts, ctx.store_state_seqs = handle, counts, store_state_seqs
         ctx.active_reference = _ActiveReference(handle)
         ctx.seq_shape, ctx.dtype, ctx.device = list(inputs[0].shape), inputs[0].dtype, inputs[0].device

@@ -266,7 +266,9 @@ std::vector<SavedBuffer> saved_layout(const Program& program, int64_t steps,
     const SavedBuffer checkpoint{c.checkpoints(checkpoint_every).shape, checkpoint_dtype(storage)};
     return std::vector<SavedBuffer>(static_cast<size_t>(program.forward().num_states), checkpoint);
   }
-  return std::vector<SavedBuffer>(program.backward().saved.size(), SavedBuffer{c.sequence().shape, storage});
+  std::vector<SavedBuffer> out;
+  for (int input : program.saved_inputs()) out.push_back({c.sequence().shape, storage, input});
+  return out;
 }
 
 }  // namespace spikejit

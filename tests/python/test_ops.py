@@ -53,7 +53,7 @@ def opcheck_cases(device):
         (torch.ops.spikejit.bit_spike_decompress.default,
          (spikejit.bit_spike_compress((x > 0.5).float()), [6, 4, 5])),
     ]
-    saved = torch.ops.spikejit.neuron_forward(PLIF(), [x], [v0], [w], False)[2:]
+    saved = spikejit.ops.backward_saved(PLIF(), torch.ops.spikejit.neuron_forward(PLIF(), [x], [v0], [w], False)[2:], [x])
     cases.append((torch.ops.spikejit.neuron_backward.default,
                   (PLIF(), [6, 4, 5], x.dtype, x.device, saved, [w], [torch.randn_like(x)],
                    [torch.randn_like(v0)], [])))
@@ -73,7 +73,7 @@ def test_opcheck(index, device):
 def test_missing_gradients_equal_zeros(device):
     x = random_input(5, 7, device=device)
     w = torch.tensor([0.3], device=device)
-    saved = torch.ops.spikejit.neuron_forward(PLIF(), [x], [], [w], True)[3:]
+    saved = spikejit.ops.backward_saved(PLIF(), torch.ops.spikejit.neuron_forward(PLIF(), [x], [], [w], True)[3:], [x])
     g = torch.randn_like(x)
     with_none = torch.ops.spikejit.neuron_backward(PLIF(), [5, 7], x.dtype, x.device, saved, [w], [g], [None], [None])
     with_zeros = torch.ops.spikejit.neuron_backward(PLIF(), [5, 7], x.dtype, x.device, saved, [w], [g],
@@ -207,3 +207,18 @@ def test_eager_fast_path_equals_the_custom_op_path():
         results.append([o.detach() for o in out] + [a.grad for a in args])
     for a, b in zip(*results):
         assert torch.equal(a, b)
+
+
+def test_saved_inputs_are_not_copied():
+    # PLIF's backward reads x itself: the forward writes one saved sequence (v), not two.
+    x = random_input(6, 4, 5).requires_grad_()
+    w = torch.tensor([0.2], requires_grad=True)
+    results = torch.ops.spikejit.neuron_forward(PLIF(), [x], [], [w], False)
+    assert len(results) == 3  # spikes, final v, saved v
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+        s, _, _ = spikejit.plif_multi_step(x, None, w)
+    assert any(t.data_ptr() == x.data_ptr() for t in kept)
+    assert sum(t.numel() for t in kept if t.dim() == 3) == 2 * x.numel()  # x and v, nothing else
+    s.sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all() and w.grad is not None
