@@ -220,8 +220,8 @@ class FlexSN(nn.Module):
                 registry.release_owner(compiled.handle)
                 raise
         except UnsupportedOp as e:
-            message = (f"FlexSN: cannot compile the core ({e}); "
-                       f"{'strict mode' if self.strict else 'falling back to an eager scan'}")
+            message = (f"FlexSN: cannot compile the core: {e}; "
+                       f"{'strict=True, so no eager fallback' if self.strict else 'falling back to an eager scan'}")
             if self.strict:
                 raise UnsupportedCoreError(message, e.op) from e
             warnings.warn(message, RuntimeWarning, stacklevel=3)

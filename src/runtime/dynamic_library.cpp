@@ -29,9 +29,9 @@ DynamicLibrary DynamicLibrary::open_first(const std::string& what,
     SPIKEJIT_LOG_AT(Level::Debug, "looking for " << what << ": " << candidate << ": " << reason);
   }
   if (candidates.empty()) tried = "\n  (no candidates)";
-  SPIKEJIT_LOG_AT(Level::Info, "cannot open " << what << " (tried " << candidates.size()
+  SPIKEJIT_LOG_AT(Level::Info, "cannot open " << what << ": tried " << candidates.size()
                                    << (candidates.size() == 1 ? " candidate" : " candidates")
-                                   << "; SPIKEJIT_LOG=debug lists them)");
+                                   << " (SPIKEJIT_LOG=debug lists them)");
   throw Error("cannot open " + what + "; tried, in order:" + tried);
 }
 
