@@ -77,6 +77,21 @@ def test_cuda_launch_without_a_driver_raises_spikejit_error(tmp_path):
                              f"  {driver}: cannot open shared object file: No such file or directory\n")
 
 
+def test_toolkit_stub_is_named_not_mistaken_for_a_driver():
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    stubs = [os.path.join(r, "lib64", "stubs", "libcuda.so") for r in roots if r]
+    stub = next((p for p in stubs if os.path.exists(p)), None)
+    if stub is None:
+        pytest.skip(f"no CUDA toolkit link stub here (looked at {', '.join(stubs)})")
+    result = run_python("""
+        import spikejit
+        print(spikejit.cuda_unavailable_reason())
+    """, SPIKEJIT_CUDA_DRIVER_PATH=stub)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (f"cuInit failed: CUDA_ERROR_STUB_LIBRARY (the toolkit's link stub, not a driver) "
+                             f"(driver {stub})\n")
+
+
 @pytest.mark.cuda
 def test_no_nvrtc_on_a_gpu_names_the_library(tmp_path):
     require_cuda()
