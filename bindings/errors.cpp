@@ -5,6 +5,8 @@
 #include <exception>
 #include <string>
 
+#include <nanobind/stl/string.h>  // the diagnostics tuples hold std::string
+
 #include "bindings.h"
 #include "spikejit/error.h"
 

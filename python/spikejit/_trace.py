@@ -472,7 +472,7 @@ def trace_core(core: Callable, num_inputs: int, num_states: int, num_outputs: in
         target = str(node.target)
         rule = RULES.get(target)
         if rule is None:
-            raise UnsupportedOp(target)
+            raise UnsupportedOp(target, "not supported (docs/user-guide.md lists the ops FlexSN compiles)")
         value = rule(*arg(node.args), **{k: arg(v) for k, v in node.kwargs.items()})
         name = f"t{len(body)}"
         body.append(f"{name} = {value.text}")

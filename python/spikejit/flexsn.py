@@ -128,8 +128,13 @@ def _verify(compiled: _CompiledCore, core: Callable, device: torch.device) -> No
     try:
         with torch.enable_grad():
             eager = [e.expand(shape) for e in _as_list(core(*args))]
-            eager_grads = torch.autograd.grad(eager, args + [compiled.params[i] for i in trainable],
-                                              cotangents, allow_unused=True)
+            # Results without a gradient (a spike written as a plain comparison) contribute
+            # none; the compiled side below keeps every result, so a gradient it lets through
+            # one of them shows up as a mismatch.
+            live = [k for k, e in enumerate(eager) if e.requires_grad]
+            wrt = args + [compiled.params[i] for i in trainable]
+            eager_grads = (torch.autograd.grad([eager[k] for k in live], wrt, [cotangents[k] for k in live],
+                                               allow_unused=True) if live else [None] * len(wrt))
     except Exception as e:
         raise UnsupportedOp("verification", f"the eager core failed on random inputs: {e}") from e
 
@@ -225,8 +230,8 @@ class FlexSN(nn.Module):
                 registry.release_owner(compiled.handle)
                 raise
         except UnsupportedOp as e:
-            message = (f"FlexSN: cannot compile the core ({e}); "
-                       f"{'strict mode' if self.strict else 'falling back to an eager scan'}")
+            message = (f"FlexSN: cannot compile the core: {e}; "
+                       f"{'strict=True, so no eager fallback' if self.strict else 'falling back to an eager scan'}")
             if self.strict:
                 raise UnsupportedCoreError(message, e.op) from e
             warnings.warn(message, RuntimeWarning, stacklevel=3)

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include "common/log.h"
 #include "spikejit/error.h"
 
 namespace spikejit::runtime {
@@ -14,7 +15,9 @@ DynamicLibrary DynamicLibrary::open_first(const std::string& what,
   for (const std::string& candidate : candidates) {
     dlerror();
     if (void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL)) {
-      return DynamicLibrary(handle, candidate);
+      DynamicLibrary library(handle, candidate);
+      SPIKEJIT_LOG_AT(Level::Info, "opened " << what << ": " << library.file());
+      return library;
     }
     const char* error = dlerror();
     std::string reason = error ? error : "not found";
@@ -23,8 +26,12 @@ DynamicLibrary DynamicLibrary::open_first(const std::string& what,
       reason.erase(0, candidate.size() + 2);
     }
     tried += "\n  " + candidate + ": " + reason;
+    SPIKEJIT_LOG_AT(Level::Debug, "looking for " << what << ": " << candidate << ": " << reason);
   }
   if (candidates.empty()) tried = "\n  (no candidates)";
+  SPIKEJIT_LOG_AT(Level::Info, "cannot open " << what << ": tried " << candidates.size()
+                                   << (candidates.size() == 1 ? " candidate" : " candidates")
+                                   << " (SPIKEJIT_LOG=debug lists them)");
   throw Error("cannot open " + what + "; tried, in order:" + tried);
 }
 

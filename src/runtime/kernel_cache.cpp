@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include "common/log.h"
 #include "runtime/disk_cache.h"
 #include "runtime/nvrtc_api.h"
 #include "runtime/nvrtc_compiler.h"
@@ -39,6 +40,8 @@ void note_disk_problem(const std::string& root, const std::string& problem) {
 struct Slot {
   std::mutex mutex;
   std::shared_ptr<const LoadedKernel> kernel;
+  std::string label;        // what the kernel is, for the log
+  bool hit_logged = false;  // the first memory hit is logged at debug, every one at trace
 };
 
 std::string memory_key(const Program& program, const codegen::KernelSpec& spec, int device,
@@ -120,24 +123,44 @@ std::string binary_for(const codegen::KernelSource& source, const std::string& t
   CacheKeyParts parts{source.source, source.entry, target, api.version(),
                       compile_options(target, source.source)};
   std::string root = disk_cache_enabled_by_env() ? default_cache_root() : "";
-  if (disk_cache_enabled_by_env() && root.empty()) {
-    note_disk_problem(root, "no cache directory: set SPIKEJIT_CACHE_DIR, XDG_CACHE_HOME or HOME");
+  if (!disk_cache_enabled_by_env()) {
+    SPIKEJIT_LOG_AT(Level::Debug, "disk cache off (SPIKEJIT_CACHE=0): " << label);
+  } else if (root.empty()) {
+    const std::string problem = "no cache directory: set SPIKEJIT_CACHE_DIR, XDG_CACHE_HOME or HOME";
+    SPIKEJIT_LOG_AT(Level::Warning, "disk cache not used: " << problem);
+    note_disk_problem(root, problem);
   }
   std::string key = cache_key(parts);
   if (!root.empty()) {
+    const DiskCache cache(root);
     DecodedEntry entry;
     bool corrupt = false;
-    if (DiskCache(root).load(key, &entry, &corrupt)) {
+    if (cache.load(key, &entry, &corrupt)) {
       stats().disk_hits++;
+      SPIKEJIT_LOG_AT(Level::Debug, "disk cache hit: " << label << " (" << cache.entry_path(key) << ")");
       return entry.payload;
     }
-    if (corrupt) stats().corrupt_entries++;
+    if (corrupt) {
+      stats().corrupt_entries++;
+      SPIKEJIT_LOG_AT(Level::Warning, "disk cache entry " << cache.entry_path(key) << " is corrupt "
+                                          << "(bad header, length or checksum); compiling " << label
+                                          << " again");
+    } else {
+      SPIKEJIT_LOG_AT(Level::Debug, "disk cache miss: " << label << " (" << cache.entry_path(key) << ")");
+    }
   }
   std::string binary = compile_cuda(source.source, target, label);
   stats().compiles++;
   if (!root.empty()) {
-    std::string problem = DiskCache(root).store(key, label, binary);
-    if (problem.empty()) stats().disk_writes++;
+    const DiskCache cache(root);
+    std::string problem = cache.store(key, label, binary);
+    if (problem.empty()) {
+      stats().disk_writes++;
+      SPIKEJIT_LOG_AT(Level::Debug, "disk cache write: " << cache.entry_path(key) << " ("
+                                        << binary.size() << " bytes)");
+    } else {
+      SPIKEJIT_LOG_AT(Level::Warning, "disk cache not written: " << problem);
+    }
     note_disk_problem(root, problem);
   }
   return binary;
@@ -150,13 +173,22 @@ std::shared_ptr<const LoadedKernel> kernel_for(const Program& program,
   std::lock_guard<std::mutex> lock(slot->mutex);
   if (slot->kernel) {
     stats().memory_hits++;
+    if (log::enabled(log::Level::Trace) || (!slot->hit_logged && log::enabled(log::Level::Debug))) {
+      log::write(slot->hit_logged ? log::Level::Trace : log::Level::Debug,
+                 "memory cache hit: " + slot->label + ", device " + std::to_string(device) +
+                     (slot->hit_logged ? "" : " (later hits are logged at SPIKEJIT_LOG=trace)"));
+      slot->hit_logged = true;
+    }
     return slot->kernel;
   }
   codegen::KernelSource source = codegen::generate(program, spec);
   std::string target = target_for(device);
   std::string label = "neuron " + program.neuron().name + ", kernel " + source.entry + " (" +
                       spec.key() + ", " + target + ")";
+  SPIKEJIT_LOG_AT(Level::Debug, "memory cache miss: " << label << ", device " << device);
   slot->kernel = load(source, binary_for(source, target, label), label);
+  slot->label = label;
+  SPIKEJIT_LOG_AT(Level::Debug, "loaded " << label << " on device " << device);
   return slot->kernel;
 }
 

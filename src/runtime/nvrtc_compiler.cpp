@@ -2,8 +2,10 @@
 #include "runtime/nvrtc_compiler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
+#include "common/log.h"
 #include "runtime/library_search.h"
 #include "runtime/nvrtc_api.h"
 #include "spikejit/error.h"
@@ -119,10 +121,20 @@ std::string compile_cuda(const std::string& source, const std::string& target,
     throw Error("nvrtcCreateProgram failed for " + what + ": " + api.nvrtcGetErrorString(created));
   }
   ProgramHandle program(api, raw);
+  // Cold compiles take a fraction of a second each; report them so that a long first call is
+  // explained (SPIKEJIT_LOG=info).
+  SPIKEJIT_LOG_AT(Level::Info, "NVRTC compile started: " << what << " (NVRTC " << api.version()
+                                   << ", " << joined(options) << ")");
+  const auto started = std::chrono::steady_clock::now();
   nvrtcResult compiled =
       api.nvrtcCompileProgram(program.get(), static_cast<int>(option_ptrs.size()), option_ptrs.data());
+  char milliseconds[32];
+  std::snprintf(milliseconds, sizeof milliseconds, "%.1f",
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
   std::string log = program_log(api, program.get());
   if (compiled != kNvrtcSuccess) {
+    SPIKEJIT_LOG_AT(Level::Info, "NVRTC compile failed: " << what << " after " << milliseconds
+                                     << " ms: " << api.nvrtcGetErrorString(compiled));
     std::string message = "CUDA compilation failed for " + what + ": " +
                           api.nvrtcGetErrorString(compiled) + "\nNVRTC " + api.version() + " (" +
                           api.library.file() + "), options: " + joined(options) + "\n";
@@ -150,6 +162,9 @@ std::string compile_cuda(const std::string& source, const std::string& target,
     throw Error("NVRTC produced no " + std::string(ptx ? "PTX" : "cubin") + " for " + what +
                 ": " + api.nvrtcGetErrorString(got));
   }
+  SPIKEJIT_LOG_AT(Level::Info, "NVRTC compile finished: " << what << " in " << milliseconds
+                                   << " ms (" << (ptx ? "PTX" : "cubin") << ", " << size
+                                   << " bytes)");
   return binary;
 }
 

@@ -183,6 +183,32 @@ def test_autograd_function_surrogate_is_caught_by_the_check():
     assert node.handle is None
 
 
+def test_hard_threshold_output_without_a_gradient_compiles():
+    """An output written as a plain comparison has no gradient (SpikingJelly's ActivationAwareIF
+    fires so, with per-channel threshold and offset); it compiles, and values and the gradients
+    that flow through the state match eager autograd."""
+    channels = 4
+    theta = torch.rand(channels, 1, 1) + 0.5
+    offset = torch.rand(channels, 1, 1) * 0.1
+
+    def core(x, v):
+        h = v + x
+        s = (h + offset >= theta).to(h.dtype)
+        return s, h - s * theta
+
+    node = spikejit.FlexSN(core, 1, 1, 1, strict=True)
+    x = random_input(6, 2, channels, 3, 3).requires_grad_()
+    s = node(x)
+    (s.sum() + node.states[0].square().sum()).backward()
+    x_ref = x.detach().clone().requires_grad_()
+    (s_ref,), (v_ref,) = eager_loop(core, [x_ref], [torch.zeros(2, channels, 3, 3)], 1)
+    (s_ref.sum() + v_ref.square().sum()).backward()
+    assert torch.equal(s, s_ref)
+    assert 0 < s.mean() < 1
+    torch.testing.assert_close(node.states[0], v_ref)
+    torch.testing.assert_close(x.grad, x_ref.grad)
+
+
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 def test_zero_steps(device):
     node = spikejit.FlexSN(strange_core, 2, 2, 2, store_state_seqs=True)

@@ -1,0 +1,178 @@
+// The exact messages of the errors docs/errors.md lists that only the C++ API reaches: overlapping
+// and strided buffers, the CUDA launcher's dtype rules, bad arch strings, parse diagnostics, and
+// a missing driver or NVRTC met through the public API (in a forked child, because each library
+// is opened once per process).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "spikejit/builtins.h"
+#include "spikejit/cpu.h"
+#include "spikejit/cuda.h"
+#include "spikejit/error.h"
+#include "spikejit/program.h"
+#include "spikejit/runtime.h"
+
+namespace spikejit {
+namespace {
+
+// The message of the spikejit::Error `body` throws ("" if it throws none), computed in a child
+// process with `name=value` set, so the parent's already-opened libraries do not interfere.
+std::string error_in_child(const char* name, const std::string& value, const std::function<void()>& body) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    setenv(name, value.c_str(), 1);
+    std::string message;
+    try {
+      body();
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    ssize_t unused = write(fds[1], message.data(), message.size());
+    (void)unused;
+    close(fds[1]);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string message;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buffer, sizeof buffer)) > 0) message.append(buffer, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child crashed";
+  return message;
+}
+
+std::string fresh_tag() {
+  std::random_device device;
+  return std::to_string((static_cast<uint64_t>(device()) << 32) | device());
+}
+
+std::string argument_message(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const ArgumentError& e) {
+    return e.what();
+  }
+  return "(no ArgumentError)";
+}
+
+// LIF inference over T x N host buffers filled with random currents.
+struct LifCall {
+  static constexpr int64_t T = 3, N = 8;
+  Program lif{builtins::lif_neuron()};
+  std::vector<float> x, s, v;
+  ForwardBuffers f;
+  LifCall() : x(T * N), s(T * N), v(N) {
+    std::mt19937 rng(std::random_device{}());
+    std::normal_distribution<float> normal(0.5f, 1.0f);
+    for (float& value : x) value = normal(rng);
+    f.steps = T;
+    f.neuron_shape = {N};
+    f.inputs = {TensorView(x.data(), DType::F32, {T, N})};
+    f.outputs = {TensorView(s.data(), DType::F32, {T, N})};
+    f.final_states = {TensorView(v.data(), DType::F32, {N})};
+  }
+};
+
+TEST(Errors, OverlappingWrittenBuffersAreRejected) {
+  LifCall c;
+  c.f.final_states = {TensorView(c.s.data() + 4, DType::F32, {LifCall::N})};  // inside the spikes
+  EXPECT_EQ(argument_message([&] { cpu::forward(c.lif, c.f); }),
+            "argument 'outputs[0]': expected memory that overlaps no other buffer, got memory that "
+            "overlaps final_states[0]");
+  // Writing over an input is as wrong.
+  LifCall d;
+  d.f.outputs = {TensorView(d.x.data(), DType::F32, {LifCall::T, LifCall::N})};
+  EXPECT_EQ(argument_message([&] { cpu::forward(d.lif, d.f); }),
+            "argument 'outputs[0]': expected memory that overlaps no other buffer, got memory that "
+            "overlaps inputs[0]");
+}
+
+TEST(Errors, StridedBuffersAreRejected) {
+  LifCall c;
+  // A transposed view of the same memory.
+  c.f.inputs = {TensorView(c.x.data(), DType::F32, {LifCall::T, LifCall::N}, {1, LifCall::T})};
+  EXPECT_EQ(argument_message([&] { cpu::forward(c.lif, c.f); }),
+            "argument 'inputs[0]': expected a contiguous tensor, got float32[3, 8] with strides [1, 3]");
+}
+
+TEST(Errors, ShapeAndCountMismatches) {
+  LifCall c;
+  c.f.final_states = {TensorView(c.v.data(), DType::F32, {LifCall::N - 1})};
+  EXPECT_EQ(argument_message([&] { cpu::forward(c.lif, c.f); }),
+            "argument 'final_states[0]': expected shape [*S] = [8], got float32[7]");
+  LifCall d;
+  d.f.inputs.push_back(d.f.inputs[0]);
+  EXPECT_EQ(argument_message([&] { cpu::forward(d.lif, d.f); }),
+            "argument 'inputs': expected 1 tensor (one per input), got 2 tensors");
+}
+
+TEST(Errors, CudaLauncherTakesOneDtypeAndNoFloat64) {
+  // Checked before the driver is touched, so these messages are the same on any machine.
+  LifCall c;
+  std::vector<uint16_t> half(LifCall::N);
+  c.f.final_states = {TensorView(half.data(), DType::F16, {LifCall::N})};
+  EXPECT_EQ(argument_message([&] { cuda::forward(c.lif, c.f, nullptr, 0); }),
+            "argument 'final_states[0]': expected dtype float32 like inputs[0] (one dtype per call), "
+            "got float16[8]");
+  LifCall d;
+  std::vector<double> x64(LifCall::T * LifCall::N, 0.5);
+  d.f.inputs = {TensorView(x64.data(), DType::F64, {LifCall::T, LifCall::N})};
+  EXPECT_EQ(argument_message([&] { cuda::forward(d.lif, d.f, nullptr, 0); }),
+            "argument 'inputs[0]': expected dtype float32, float16 or bfloat16 (the CUDA backend), "
+            "got float64[3, 8]");
+}
+
+TEST(Errors, MalformedArchIsAnArgumentError) {
+  EXPECT_EQ(argument_message([] { runtime::compile_for_arch("__global__ void k() {}", "k", "90"); }),
+            "argument 'arch': expected sm_<digits> or compute_<digits> (e.g. sm_90), got '90'");
+}
+
+TEST(Errors, ParseErrorsCarryLineColumnAndCaret) {
+  const std::string text =
+      "neuron lif\ninput x\nstate v = 0\noutput s\nh = v + y\ns = spike(h - 1)\nv = h * (1 - s)\n";
+  try {
+    Program::from_text(text, "lif.sj");
+    FAIL() << "a bad neuron parsed";
+  } catch (const ParseError& e) {
+    EXPECT_EQ(std::string(e.what()), "lif.sj:5:9: error: unknown name 'y'\n  h = v + y\n          ^");
+    ASSERT_EQ(e.diagnostics().size(), 1u);
+    EXPECT_EQ(e.diagnostics()[0].line, 5);
+    EXPECT_EQ(e.diagnostics()[0].column, 9);
+  }
+}
+
+TEST(Errors, NoDriverThroughCudaForward) {
+  const std::string bogus = "/nonexistent-" + fresh_tag() + "/libcuda.so.1";
+  const std::string message = error_in_child("SPIKEJIT_CUDA_DRIVER_PATH", bogus, [] {
+    LifCall c;  // host pointers: the driver fails to open before any is used
+    cuda::forward(c.lif, c.f, nullptr, 0);
+  });
+  EXPECT_EQ(message, "cannot open the CUDA driver library (libcuda); tried, in order:\n  " + bogus +
+                         ": cannot open shared object file: No such file or directory");
+}
+
+TEST(Errors, NoNvrtcThroughCompileForArch) {
+  const std::string bogus = "/nonexistent-" + fresh_tag() + "/libnvrtc.so.13";
+  const std::string message = error_in_child("SPIKEJIT_NVRTC_PATH", bogus, [] {
+    runtime::compile_for_arch("extern \"C\" __global__ void k() {}", "k", "sm_90");
+  });
+  EXPECT_EQ(message, "cannot open the NVRTC library (libnvrtc); tried, in order:\n  " + bogus +
+                         ": cannot open shared object file: No such file or directory");
+}
+
+}  // namespace
+}  // namespace spikejit
