@@ -34,8 +34,4 @@ std::shared_ptr<const LoadedKernel> kernel_for(const Program& program,
 std::string binary_for(const codegen::KernelSource& source, const std::string& target,
                        const std::string& label);
 
-// Process-wide counters and the last disk-cache problem, reported by cache_info().
-void note_memory_hit();
-void note_disk_problem(const std::string& problem);
-
 }  // namespace spikejit::runtime
