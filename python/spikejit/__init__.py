@@ -46,6 +46,6 @@ def bit_spike_compress(s):
     return ops.bit_spike_compress(s)
 
 
-def bit_spike_decompress(compressed, shape):
-    """The inverse of bit_spike_compress: a uint8 0/1 tensor of `shape`."""
-    return ops.bit_spike_decompress(compressed, list(shape))
+def bit_spike_decompress(compressed, shape, dtype=None):
+    """The inverse of bit_spike_compress: a 0/1 tensor of `shape` and `dtype` (default uint8)."""
+    return ops.bit_spike_decompress(compressed, list(shape), dtype)
