@@ -2,7 +2,8 @@
 # The whole GPU check in one call, on a machine with an NVIDIA GPU:
 #   build (Release, tests and benchmarks) -> ctest with SPIKEJIT_REQUIRE_CUDA=1 (GPU tests fail
 #   instead of skipping) -> compute-sanitizer memcheck and initcheck on a representative filter of
-#   test_cuda_kernels -> the Python package's tests on CUDA -> the GPU benchmark.
+#   test_cuda_kernels and test_compress -> the Python package's tests on CUDA -> the GPU benchmarks
+#   (neurons, bit-spike compression, training memory against SpikingJelly; tables in bench.txt).
 # Logs and results go to $OUT (default ./gpu-out): at most 8 files, each cut to its last 15 MiB.
 # The exit code is 0 only when every step passed.
 #
@@ -90,6 +91,8 @@ if [[ $built -eq 0 ]]; then
       "$BUILD/test_cuda_kernels" --gtest_filter="$SANITIZER_FILTER"
     step initcheck sanitizer.log "$sanitizer" --tool initcheck --error-exitcode 1 \
       "$BUILD/test_cuda_kernels" --gtest_filter="CudaKernels.MultiState*"
+    step memcheck-bits sanitizer.log "$sanitizer" --tool memcheck --error-exitcode 1 \
+      "$BUILD/test_compress" --gtest_filter="CudaCompress.Misaligned*"
   else
     echo "compute-sanitizer not found" | tee -a "$SUMMARY" >> "$OUT/sanitizer.log"
     status=1
@@ -108,6 +111,8 @@ if [[ $built -eq 0 ]]; then
   else
     echo "bench_cuda_neurons not built (bench/bench_cuda_neurons.cpp missing?)" | tee -a "$SUMMARY"
   fi
+  step bench-bits bench.txt "$BUILD/bench_cuda_compress"
+  step bench-memory bench.txt python3 "$ROOT/bench/python/bench_memory.py"
 fi
 
 for f in "$OUT"/*; do
