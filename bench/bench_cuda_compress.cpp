@@ -62,9 +62,8 @@ double median_ms(int reps, Body body) {
 double copy_bandwidth() {
   const size_t bytes = size_t(1) << 30;
   DeviceBuffer a(bytes), b(bytes);
-  const double ms = median_ms(20, [&] {
-    check_cuda(driver().cuMemcpyDtoDAsync(b.ptr, a.ptr, bytes, nullptr), "cuMemcpyDtoDAsync");
-  });
+  const double ms = median_ms(
+      20, [&] { check_cuda(driver().cuMemcpyDtoDAsync(b.ptr, a.ptr, bytes, nullptr), "cuMemcpyDtoDAsync"); });
   return 2.0 * double(bytes) / (ms * 1e-3);
 }
 
@@ -127,14 +126,16 @@ int main(int argc, char** argv) {
     const double bandwidth = copy_bandwidth();
     std::printf("device: %s; copy bandwidth (1 GiB device copy, read + write): %.2f TB/s\n\n", name,
                 bandwidth * 1e-12);
-    std::printf("| spikes | op | n | ms | GB/s (n x size + n/8 bytes) | %% of copy BW |\n|---|---|---|---|---|---|\n");
+    std::printf(
+        "| spikes | op | n | ms | GB/s (n x size + n/8 bytes) | %% of copy BW "
+        "|\n|---|---|---|---|---|---|\n");
     const int64_t n = int64_t(64) << 20;
     std::vector<Result> all;
     for (SpikeDType d : {SpikeDType::F32, SpikeDType::F16, SpikeDType::U8, SpikeDType::F64}) {
       for (const Result& r : run_dtype(d, n, bandwidth)) {
         all.push_back(r);
-        std::printf("| %s | %s | %lld | %.4f | %.0f | %.1f |\n", r.dtype.c_str(), r.op.c_str(), (long long)r.n, r.ms,
-                    r.bytes / (r.ms * 1e-3) * 1e-9, 100.0 * r.fraction);
+        std::printf("| %s | %s | %lld | %.4f | %.0f | %.1f |\n", r.dtype.c_str(), r.op.c_str(),
+                    (long long)r.n, r.ms, r.bytes / (r.ms * 1e-3) * 1e-9, 100.0 * r.fraction);
         std::fflush(stdout);
       }
     }
@@ -142,7 +143,8 @@ int main(int argc, char** argv) {
       std::ofstream out(csv);
       out << "dtype,op,n,ms,bytes,fraction_of_copy_bw\n";
       for (const Result& r : all) {
-        out << r.dtype << ',' << r.op << ',' << r.n << ',' << r.ms << ',' << r.bytes << ',' << r.fraction << '\n';
+        out << r.dtype << ',' << r.op << ',' << r.n << ',' << r.ms << ',' << r.bytes << ',' << r.fraction
+            << '\n';
       }
     }
   } catch (const std::exception& e) {

@@ -2,17 +2,18 @@
 // (data_ptr: int, spike dtype code: int, shape: list[int]) of a contiguous tensor; the codes
 // follow spikejit::SpikeDType: 0 bool, 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float16,
 // 7 bfloat16, 8 float32, 9 float64. The GIL is released while a kernel runs.
-#include <cstdint>
-#include <string>
-#include <tuple>
-#include <vector>
+#include "spikejit/compress.h"
 
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include "bindings.h"
-#include "spikejit/compress.h"
 #include "spikejit/error.h"
 
 namespace nb = nanobind;
@@ -33,7 +34,8 @@ SpikeView to_view(const Buffer& b, const char* argument) {
 }
 
 void check_threads(int threads) {
-  if (threads < 0) throw ArgumentError("threads", "a count >= 0 (0: all hardware threads)", std::to_string(threads));
+  if (threads < 0)
+    throw ArgumentError("threads", "a count >= 0 (0: all hardware threads)", std::to_string(threads));
 }
 
 }  // namespace
@@ -56,7 +58,8 @@ void bind_compress(nb::module_& m) {
         nb::gil_scoped_release release;
         cpu::bit_spike_decompress(p, s, threads);
       },
-      "packed"_a, "spikes"_a, "threads"_a = 0, "Packed bits -> 0 / 1 spikes of the dtype of `spikes` (CPU buffers).");
+      "packed"_a, "spikes"_a, "threads"_a = 0,
+      "Packed bits -> 0 / 1 spikes of the dtype of `spikes` (CPU buffers).");
   m.def(
       "cuda_bit_spike_compress",
       [](const Buffer& spikes, const Buffer& packed, uintptr_t stream, int device) {
@@ -64,7 +67,8 @@ void bind_compress(nb::module_& m) {
         nb::gil_scoped_release release;
         cuda::bit_spike_compress(s, p, reinterpret_cast<void*>(stream), device);
       },
-      "spikes"_a, "packed"_a, "stream"_a, "device"_a, "The same on device buffers, launched on `stream` (a CUstream).");
+      "spikes"_a, "packed"_a, "stream"_a, "device"_a,
+      "The same on device buffers, launched on `stream` (a CUstream).");
   m.def(
       "cuda_bit_spike_decompress",
       [](const Buffer& packed, const Buffer& spikes, uintptr_t stream, int device) {
@@ -72,7 +76,8 @@ void bind_compress(nb::module_& m) {
         nb::gil_scoped_release release;
         cuda::bit_spike_decompress(p, s, reinterpret_cast<void*>(stream), device);
       },
-      "packed"_a, "spikes"_a, "stream"_a, "device"_a, "The same on device buffers, launched on `stream` (a CUstream).");
+      "packed"_a, "spikes"_a, "stream"_a, "device"_a,
+      "The same on device buffers, launched on `stream` (a CUstream).");
 }
 
 }  // namespace spikejit::python

@@ -123,18 +123,23 @@ __device__ __forceinline__ void sj_decompress(const unsigned char* packed, void*
 }
 )";
 
+std::string kernel_text(const std::string& entry, const std::string& params, const std::string& call) {
+  return "\nextern \"C\" __global__ void __launch_bounds__(SJ_BLOCK) " + entry + "(" + params + ") {\n  " +
+         call + ";\n}\n";
+}
+
 std::string build_source() {
   std::string s = "#define SJ_BLOCK " + std::to_string(kBitSpikeBlockSize) + "\n#define SJ_VECTORS " +
                   std::to_string(kBitSpikeVectorsPerThread) + "\n";
   s += kTemplates;
   for (int w : kWidths) {
     const std::string width = std::to_string(w);
-    s += "\nextern \"C\" __global__ void __launch_bounds__(SJ_BLOCK) " + bit_spike_compress_entry(w) +
-         "(const void* spikes, unsigned char* packed, long long n, unsigned long long mask) {\n"
-         "  sj_compress<" + width + ">(spikes, packed, n, mask);\n}\n";
-    s += "\nextern \"C\" __global__ void __launch_bounds__(SJ_BLOCK) " + bit_spike_decompress_entry(w) +
-         "(const unsigned char* packed, void* spikes, long long n, unsigned long long one) {\n"
-         "  sj_decompress<" + width + ">(packed, spikes, n, one);\n}\n";
+    s += kernel_text(bit_spike_compress_entry(w),
+                     "const void* spikes, unsigned char* packed, long long n, unsigned long long mask",
+                     "sj_compress<" + width + ">(spikes, packed, n, mask)");
+    s += kernel_text(bit_spike_decompress_entry(w),
+                     "const unsigned char* packed, void* spikes, long long n, unsigned long long one",
+                     "sj_decompress<" + width + ">(packed, spikes, n, one)");
   }
   return s;
 }
@@ -146,7 +151,9 @@ const std::string& bit_spike_source() {
   return source;
 }
 
-std::string bit_spike_compress_entry(int width) { return "spikejit_bit_spike_compress_w" + std::to_string(width); }
+std::string bit_spike_compress_entry(int width) {
+  return "spikejit_bit_spike_compress_w" + std::to_string(width);
+}
 
 std::string bit_spike_decompress_entry(int width) {
   return "spikejit_bit_spike_decompress_w" + std::to_string(width);

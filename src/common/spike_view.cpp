@@ -99,7 +99,8 @@ int64_t checked_bytes(const char* name, const SpikeView& v) {
   int64_t n = 1;
   for (int64_t d : v.shape) {
     if (d < 0) throw ArgumentError(name, "dimensions >= 0", v.describe());
-    if (d != 0 && n > max / size / d) throw ArgumentError(name, "a size in bytes that fits in int64", v.describe());
+    if (d != 0 && n > max / size / d)
+      throw ArgumentError(name, "a size in bytes that fits in int64", v.describe());
     n *= d;
   }
   if (!v.is_contiguous()) throw ArgumentError(name, "a contiguous tensor", v.describe());
@@ -113,8 +114,9 @@ void check_pair(const SpikeView& spikes, const SpikeView& packed, bool packed_wr
   const int64_t n = spikes.numel();
   const std::vector<int64_t> expected{packed_bytes(n)};
   if (packed.dtype != SpikeDType::U8 || packed.shape != expected) {
-    throw ArgumentError("packed", "uint8[" + std::to_string(expected[0]) + "] (ceil(n / 8) bytes for the n = " +
-                                      std::to_string(n) + " spikes of " + spikes.describe() + ")",
+    throw ArgumentError("packed",
+                        "uint8[" + std::to_string(expected[0]) + "] (ceil(n / 8) bytes for the n = " +
+                            std::to_string(n) + " spikes of " + spikes.describe() + ")",
                         packed.describe());
   }
   const uintptr_t s = reinterpret_cast<uintptr_t>(spikes.data);
@@ -130,6 +132,8 @@ void check_pair(const SpikeView& spikes, const SpikeView& packed, bool packed_wr
 
 void validate_compress(const SpikeView& spikes, const SpikeView& packed) { check_pair(spikes, packed, true); }
 
-void validate_decompress(const SpikeView& packed, const SpikeView& spikes) { check_pair(spikes, packed, false); }
+void validate_decompress(const SpikeView& packed, const SpikeView& spikes) {
+  check_pair(spikes, packed, false);
+}
 
 }  // namespace spikejit

@@ -1,18 +1,19 @@
 // cpu::bit_spike_compress / bit_spike_decompress: chunks of 64K spikes on the thread pool; inside
 // a chunk, loops over blocks of 512 spikes that the compiler vectorises (one flag byte per spike),
 // with the bits gathered or spread 8 at a time by a multiplication or a table.
+#include "spikejit/compress.h"
+
 #include <array>
 #include <cstring>
 
 #include "common/parallel.h"
 #include "common/spike_bits.h"
-#include "spikejit/compress.h"
 
 namespace spikejit::cpu {
 namespace {
 
-constexpr int64_t kBlock = 512;         // spikes per inner block (64 packed bytes)
-constexpr int64_t kChunk = 64 * 1024;   // spikes per thread-pool task (a multiple of kBlock)
+constexpr int64_t kBlock = 512;        // spikes per inner block (64 packed bytes)
+constexpr int64_t kChunk = 64 * 1024;  // spikes per thread-pool task (a multiple of kBlock)
 
 // Multiplying 8 flag bytes (each 0 or 1, flag i in byte i) by this puts flag i at bit 56 + i;
 // the partial products land on distinct bits, so nothing carries into the top byte.

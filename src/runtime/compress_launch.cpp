@@ -69,13 +69,14 @@ std::shared_ptr<const BitSpikeKernels> load(int device) {
   auto kernels = std::make_shared<BitSpikeKernels>();
   const runtime::CUresult loaded = api.cuModuleLoadData(&kernels->module, binary.data());
   if (loaded != runtime::kCudaSuccess) {
-    throw runtime::CudaError("cuModuleLoadData failed for " + label + ": " + runtime::describe_result(api, loaded),
-                             loaded);
+    throw runtime::CudaError(
+        "cuModuleLoadData failed for " + label + ": " + runtime::describe_result(api, loaded), loaded);
   }
   try {
     for (int i = 0; i < kWidths; ++i) {
       kernels->compress[i] = function_of(kernels->module, codegen::bit_spike_compress_entry(1 << i), label);
-      kernels->decompress[i] = function_of(kernels->module, codegen::bit_spike_decompress_entry(1 << i), label);
+      kernels->decompress[i] =
+          function_of(kernels->module, codegen::bit_spike_decompress_entry(1 << i), label);
     }
   } catch (...) {
     api.cuModuleUnload(kernels->module);
@@ -99,8 +100,8 @@ void launch(CUfunction function, int64_t blocks, void* stream, const void* in, v
             uint64_t bits, const char* what, SpikeDType dtype) {
   if (blocks > 0x7fffffff) {
     throw ArgumentError("spikes", "at most 2^31 - 1 blocks per launch",
-                        std::to_string(n) + " " + spike_dtype_name(dtype) + " spikes (" + std::to_string(blocks) +
-                            " blocks)");
+                        std::to_string(n) + " " + spike_dtype_name(dtype) + " spikes (" +
+                            std::to_string(blocks) + " blocks)");
   }
   long long count = n;
   unsigned long long pattern = bits;
@@ -109,8 +110,9 @@ void launch(CUfunction function, int64_t blocks, void* stream, const void* in, v
       function, static_cast<unsigned>(blocks), 1, 1, codegen::kBitSpikeBlockSize, 1, 1, 0,
       static_cast<runtime::CUstream>(stream), params, nullptr);
   if (result != runtime::kCudaSuccess) {
-    runtime::check_cuda(result, "cuLaunchKernel", std::string(what) + " of " + std::to_string(n) + " " +
-                                                      spike_dtype_name(dtype) + " spikes");
+    runtime::check_cuda(
+        result, "cuLaunchKernel",
+        std::string(what) + " of " + std::to_string(n) + " " + spike_dtype_name(dtype) + " spikes");
   }
 }
 
@@ -124,7 +126,8 @@ void bit_spike_compress(const SpikeView& spikes, const SpikeView& packed, void* 
   const size_t width = spike_dtype_size(spikes.dtype);
   std::shared_ptr<const BitSpikeKernels> kernels = kernels_for(device, guard.context());
   launch(kernels->compress[width_index(width)], codegen::bit_spike_blocks(n, static_cast<int>(width)), stream,
-         spikes.data, packed.data, n, detail::spike_value_mask(spikes.dtype), "bit_spike_compress", spikes.dtype);
+         spikes.data, packed.data, n, detail::spike_value_mask(spikes.dtype), "bit_spike_compress",
+         spikes.dtype);
 }
 
 void bit_spike_decompress(const SpikeView& packed, const SpikeView& spikes, void* stream, int device) {
@@ -134,8 +137,9 @@ void bit_spike_decompress(const SpikeView& packed, const SpikeView& spikes, void
   runtime::ContextGuard guard(device);
   const size_t width = spike_dtype_size(spikes.dtype);
   std::shared_ptr<const BitSpikeKernels> kernels = kernels_for(device, guard.context());
-  launch(kernels->decompress[width_index(width)], codegen::bit_spike_blocks(n, static_cast<int>(width)), stream,
-         packed.data, spikes.data, n, detail::spike_one_bits(spikes.dtype), "bit_spike_decompress", spikes.dtype);
+  launch(kernels->decompress[width_index(width)], codegen::bit_spike_blocks(n, static_cast<int>(width)),
+         stream, packed.data, spikes.data, n, detail::spike_one_bits(spikes.dtype), "bit_spike_decompress",
+         spikes.dtype);
 }
 
 }  // namespace spikejit::cuda

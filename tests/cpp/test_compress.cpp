@@ -7,9 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -27,8 +27,9 @@
 namespace spikejit {
 namespace {
 
-const SpikeDType kAll[] = {SpikeDType::Bool, SpikeDType::U8,  SpikeDType::I8,   SpikeDType::I16, SpikeDType::I32,
-                           SpikeDType::I64,  SpikeDType::F16, SpikeDType::BF16, SpikeDType::F32, SpikeDType::F64};
+const SpikeDType kAll[] = {SpikeDType::Bool, SpikeDType::U8,  SpikeDType::I8,  SpikeDType::I16,
+                           SpikeDType::I32,  SpikeDType::I64, SpikeDType::F16, SpikeDType::BF16,
+                           SpikeDType::F32,  SpikeDType::F64};
 const int64_t kLengths[] = {0, 1, 7, 8, 9, 31, 32, 33, 63, 65, 4097, 64 * 1024 + 13, (1 << 20) + 3};
 
 // The element as a double, read through its real type (the reference semantics: != 0 is a spike).
@@ -83,8 +84,13 @@ std::vector<unsigned char> random_spikes(SpikeDType d, int64_t n, std::mt19937_6
     const uint64_t r = rng();
     uint64_t bits = 0;
     switch (r % 10) {
-      case 0: case 1: case 2: case 3: bits = 0; break;
-      case 4: case 5: case 6: bits = one; break;
+      case 0:
+      case 1:
+      case 2:
+      case 3: bits = 0; break;
+      case 4:
+      case 5:
+      case 6: bits = one; break;
       case 7: bits = sign; break;
       default: bits = rng(); break;
     }
@@ -108,7 +114,8 @@ TEST_F(Compress, EveryDTypeAndLengthMatchesTheScalarReference) {
       std::vector<unsigned char> x = random_spikes(d, n, rng_);
       const std::vector<uint8_t> expected = reference_pack(x.data(), d, n);
       std::vector<uint8_t> packed(expected.size() + 1, 0xa5);  // poisoned; the extra byte stays
-      cpu::bit_spike_compress(SpikeView(x.data(), d, {n}), SpikeView(packed.data(), SpikeDType::U8, {packed_bytes(n)}));
+      cpu::bit_spike_compress(SpikeView(x.data(), d, {n}),
+                              SpikeView(packed.data(), SpikeDType::U8, {packed_bytes(n)}));
       EXPECT_EQ(packed[expected.size()], 0xa5) << "wrote past the packed bytes";
       packed.pop_back();
       ASSERT_EQ(packed, expected);
@@ -124,7 +131,8 @@ TEST_F(Compress, FloatSpecialValues) {
   EXPECT_EQ(packed[0], 0b11111100);  // only +0 and -0 are no spikes
   EXPECT_EQ(packed[1], 0b00000011);  // padding bits zero
   const int8_t ints[] = {0, -128, 1, -1, 127, 0, 0, 0, 0};
-  cpu::bit_spike_compress(SpikeView(const_cast<int8_t*>(ints), SpikeDType::I8, {9}), SpikeView(packed, SpikeDType::U8, {2}));
+  cpu::bit_spike_compress(SpikeView(const_cast<int8_t*>(ints), SpikeDType::I8, {9}),
+                          SpikeView(packed, SpikeDType::U8, {2}));
   EXPECT_EQ(packed[0], 0b00011110);
   EXPECT_EQ(packed[1], 0);
 }
@@ -132,12 +140,15 @@ TEST_F(Compress, FloatSpecialValues) {
 TEST_F(Compress, DecompressWritesZeroOrOneInEveryDType) {
   SCOPED_TRACE(seed_.trace());
   for (SpikeDType d : kAll) {
-    for (int64_t n : {int64_t(0), int64_t(1), int64_t(9), int64_t(33), int64_t(4097), int64_t(64 * 1024 + 13)}) {
+    for (int64_t n :
+         {int64_t(0), int64_t(1), int64_t(9), int64_t(33), int64_t(4097), int64_t(64 * 1024 + 13)}) {
       std::vector<unsigned char> x = random_spikes(d, n, rng_);
       std::vector<uint8_t> packed(static_cast<size_t>(packed_bytes(n)));
-      cpu::bit_spike_compress(SpikeView(x.data(), d, {n}), SpikeView(packed.data(), SpikeDType::U8, {packed_bytes(n)}));
+      cpu::bit_spike_compress(SpikeView(x.data(), d, {n}),
+                              SpikeView(packed.data(), SpikeDType::U8, {packed_bytes(n)}));
       for (SpikeDType out : kAll) {
-        SCOPED_TRACE(std::string(spike_dtype_name(d)) + " -> " + spike_dtype_name(out) + " n=" + std::to_string(n));
+        SCOPED_TRACE(std::string(spike_dtype_name(d)) + " -> " + spike_dtype_name(out) +
+                     " n=" + std::to_string(n));
         const size_t w = spike_dtype_size(out);
         std::vector<unsigned char> y(static_cast<size_t>(n) * w + w, 0xff);  // poisoned: NaN / -1
         cpu::bit_spike_decompress(SpikeView(packed.data(), SpikeDType::U8, {packed_bytes(n)}),
@@ -146,7 +157,8 @@ TEST_F(Compress, DecompressWritesZeroOrOneInEveryDType) {
           const double want = value_at(x.data(), d, i) != 0.0 ? 1.0 : 0.0;
           ASSERT_EQ(value_at(y.data(), out, i), want) << "element " << i;
         }
-        for (size_t b = 0; b < w; ++b) ASSERT_EQ(y[static_cast<size_t>(n) * w + b], 0xff) << "wrote past the end";
+        for (size_t b = 0; b < w; ++b)
+          ASSERT_EQ(y[static_cast<size_t>(n) * w + b], 0xff) << "wrote past the end";
       }
     }
   }
@@ -158,8 +170,10 @@ TEST_F(Compress, RoundTripOfSpikesIsExactAndPaddingBitsAreNotRead) {
     std::vector<float> s(static_cast<size_t>(n));
     for (float& v : s) v = static_cast<float>(rng_() % 2);
     std::vector<uint8_t> packed(static_cast<size_t>(packed_bytes(n)));
-    cpu::bit_spike_compress(SpikeView(s.data(), SpikeDType::F32, {n}), SpikeView(packed.data(), SpikeDType::U8, {packed_bytes(n)}));
-    if (n % 8 != 0) packed.back() = static_cast<uint8_t>(packed.back() | (0xff << (n % 8)));  // garbage padding
+    cpu::bit_spike_compress(SpikeView(s.data(), SpikeDType::F32, {n}),
+                            SpikeView(packed.data(), SpikeDType::U8, {packed_bytes(n)}));
+    if (n % 8 != 0)
+      packed.back() = static_cast<uint8_t>(packed.back() | (0xff << (n % 8)));  // garbage padding
     std::vector<float> back(static_cast<size_t>(n), NAN);
     cpu::bit_spike_decompress(SpikeView(packed.data(), SpikeDType::U8, {packed_bytes(n)}),
                               SpikeView(back.data(), SpikeDType::F32, {n}));
@@ -178,12 +192,12 @@ TEST_F(Compress, ShapesThreadsAndMisalignedBuffersGiveTheSameBytes) {
     for (int threads : {1, 2, 3, 0}) {
       std::vector<uint8_t> buffer(expected.size() + 1);
       uint8_t* packed = buffer.data() + 1;
-      cpu::bit_spike_compress(SpikeView(data, d, {5, n / 5}), SpikeView(packed, SpikeDType::U8, {packed_bytes(n)}),
-                              threads);
+      cpu::bit_spike_compress(SpikeView(data, d, {5, n / 5}),
+                              SpikeView(packed, SpikeDType::U8, {packed_bytes(n)}), threads);
       ASSERT_EQ(std::vector<uint8_t>(packed, packed + expected.size()), expected) << "threads " << threads;
       std::vector<unsigned char> y(static_cast<size_t>(n + 1) * w);
-      cpu::bit_spike_decompress(SpikeView(packed, SpikeDType::U8, {packed_bytes(n)}), SpikeView(y.data() + w, d, {n}),
-                                threads);
+      cpu::bit_spike_decompress(SpikeView(packed, SpikeDType::U8, {packed_bytes(n)}),
+                                SpikeView(y.data() + w, d, {n}), threads);
       for (int64_t i = 0; i < n; i += 997) {
         ASSERT_EQ(value_at(y.data() + w, d, i), value_at(data, d, i) != 0.0 ? 1.0 : 0.0);
       }
@@ -204,28 +218,38 @@ TEST(CompressErrors, NameTheArgument) {
   std::vector<float> s(20, 1.0f);
   std::vector<uint8_t> p(8, 0);
   const SpikeView spikes(s.data(), SpikeDType::F32, {4, 5});
-  expect_argument_error("packed", [&] { cpu::bit_spike_compress(spikes, SpikeView(p.data(), SpikeDType::U8, {2})); });
-  expect_argument_error("packed", [&] { cpu::bit_spike_compress(spikes, SpikeView(p.data(), SpikeDType::I8, {3})); });
-  expect_argument_error("packed", [&] { cpu::bit_spike_compress(spikes, SpikeView(p.data(), SpikeDType::U8, {1, 3})); });
-  expect_argument_error("packed", [&] { cpu::bit_spike_decompress(SpikeView(p.data(), SpikeDType::U8, {4}), spikes); });
+  expect_argument_error("packed",
+                        [&] { cpu::bit_spike_compress(spikes, SpikeView(p.data(), SpikeDType::U8, {2})); });
+  expect_argument_error("packed",
+                        [&] { cpu::bit_spike_compress(spikes, SpikeView(p.data(), SpikeDType::I8, {3})); });
+  expect_argument_error("packed", [&] {
+    cpu::bit_spike_compress(spikes, SpikeView(p.data(), SpikeDType::U8, {1, 3}));
+  });
+  expect_argument_error("packed",
+                        [&] { cpu::bit_spike_decompress(SpikeView(p.data(), SpikeDType::U8, {4}), spikes); });
   expect_argument_error("spikes", [&] {
-    cpu::bit_spike_compress(SpikeView(s.data(), SpikeDType::F32, {-4, 5}), SpikeView(p.data(), SpikeDType::U8, {3}));
+    cpu::bit_spike_compress(SpikeView(s.data(), SpikeDType::F32, {-4, 5}),
+                            SpikeView(p.data(), SpikeDType::U8, {3}));
   });
   expect_argument_error("spikes", [&] {
-    cpu::bit_spike_compress(SpikeView(s.data(), SpikeDType::F32, {4, 5}, {1, 4}), SpikeView(p.data(), SpikeDType::U8, {3}));
+    cpu::bit_spike_compress(SpikeView(s.data(), SpikeDType::F32, {4, 5}, {1, 4}),
+                            SpikeView(p.data(), SpikeDType::U8, {3}));
   });
   expect_argument_error("spikes", [&] {
-    cpu::bit_spike_compress(SpikeView(nullptr, SpikeDType::F32, {4}), SpikeView(p.data(), SpikeDType::U8, {1}));
+    cpu::bit_spike_compress(SpikeView(nullptr, SpikeDType::F32, {4}),
+                            SpikeView(p.data(), SpikeDType::U8, {1}));
   });
   expect_argument_error("spikes", [&] {
-    cpu::bit_spike_compress(SpikeView(s.data(), static_cast<SpikeDType>(77), {4}), SpikeView(p.data(), SpikeDType::U8, {1}));
+    cpu::bit_spike_compress(SpikeView(s.data(), static_cast<SpikeDType>(77), {4}),
+                            SpikeView(p.data(), SpikeDType::U8, {1}));
   });
   // Packed bytes inside the spike tensor: written over what is read.
   expect_argument_error("packed", [&] {
     cpu::bit_spike_compress(spikes, SpikeView(reinterpret_cast<uint8_t*>(s.data()) + 4, SpikeDType::U8, {3}));
   });
   expect_argument_error("spikes", [&] {
-    cpu::bit_spike_decompress(SpikeView(reinterpret_cast<uint8_t*>(s.data()) + 4, SpikeDType::U8, {3}), spikes);
+    cpu::bit_spike_decompress(SpikeView(reinterpret_cast<uint8_t*>(s.data()) + 4, SpikeDType::U8, {3}),
+                              spikes);
   });
   // A float TensorView converts; a non-contiguous one is rejected.
   const TensorView view(s.data(), DType::F32, {5, 4});
@@ -233,11 +257,14 @@ TEST(CompressErrors, NameTheArgument) {
   EXPECT_EQ(p[0], 0xff);
   EXPECT_EQ(p[2], 0x0f);
   expect_argument_error("spikes", [&] {
-    cpu::bit_spike_compress(TensorView(s.data(), DType::F32, {5, 4}, {1, 5}), SpikeView(p.data(), SpikeDType::U8, {3}));
+    cpu::bit_spike_compress(TensorView(s.data(), DType::F32, {5, 4}, {1, 5}),
+                            SpikeView(p.data(), SpikeDType::U8, {3}));
   });
   // Empty tensors need no memory.
-  cpu::bit_spike_compress(SpikeView(nullptr, SpikeDType::F32, {0, 3}), SpikeView(nullptr, SpikeDType::U8, {0}));
-  cpu::bit_spike_decompress(SpikeView(nullptr, SpikeDType::U8, {0}), SpikeView(nullptr, SpikeDType::Bool, {3, 0}));
+  cpu::bit_spike_compress(SpikeView(nullptr, SpikeDType::F32, {0, 3}),
+                          SpikeView(nullptr, SpikeDType::U8, {0}));
+  cpu::bit_spike_decompress(SpikeView(nullptr, SpikeDType::U8, {0}),
+                            SpikeView(nullptr, SpikeDType::Bool, {3, 0}));
 }
 
 TEST(CompressSource, GridCoversEveryVector) {
@@ -285,7 +312,8 @@ class CudaCompress : public Compress {
   void SetUp() override {
     std::string why;
     if (!cuda::available(&why)) {
-      if (testing::env_says_one("SPIKEJIT_REQUIRE_CUDA")) FAIL() << "SPIKEJIT_REQUIRE_CUDA=1 but CUDA is not available: " << why;
+      if (testing::env_says_one("SPIKEJIT_REQUIRE_CUDA"))
+        FAIL() << "SPIKEJIT_REQUIRE_CUDA=1 but CUDA is not available: " << why;
       GTEST_SKIP() << "no CUDA: " << why;
     }
     guard_ = std::make_unique<runtime::ContextGuard>(0);
@@ -300,18 +328,21 @@ class CudaCompress : public Compress {
   // into their allocations (offset 1: misaligned), checks the bytes against the CPU's, then
   // decompresses into `out` and checks every element against the CPU's decompression.
   void check_case(SpikeDType d, int64_t n, int64_t offset, SpikeDType out) {
-    SCOPED_TRACE(std::string(spike_dtype_name(d)) + " -> " + spike_dtype_name(out) + " n=" + std::to_string(n) +
-                 " offset=" + std::to_string(offset));
+    SCOPED_TRACE(std::string(spike_dtype_name(d)) + " -> " + spike_dtype_name(out) +
+                 " n=" + std::to_string(n) + " offset=" + std::to_string(offset));
     const size_t w = spike_dtype_size(d), wo = spike_dtype_size(out);
     const size_t bytes = static_cast<size_t>(packed_bytes(n));
     std::vector<unsigned char> x = random_spikes(d, n, rng_);
     std::vector<uint8_t> cpu_packed(bytes);
-    cpu::bit_spike_compress(SpikeView(x.data(), d, {n}), SpikeView(cpu_packed.data(), SpikeDType::U8, {packed_bytes(n)}));
+    cpu::bit_spike_compress(SpikeView(x.data(), d, {n}),
+                            SpikeView(cpu_packed.data(), SpikeDType::U8, {packed_bytes(n)}));
     std::vector<unsigned char> cpu_y(static_cast<size_t>(n) * wo);
-    cpu::bit_spike_decompress(SpikeView(cpu_packed.data(), SpikeDType::U8, {packed_bytes(n)}), SpikeView(cpu_y.data(), out, {n}));
+    cpu::bit_spike_decompress(SpikeView(cpu_packed.data(), SpikeDType::U8, {packed_bytes(n)}),
+                              SpikeView(cpu_y.data(), out, {n}));
 
     const size_t off = static_cast<size_t>(offset);
-    DeviceBytes dx(static_cast<size_t>(n) * w + off * w), dp(bytes + off + 4), dy(static_cast<size_t>(n) * wo + off * wo + 16);
+    DeviceBytes dx(static_cast<size_t>(n) * w + off * w), dp(bytes + off + 4),
+        dy(static_cast<size_t>(n) * wo + off * wo + 16);
     const runtime::DriverApi& api = driver();
     check_cuda(api.cuMemcpyHtoD(dx.ptr + off * w, x.data(), static_cast<size_t>(n) * w), "cuMemcpyHtoD");
     check_cuda(api.cuMemsetD8(dp.ptr, 0xa5, bytes + off + 4), "cuMemsetD8");  // poison
@@ -319,19 +350,24 @@ class CudaCompress : public Compress {
     void* spikes = reinterpret_cast<void*>(dx.ptr + off * w);
     void* packed = reinterpret_cast<void*>(dp.ptr + off);
     void* y = reinterpret_cast<void*>(dy.ptr + off * wo);
-    cuda::bit_spike_compress(SpikeView(spikes, d, {n}), SpikeView(packed, SpikeDType::U8, {packed_bytes(n)}), stream_, 0);
-    cuda::bit_spike_decompress(SpikeView(packed, SpikeDType::U8, {packed_bytes(n)}), SpikeView(y, out, {n}), stream_, 0);
+    cuda::bit_spike_compress(SpikeView(spikes, d, {n}), SpikeView(packed, SpikeDType::U8, {packed_bytes(n)}),
+                             stream_, 0);
+    cuda::bit_spike_decompress(SpikeView(packed, SpikeDType::U8, {packed_bytes(n)}), SpikeView(y, out, {n}),
+                               stream_, 0);
     check_cuda(api.cuStreamSynchronize(stream_), "cuStreamSynchronize");
 
     std::vector<uint8_t> gpu_packed(bytes + off + 4);
     check_cuda(api.cuMemcpyDtoH(gpu_packed.data(), dp.ptr, gpu_packed.size()), "cuMemcpyDtoH");
     for (size_t i = 0; i < off; ++i) ASSERT_EQ(gpu_packed[i], 0xa5) << "wrote before the packed bytes";
-    for (size_t i = 0; i < 4; ++i) ASSERT_EQ(gpu_packed[off + bytes + i], 0xa5) << "wrote past the packed bytes";
-    ASSERT_EQ(std::vector<uint8_t>(gpu_packed.begin() + static_cast<long>(off), gpu_packed.begin() + static_cast<long>(off + bytes)),
+    for (size_t i = 0; i < 4; ++i)
+      ASSERT_EQ(gpu_packed[off + bytes + i], 0xa5) << "wrote past the packed bytes";
+    ASSERT_EQ(std::vector<uint8_t>(gpu_packed.begin() + static_cast<long>(off),
+                                   gpu_packed.begin() + static_cast<long>(off + bytes)),
               cpu_packed);
     std::vector<unsigned char> gpu_y(static_cast<size_t>(n) * wo + off * wo + 16);
     check_cuda(api.cuMemcpyDtoH(gpu_y.data(), dy.ptr, gpu_y.size()), "cuMemcpyDtoH");
-    for (size_t i = 0; i < 16; ++i) ASSERT_EQ(gpu_y[off * wo + static_cast<size_t>(n) * wo + i], 0xff) << "wrote past the end";
+    for (size_t i = 0; i < 16; ++i)
+      ASSERT_EQ(gpu_y[off * wo + static_cast<size_t>(n) * wo + i], 0xff) << "wrote past the end";
     ASSERT_TRUE(std::equal(cpu_y.begin(), cpu_y.end(), gpu_y.begin() + static_cast<long>(off * wo)));
   }
 
@@ -363,7 +399,8 @@ TEST_F(CudaCompress, RejectsBadArgumentsBeforeLaunching) {
   });
   expect_argument_error("device", [&] {
     cuda::bit_spike_compress(SpikeView(reinterpret_cast<void*>(a.ptr), SpikeDType::F32, {16}),
-                             SpikeView(reinterpret_cast<void*>(b.ptr), SpikeDType::U8, {2}), stream_, 1 << 20);
+                             SpikeView(reinterpret_cast<void*>(b.ptr), SpikeDType::U8, {2}), stream_,
+                             1 << 20);
   });
 }
 
