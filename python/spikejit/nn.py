@@ -20,7 +20,8 @@ keeps spikes binary, such as max pooling), not after average pooling, dropout or
 
 Both layers are torch.library custom ops with fake implementations and registered autograd
 (`spikejit::packed_spike_linear`, `spikejit::packed_spike_conv2d`), so torch.compile(fullgraph=True)
-sees no graph breaks. Without autograd (no_grad, or nothing requiring a gradient) they run the
+sees no graph breaks. Under autocast they cast their operands as autocast casts nn.Linear's and
+nn.Conv2d's (and save the spikes packed from the cast input). Without autograd (no_grad, or nothing requiring a gradient) they run the
 plain layer and pack nothing.
 """
 from typing import List, Optional
@@ -40,6 +41,16 @@ def _needs_autograd(*tensors) -> bool:
 
 def _check_spikes(x: Tensor) -> None:
     torch._assert_async(((x == 0) | (x == 1)).all(), "x: a packed-spike layer expects spikes (0 or 1)")
+
+
+def _autocast(x: Tensor, weight: Tensor, bias: Optional[Tensor]):
+    """What autocast gives nn.Linear / nn.Conv2d: every operand in the autocast dtype (custom ops
+    are not cast by autocast themselves). The casts are differentiable, as autocast's are."""
+    device = x.device.type
+    if not torch.is_autocast_enabled(device):
+        return x, weight, bias
+    dtype = torch.get_autocast_dtype(device)
+    return x.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)
 
 
 def _packed(x: Tensor, needed: bool) -> Optional[Tensor]:
@@ -100,7 +111,7 @@ class PackedSpikeLinear(nn.Linear):
             _check_spikes(x)
         if not _needs_autograd(x, self.weight, self.bias):
             return F.linear(x, self.weight, self.bias)
-        return torch.ops.spikejit.packed_spike_linear(x, self.weight, self.bias)
+        return torch.ops.spikejit.packed_spike_linear(*_autocast(x, self.weight, self.bias))
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, check_spikes: bool = False) -> "PackedSpikeLinear":
@@ -209,7 +220,8 @@ class PackedSpikeConv2d(nn.Conv2d):
             padding = [0, 0]
         if not _needs_autograd(x, self.weight, self.bias):
             return F.conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
-        return torch.ops.spikejit.packed_spike_conv2d(x, self.weight, self.bias, list(self.stride), padding,
+        x, weight, bias = _autocast(x, self.weight, self.bias)
+        return torch.ops.spikejit.packed_spike_conv2d(x, weight, bias, list(self.stride), padding,
                                                       list(self.dilation), self.groups)
 
     @classmethod

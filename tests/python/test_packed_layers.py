@@ -108,6 +108,19 @@ def test_conv_unbatched_multistep_and_frozen_inputs(device):
     assert_same(grads_of(packed, x_seq, grad_seq), grads_of(flat, x_seq, grad_seq))
 
 
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_autocast_gives_nn_layers_results(device):
+    dtype = torch.bfloat16 if device.type == "cpu" else torch.float16
+    linear, conv = nn.Linear(24, 10, device=device), nn.Conv2d(3, 4, 3, padding=1, device=device)
+    for reference, x in ((linear, spikes(5, 24, device=device)), (conv, spikes(2, 3, 6, 6, device=device))):
+        packed = spikejit.packed_spikes(reference)
+        with torch.autocast(device.type, dtype=dtype):
+            grad = torch.randn_like(reference(x))
+            assert grad.dtype == dtype
+            got, expected = grads_of(packed, x, grad), grads_of(reference, x, grad)
+        assert_same(got, expected)
+
+
 def saved_by(layer, x):
     """(dtype, bytes, tensor) of each tensor that autograd saves during layer(x)."""
     saved = []
