@@ -8,4 +8,5 @@ NB_MODULE(_core, m) {
   spikejit::python::bind_program(m);
   spikejit::python::bind_builtins(m);
   spikejit::python::bind_kernels(m);
+  spikejit::python::bind_compress(m);
 }

@@ -16,6 +16,7 @@ from .flexsn import FlexSN, FlexSNKernel, UnsupportedCoreError
 from .functional import (if_multi_step, lif_multi_step, multistep_if, multistep_lif, multistep_plif,
                          plif_multi_step)
 from .neuron import IFNode, LIFNode, ParametricLIFNode
+from .nn import PackedSpikeConv2d, PackedSpikeLinear, packed_spikes
 from .scan import (eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available,
                    lowerable_scan_final_state)
 
@@ -46,6 +47,6 @@ def bit_spike_compress(s):
     return ops.bit_spike_compress(s)
 
 
-def bit_spike_decompress(compressed, shape):
-    """The inverse of bit_spike_compress: a uint8 0/1 tensor of `shape`."""
-    return ops.bit_spike_decompress(compressed, list(shape))
+def bit_spike_decompress(compressed, shape, dtype=None):
+    """The inverse of bit_spike_compress: a 0/1 tensor of `shape` and `dtype` (default uint8)."""
+    return ops.bit_spike_decompress(compressed, list(shape), dtype)

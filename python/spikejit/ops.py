@@ -11,7 +11,7 @@
                               grad_outputs, grad_final_states, grad_state_seqs, checkpoint_every=0)
         -> [*grad_inputs, *grad_initial_states, *grad_params]
     spikejit::spike(x, surrogate, params) -> Heaviside(x), backward grad * surrogate'(x)
-    spikejit::bit_spike_compress(s) / spikejit::bit_spike_decompress(c, shape)
+    spikejit::bit_spike_compress(s) / spikejit::bit_spike_decompress(c, shape, dtype=None)
 
 `checkpoint_every` is the save policy of training: 0 saves what the backward needs per step
 ([T, *S] tensors); k >= 1 saves only one checkpoint per state every k steps ([ceil(T/k), *S],
@@ -537,36 +537,70 @@ torch.library.register_autograd("spikejit::spike", _backward_spike, setup_contex
 
 
 # ---------------------------------------------------------------------------------------------
-# Bit-spike compression: element 8j+i of the flattened input at bit i of byte j (LSB first),
-# the last byte zero-padded; any nonzero element counts as a spike.
+# Bit-spike compression on the C++ kernels: element 8j+i of the flattened input at bit i of byte j
+# (LSB first), the last byte zero-padded; any nonzero element counts as a spike (NaN too, -0.0
+# not). CPU and CUDA write identical bytes; CUDA kernels run on the current stream.
+
+SPIKE_DTYPE_CODES = {torch.bool: 0, torch.uint8: 1, torch.int8: 2, torch.int16: 3, torch.int32: 4, torch.int64: 5,
+                     torch.float16: 6, torch.bfloat16: 7, torch.float32: 8, torch.float64: 9}
+_SPIKE_DTYPE_NAMES = ", ".join(str(d).replace("torch.", "") for d in SPIKE_DTYPE_CODES)
 
 
-@torch.library.custom_op("spikejit::bit_spike_compress", mutates_args=())
-def bit_spike_compress(s: Tensor) -> Tensor:
-    bits = (s.reshape(-1) != 0).to(torch.uint8)
-    padding = (-bits.numel()) % 8
-    bits = torch.nn.functional.pad(bits, (0, padding)).view(-1, 8)
-    shifts = torch.arange(8, dtype=torch.uint8, device=s.device)
-    return (bits << shifts).sum(dim=1, dtype=torch.uint8)
+def _check_spike_dtype(name: str, dtype) -> None:
+    if dtype not in SPIKE_DTYPE_CODES:
+        raise TypeError(f"{name}: expected one of {_SPIKE_DTYPE_NAMES}, got {dtype}")
 
 
-@bit_spike_compress.register_fake
-def _(s):
-    return s.new_empty(((s.numel() + 7) // 8,), dtype=torch.uint8)
+def _spike_spec(t: Tensor):
+    return (t.data_ptr(), SPIKE_DTYPE_CODES[t.dtype], list(t.shape))
 
 
-@torch.library.custom_op("spikejit::bit_spike_decompress", mutates_args=())
-def bit_spike_decompress(compressed: Tensor, shape: List[int]) -> Tensor:
+def _run_bit_kernel(kernel: str, device: torch.device, first: Tensor, second: Tensor) -> None:
+    if device.type == "cpu":
+        getattr(_core, "cpu_" + kernel)(_spike_spec(first), _spike_spec(second), threads=torch.get_num_threads())
+    elif device.type == "cuda":
+        stream = torch.cuda.current_stream(device).cuda_stream
+        getattr(_core, "cuda_" + kernel)(_spike_spec(first), _spike_spec(second), stream=stream, device=device.index)
+    else:
+        raise ValueError(f"{kernel}: expected a CPU or CUDA tensor, got one on {device}")
+
+
+def _decompressed(compressed: Tensor, shape, dtype) -> Tensor:
+    """Checks the arguments of bit_spike_decompress; returns the (empty) result tensor."""
+    dtype = torch.uint8 if dtype is None else dtype
+    _check_spike_dtype("dtype", dtype)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"shape: expected dimensions >= 0, got {list(shape)}")
     n = 1
     for d in shape:
         n *= d
     if compressed.dtype != torch.uint8 or compressed.dim() != 1 or compressed.numel() != (n + 7) // 8:
         raise ValueError(f"compressed: expected uint8[{(n + 7) // 8}] for shape {list(shape)}, got {_describe(compressed)}")
-    shifts = torch.arange(8, dtype=torch.uint8, device=compressed.device)
-    bits = (compressed.unsqueeze(1) >> shifts) & 1
-    return bits.reshape(-1)[:n].reshape(shape).clone()
+    return torch.empty(list(shape), dtype=dtype, device=compressed.device)
+
+
+@torch.library.custom_op("spikejit::bit_spike_compress", mutates_args=())
+def bit_spike_compress(s: Tensor) -> Tensor:
+    _check_spike_dtype("s", s.dtype)
+    s = s.contiguous()
+    packed = torch.empty(((s.numel() + 7) // 8,), dtype=torch.uint8, device=s.device)
+    _run_bit_kernel("bit_spike_compress", s.device, s, packed)
+    return packed
+
+
+@bit_spike_compress.register_fake
+def _(s):
+    _check_spike_dtype("s", s.dtype)
+    return s.new_empty(((s.numel() + 7) // 8,), dtype=torch.uint8)
+
+
+@torch.library.custom_op("spikejit::bit_spike_decompress", mutates_args=())
+def bit_spike_decompress(compressed: Tensor, shape: List[int], dtype: Optional[torch.dtype] = None) -> Tensor:
+    out = _decompressed(compressed, shape, dtype)
+    _run_bit_kernel("bit_spike_decompress", compressed.device, compressed.contiguous(), out)
+    return out
 
 
 @bit_spike_decompress.register_fake
-def _(compressed, shape):
-    return compressed.new_empty(list(shape), dtype=torch.uint8)
+def _(compressed, shape, dtype=None):
+    return _decompressed(compressed, shape, dtype)

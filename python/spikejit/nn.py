@@ -1,0 +1,245 @@
+"""Linear and Conv2d layers that save the spikes they receive packed, 1 bit each, for their own
+backward.
+
+A layer after a spiking neuron keeps its input for the weight gradient: a float32 spike tensor
+costs 32 bits a spike, and in a deep SNN trained with BPTT these inputs are a large part of the
+peak memory. These layers compute the same forward and the same gradients, bit for bit, as
+nn.Linear / nn.Conv2d, but save `bit_spike_compress(x)` (uint8, 1/32 of float32, 1/16 of
+float16) and decompress it into the compute dtype in backward:
+
+    fc = spikejit.PackedSpikeLinear(4096, 4096)          # like nn.Linear
+    conv = spikejit.PackedSpikeConv2d(64, 128, 3, padding=1)
+    model.fc2 = spikejit.packed_spikes(model.fc2)        # an existing layer, parameters shared
+
+The input must be spikes: the packed form keeps only `x != 0`, so any nonzero value comes back as
+1 and a non-binary input gets wrong weight gradients. Nothing checks this by default (a check
+reads every element and, to raise, would have to synchronise); `check_spikes=True` adds an
+asynchronous check for debugging (on CUDA a failure is a device-side assert that ends the
+process's CUDA context). Use them only where the input is the output of a neuron (or of an op that
+keeps spikes binary, such as max pooling), not after average pooling, dropout or on raw data.
+
+Both layers are torch.library custom ops with fake implementations and registered autograd
+(`spikejit::packed_spike_linear`, `spikejit::packed_spike_conv2d`), so torch.compile(fullgraph=True)
+sees no graph breaks. Under autocast they cast their operands as autocast casts nn.Linear's and
+nn.Conv2d's (and save the spikes packed from the cast input). Without autograd (no_grad, or nothing requiring a gradient) they run the
+plain layer and pack nothing.
+"""
+from typing import List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import ops  # noqa: F401  (registers spikejit::bit_spike_compress / decompress)
+
+__all__ = ["PackedSpikeLinear", "PackedSpikeConv2d", "packed_spikes"]
+
+
+def _needs_autograd(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _check_spikes(x: Tensor) -> None:
+    torch._assert_async(((x == 0) | (x == 1)).all(), "x: a packed-spike layer expects spikes (0 or 1)")
+
+
+def _autocast(x: Tensor, weight: Tensor, bias: Optional[Tensor]):
+    """What autocast gives nn.Linear / nn.Conv2d: every operand in the autocast dtype (custom ops
+    are not cast by autocast themselves). The casts are differentiable, as autocast's are."""
+    device = x.device.type
+    if not torch.is_autocast_enabled(device):
+        return x, weight, bias
+    dtype = torch.get_autocast_dtype(device)
+    return x.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)
+
+
+def _packed(x: Tensor, needed: bool) -> Optional[Tensor]:
+    return torch.ops.spikejit.bit_spike_compress(x) if needed else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear: y = x W^T + b, x [*, in]
+
+
+@torch.library.custom_op("spikejit::packed_spike_linear", mutates_args=())
+def packed_spike_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+    return F.linear(x, weight, bias)
+
+
+@packed_spike_linear.register_fake
+def _(x, weight, bias):
+    return F.linear(x, weight, bias)
+
+
+def _setup_linear(ctx, inputs, output):
+    x, weight, bias = inputs
+    packed = _packed(x, ctx.needs_input_grad[1])
+    ctx.save_for_backward(packed, weight)
+    ctx.x_shape = x.shape
+    ctx.x_dtype = x.dtype
+
+
+# The formulas of addmm / mm's backward as autograd runs them for nn.Linear, so that the
+# gradients have the same bits.
+def _backward_linear(ctx, grad):
+    packed, weight = ctx.saved_tensors
+    grad_2d = grad.reshape(-1, weight.shape[0])
+    grad_x = grad_weight = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        grad_x = grad_2d.mm(weight).view(ctx.x_shape)
+    if ctx.needs_input_grad[1]:
+        x_2d = torch.ops.spikejit.bit_spike_decompress(packed, [grad_2d.shape[0], weight.shape[1]], ctx.x_dtype)
+        grad_weight = grad_2d.t().mm(x_2d)
+    if ctx.needs_input_grad[2]:
+        grad_bias = grad_2d.sum(0)
+    return grad_x, grad_weight, grad_bias
+
+
+torch.library.register_autograd("spikejit::packed_spike_linear", _backward_linear, setup_context=_setup_linear)
+
+
+class PackedSpikeLinear(nn.Linear):
+    """nn.Linear for spike inputs [*, in_features] that saves them packed for backward."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
+                 check_spikes: bool = False):
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self.check_spikes = check_spikes
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.check_spikes:
+            _check_spikes(x)
+        if not _needs_autograd(x, self.weight, self.bias):
+            return F.linear(x, self.weight, self.bias)
+        return torch.ops.spikejit.packed_spike_linear(*_autocast(x, self.weight, self.bias))
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, check_spikes: bool = False) -> "PackedSpikeLinear":
+        """A PackedSpikeLinear that shares `linear`'s weight and bias (no copy)."""
+        layer = cls(linear.in_features, linear.out_features, linear.bias is not None, device="meta",
+                    dtype=linear.weight.dtype, check_spikes=check_spikes)
+        layer.weight = linear.weight
+        layer.bias = linear.bias
+        return layer.train(linear.training)
+
+
+# ---------------------------------------------------------------------------------------------
+# Conv2d on [N, C, H, W] (the module also takes [C, H, W] and SpikingJelly's [T, N, C, H, W])
+
+
+@torch.library.custom_op("spikejit::packed_spike_conv2d", mutates_args=())
+def packed_spike_conv2d(x: Tensor, weight: Tensor, bias: Optional[Tensor], stride: List[int], padding: List[int],
+                        dilation: List[int], groups: int) -> Tensor:
+    return F.conv2d(x, weight, bias, stride, padding, dilation, groups)
+
+
+@packed_spike_conv2d.register_fake
+def _(x, weight, bias, stride, padding, dilation, groups):
+    return F.conv2d(x, weight, bias, stride, padding, dilation, groups)
+
+
+def _channels_last(x: Tensor) -> bool:
+    return not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+
+
+def _setup_conv(ctx, inputs, output):
+    x, weight, bias, stride, padding, dilation, groups = inputs
+    # A channels-last input is packed in its own memory order (no copy) and restored in it, so
+    # that backward sees the layout autograd would have saved.
+    ctx.channels_last = _channels_last(x)
+    ordered = x.permute(0, 2, 3, 1) if ctx.channels_last else x
+    ctx.save_for_backward(_packed(ordered, ctx.needs_input_grad[1]), weight)
+    ctx.ordered_shape = list(ordered.shape)
+    ctx.x_dtype = x.dtype
+    ctx.has_bias = bias is not None
+    ctx.conv = (list(stride), list(padding), list(dilation), groups)
+
+
+# The same convolution_backward call autograd makes for nn.Conv2d, on the decompressed input.
+def _backward_conv(ctx, grad):
+    packed, weight = ctx.saved_tensors
+    stride, padding, dilation, groups = ctx.conv
+    need_x, need_w, need_b = ctx.needs_input_grad[:3]
+    if need_w:
+        x = torch.ops.spikejit.bit_spike_decompress(packed, ctx.ordered_shape, ctx.x_dtype)
+        if ctx.channels_last:
+            x = x.permute(0, 3, 1, 2)
+    else:  # only the shape is read
+        n, c, h, w = ctx.ordered_shape if not ctx.channels_last else [ctx.ordered_shape[i] for i in (0, 3, 1, 2)]
+        x = grad.new_zeros(()).expand(n, c, h, w)
+    bias_sizes = [weight.shape[0]] if ctx.has_bias else None
+    grad_x, grad_w, grad_b = torch.ops.aten.convolution_backward(
+        grad, x, weight, bias_sizes, stride, padding, dilation, False, [0, 0], groups,
+        [need_x, need_w, need_b])
+    return grad_x, grad_w, grad_b if ctx.has_bias else None, None, None, None, None
+
+
+torch.library.register_autograd("spikejit::packed_spike_conv2d", _backward_conv, setup_context=_setup_conv)
+
+
+def _explicit_padding(conv: nn.Conv2d) -> List[int]:
+    if not isinstance(conv.padding, str):
+        return list(conv.padding)
+    if conv.padding == "valid":
+        return [0, 0]
+    padding = []
+    for k, d in zip(conv.kernel_size, conv.dilation):
+        total = d * (k - 1)
+        if total % 2:
+            raise ValueError(f"padding: 'same' with kernel_size {tuple(conv.kernel_size)} and dilation "
+                             f"{tuple(conv.dilation)} pads unevenly, which PackedSpikeConv2d does not support; "
+                             "give the padding as numbers")
+        padding.append(total // 2)
+    return padding
+
+
+class PackedSpikeConv2d(nn.Conv2d):
+    """nn.Conv2d for spike inputs that saves them packed for backward. Takes [N, C, H, W],
+    [C, H, W] and (as SpikingJelly's multi-step layers) [T, N, C, H, W]; every padding_mode."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
+                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None,
+                 check_spikes: bool = False):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                         padding_mode, device, dtype)
+        self.check_spikes = check_spikes
+        _explicit_padding(self)  # rejects an uneven 'same' now
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dim() not in (3, 4, 5):
+            raise ValueError(f"x: expected [C, H, W], [N, C, H, W] or [T, N, C, H, W], got shape {list(x.shape)}")
+        if self.check_spikes:
+            _check_spikes(x)
+        if x.dim() != 4:
+            leading = x.shape[:-3]
+            y = self.forward(x.reshape(-1, *x.shape[-3:]))
+            return y.reshape(*leading, *y.shape[1:])
+        padding = _explicit_padding(self)
+        if self.padding_mode != "zeros":  # as nn.Conv2d: pad first (the padded spikes are spikes)
+            x = F.pad(x, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            padding = [0, 0]
+        if not _needs_autograd(x, self.weight, self.bias):
+            return F.conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
+        x, weight, bias = _autocast(x, self.weight, self.bias)
+        return torch.ops.spikejit.packed_spike_conv2d(x, weight, bias, list(self.stride), padding,
+                                                      list(self.dilation), self.groups)
+
+    @classmethod
+    def from_conv2d(cls, conv: nn.Conv2d, check_spikes: bool = False) -> "PackedSpikeConv2d":
+        """A PackedSpikeConv2d that shares `conv`'s weight and bias (no copy)."""
+        layer = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                    conv.dilation, conv.groups, conv.bias is not None, conv.padding_mode, device="meta",
+                    dtype=conv.weight.dtype, check_spikes=check_spikes)
+        layer.weight = conv.weight
+        layer.bias = conv.bias
+        return layer.train(conv.training)
+
+
+def packed_spikes(layer: nn.Module, check_spikes: bool = False) -> nn.Module:
+    """The packed-spike version of an nn.Linear or nn.Conv2d (SpikingJelly's layer.Linear /
+    layer.Conv2d included), sharing its parameters: `model.fc = spikejit.packed_spikes(model.fc)`."""
+    if isinstance(layer, nn.Linear):
+        return PackedSpikeLinear.from_linear(layer, check_spikes)
+    if isinstance(layer, nn.Conv2d):
+        return PackedSpikeConv2d.from_conv2d(layer, check_spikes)
+    raise TypeError(f"layer: expected an nn.Linear or nn.Conv2d, got {type(layer).__name__}")
