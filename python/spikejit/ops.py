@@ -122,19 +122,21 @@ def _spec(t: Optional[Tensor]):
 
 
 def _specs(tensors):
-    return [_spec(t) for t in tensors]
+    return [None if t is None else (t.data_ptr(), DTYPE_CODES[t.dtype], list(t.shape)) for t in tensors]
 
 
 def _contiguous(tensors):
-    return [None if t is None else t.contiguous() for t in tensors]
+    return [t if t is None or t.is_contiguous() else t.contiguous() for t in tensors]
 
 
 def _launch_forward(program, device, seq_shape, inputs, init_states, params, outputs, state_seqs,
                     final_states, saved):
+    """`inputs`, `init_states` and `params` must stay referenced by the caller until this returns
+    (the kernels read them through raw pointers)."""
     args = (program, seq_shape[0], seq_shape[1:], _specs(inputs), _specs(init_states), _specs(params),
             _specs(outputs), _specs(state_seqs), _specs(final_states), _specs(saved))
     if device.type == "cpu":
-        _core.cpu_forward(*args, threads=torch.get_num_threads())
+        _core.cpu_forward(*args, torch.get_num_threads())
     elif device.type == "cuda":
         stream = torch.cuda.current_stream(device).cuda_stream
         _core.cuda_forward(*args, stream=stream, device=device.index)
@@ -148,7 +150,7 @@ def _launch_backward(program, device, seq_shape, saved, params, grad_outputs, gr
             _specs(grad_state_seqs), _specs(grad_final_states), _specs(grad_inputs),
             _specs(grad_initial_states), _specs(grad_params))
     if device.type == "cpu":
-        _core.cpu_backward(*args, threads=torch.get_num_threads())
+        _core.cpu_backward(*args, torch.get_num_threads())
     elif device.type == "cuda":
         stream = torch.cuda.current_stream(device).cuda_stream
         _core.cuda_backward(*args, stream=stream, device=device.index)
@@ -212,7 +214,7 @@ def _check_grads(grads, count, name, shape, dtype, device):
 
 
 def _backward_results(counts, seq_shape, dtype, device, params, grad_outputs, grad_final_states,
-                      grad_state_seqs):
+                      grad_state_seqs, wanted=None):
     neuron_shape = list(seq_shape[1:])
     if dtype not in DTYPE_CODES:
         raise TypeError(f"dtype: expected float32, float64, float16 or bfloat16, got {dtype}")
@@ -221,20 +223,26 @@ def _backward_results(counts, seq_shape, dtype, device, params, grad_outputs, gr
     _check_grads(grad_state_seqs, counts.states, "grad_state_seqs", list(seq_shape), dtype, device)
     if len(params) != len(counts.params):
         raise ValueError(f"params: expected {len(counts.params)} tensors, got {len(params)}")
-    grad_inputs = [torch.empty(seq_shape, dtype=dtype, device=device) for _ in range(counts.inputs)]
-    grad_states = [torch.empty(neuron_shape, dtype=dtype, device=device) for _ in range(counts.states)]
-    grad_params = [torch.empty_like(p) for p in params]
+    ni, ns = counts.inputs, counts.states
+    grad_inputs = [torch.empty(seq_shape, dtype=dtype, device=device) if wanted is None or wanted[i] else None
+                   for i in range(ni)]
+    grad_states = [torch.empty(neuron_shape, dtype=dtype, device=device)
+                   if wanted is None or wanted[ni + j] else None for j in range(ns)]
+    grad_params = [torch.empty_like(p) if wanted is None or wanted[ni + ns + k] else None
+                   for k, p in enumerate(params)]
     return grad_inputs, grad_states, grad_params
 
 
 def training_backward(handle: int, seq_shape, dtype, device, saved, params, grad_outputs,
-                      grad_final_states, grad_state_seqs):
-    """[*grad_inputs, *grad_initial_states, *grad_params]; None gradients count as zeros."""
+                      grad_final_states, grad_state_seqs, wanted=None):
+    """[*grad_inputs, *grad_initial_states, *grad_params]; None gradients count as zeros.
+    `wanted` (eager path only; None: all) holds one bool per result: the unwanted ones are None
+    and nothing is allocated or stored for them."""
     program, counts = _counts(handle)
     if len(saved) != _num_saved(program, counts):
         raise ValueError(f"saved: expected {counts.saved} tensors, got {len(saved)}")
     grad_inputs, grad_states, grad_params = _backward_results(
-        counts, seq_shape, dtype, device, params, grad_outputs, grad_final_states, grad_state_seqs)
+        counts, seq_shape, dtype, device, params, grad_outputs, grad_final_states, grad_state_seqs, wanted)
     _launch_backward(program, device, seq_shape, _contiguous(saved), _contiguous(params),
                      _contiguous(grad_outputs), _contiguous(grad_state_seqs),
                      _contiguous(grad_final_states), grad_inputs, grad_states, grad_params)
@@ -370,9 +378,14 @@ class _Training(torch.autograd.Function):
         tensors = ctx.saved_tensors
         saved, params = list(tensors[:ctx.num_saved]), list(tensors[ctx.num_saved:])
         grad_state_seqs = list(grads[no + ns:no + 2 * ns]) if ctx.store_state_seqs else []
+        # Only the gradients autograd asks for: none for inputs without requires_grad (e.g. data),
+        # none for initial states that were not given.
+        needs = ctx.needs_input_grad[4:]
+        given = ctx.num_states_given
+        wanted = needs[:ni] + (needs[ni:ni + ns] if given else (False,) * ns) + needs[ni + given:]
         results = training_backward(ctx.handle, ctx.seq_shape, ctx.dtype, ctx.device, saved, params,
-                                    list(grads[:no]), list(grads[no:no + ns]), grad_state_seqs)
-        grad_states = results[ni:ni + ns] if ctx.num_states_given else []
+                                    list(grads[:no]), list(grads[no:no + ns]), grad_state_seqs, wanted)
+        grad_states = results[ni:ni + ns] if given else []
         return (None, None, None, None, *results[:ni], *grad_states, *results[ni + ns:])
 
 
