@@ -1,7 +1,9 @@
 // Kernel calls on caller-owned memory. Every buffer is described from Python as
-// (data_ptr: int, dtype code: int, shape: list[int]) of a contiguous tensor, or None when an
-// optional buffer is absent. Dtype codes follow spikejit::DType: 0 float32, 1 float64,
-// 2 float16, 3 bfloat16. The GIL is released while a kernel runs.
+// (data_ptr: int, dtype code: int, shape: list[int], strides: list[int]) or None when an
+// optional buffer is absent; empty strides mean contiguous (validation says which buffers may have
+// others: only the CPU backward's broadcast sequence gradients). Dtype codes follow
+// spikejit::DType: 0 float32, 1 float64, 2 float16, 3 bfloat16. The GIL is released while a
+// kernel runs.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -27,17 +29,17 @@ using namespace nb::literals;
 namespace spikejit::python {
 namespace {
 
-using Buffer = std::optional<std::tuple<uintptr_t, int, std::vector<int64_t>>>;
+using Buffer = std::optional<std::tuple<uintptr_t, int, std::vector<int64_t>, std::vector<int64_t>>>;
 using Buffers = std::vector<Buffer>;
 using Shape = std::vector<int64_t>;
 
 TensorView to_view(const Buffer& b, const char* argument, size_t index) {
   if (!b) return TensorView();
-  const auto& [data, code, shape] = *b;
+  const auto& [data, code, shape, strides] = *b;
   if (code < 0 || code > static_cast<int>(DType::BF16))
     throw ArgumentError(std::string(argument) + "[" + std::to_string(index) + "]",
                         "a dtype code 0..3 (float32, float64, float16, bfloat16)", std::to_string(code));
-  return TensorView(reinterpret_cast<void*>(data), static_cast<DType>(code), shape);
+  return TensorView(reinterpret_cast<void*>(data), static_cast<DType>(code), shape, strides);
 }
 
 std::vector<TensorView> to_views(const Buffers& buffers, const char* argument) {
