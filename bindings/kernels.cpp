@@ -1,8 +1,10 @@
 // Kernel calls on caller-owned memory. Every buffer is described from Python as
-// (data_ptr: int, dtype code: int, shape: list[int]) of a contiguous tensor, or None when an
-// optional buffer is absent. Dtype codes follow spikejit::DType: 0 float32, 1 float64,
-// 2 float16, 3 bfloat16. The GIL is released while a kernel runs. `checkpoint_every` is the save
-// policy of spikejit/buffers.h (0: per step; k: checkpoints, and the backward reads `inputs`).
+// (data_ptr: int, dtype code: int, shape: list[int], strides: list[int]) or None when an
+// optional buffer is absent; empty strides mean contiguous (validation says which buffers may have
+// others: only the CPU backward's broadcast sequence gradients). Dtype codes follow
+// spikejit::DType: 0 float32, 1 float64, 2 float16, 3 bfloat16. The GIL is released while a
+// kernel runs. `checkpoint_every` is the save policy of spikejit/buffers.h (0: per step; k:
+// checkpoints, and the backward reads `inputs`).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -28,7 +30,7 @@ using namespace nb::literals;
 namespace spikejit::python {
 namespace {
 
-using Buffer = std::optional<std::tuple<uintptr_t, int, std::vector<int64_t>>>;
+using Buffer = std::optional<std::tuple<uintptr_t, int, std::vector<int64_t>, std::vector<int64_t>>>;
 using Buffers = std::vector<Buffer>;
 using Shape = std::vector<int64_t>;
 
@@ -41,9 +43,9 @@ DType dtype_of(int code, const std::string& argument) {
 
 TensorView to_view(const Buffer& b, const char* argument, size_t index) {
   if (!b) return TensorView();
-  const auto& [data, code, shape] = *b;
+  const auto& [data, code, shape, strides] = *b;
   const DType dtype = dtype_of(code, std::string(argument) + "[" + std::to_string(index) + "]");
-  return TensorView(reinterpret_cast<void*>(data), dtype, shape);
+  return TensorView(reinterpret_cast<void*>(data), dtype, shape, strides);
 }
 
 std::vector<TensorView> to_views(const Buffers& buffers, const char* argument) {

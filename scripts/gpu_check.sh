@@ -2,8 +2,11 @@
 # The whole GPU check in one call, on a machine with an NVIDIA GPU:
 #   build (Release, tests and benchmarks) -> ctest with SPIKEJIT_REQUIRE_CUDA=1 (GPU tests fail
 #   instead of skipping) -> compute-sanitizer memcheck and initcheck on a representative filter of
-#   test_cuda_kernels -> the Python package's tests on CUDA -> the GPU benchmark.
-# Logs and results go to $OUT (default ./gpu-out): at most 8 files, each cut to its last 15 MiB.
+#   test_cuda_kernels -> the Python package's tests on CUDA -> the GPU benchmark -> the Python
+#   benchmarks against SpikingJelly (GPU, then CPU).
+# Logs and results go to $OUT (default ./gpu-out): at most 8 files, each cut to its last 15 MiB
+# (summary, environment, build.log, ctest.log with the sanitizer runs, pytest.log, bench.txt with
+# every benchmark's table, bench_cuda_neurons.csv, bench_python_gpu.csv).
 # The exit code is 0 only when every step passed.
 #
 # GoogleTest / Google Benchmark: the system's when CMake finds them; otherwise Debian packages
@@ -90,12 +93,12 @@ if [[ $built -eq 0 ]]; then
     "$BUILD/test_compress" --gtest_filter="CudaCompress.Misaligned*"
 
   if sanitizer=$(find_sanitizer); then
-    step memcheck sanitizer.log "$sanitizer" --tool memcheck --error-exitcode 1 \
+    step memcheck ctest.log "$sanitizer" --tool memcheck --error-exitcode 1 \
       "$BUILD/test_cuda_kernels" --gtest_filter="$SANITIZER_FILTER"
-    step initcheck sanitizer.log "$sanitizer" --tool initcheck --error-exitcode 1 \
+    step initcheck ctest.log "$sanitizer" --tool initcheck --error-exitcode 1 \
       "$BUILD/test_cuda_kernels" --gtest_filter="CudaKernels.MultiState*"
   else
-    echo "compute-sanitizer not found" | tee -a "$SUMMARY" >> "$OUT/sanitizer.log"
+    echo "compute-sanitizer not found" | tee -a "$SUMMARY" >> "$OUT/ctest.log"
     status=1
   fi
 
@@ -115,6 +118,9 @@ if [[ $built -eq 0 ]]; then
   else
     echo "bench_cuda_neurons not built (bench/bench_cuda_neurons.cpp missing?)" | tee -a "$SUMMARY"
   fi
+  # Through PyTorch, against SpikingJelly (installed above): GPU (~3 min), then the host CPU.
+  step pybench bench.txt python3 "$ROOT/bench/python/bench_gpu_vs_spikingjelly.py" --csv "$OUT/bench_python_gpu.csv"
+  step cpubench bench.txt python3 "$ROOT/bench/python/bench_cpu_vs_spikingjelly.py"
 fi
 
 for f in "$OUT"/*; do

@@ -59,11 +59,24 @@ struct BackwardBuffers {
   int64_t checkpoint_every = 0;               // the save policy
 };
 
+// A read-only [T, *S] view whose elements repeat: the same row for every step (stride 0 over T)
+// and/or one value for every neuron (stride 0 over every dimension of S), like the expanded
+// gradient of `y.sum()` in PyTorch. Row-major contiguous views have both flags false.
+struct SequenceLayout {
+  bool same_each_step = false;
+  bool same_each_neuron = false;
+};
+
+// The layout of `v` (a [T, *S] view), or false when it is neither contiguous nor such a broadcast.
+bool sequence_layout(const TensorView& v, SequenceLayout* layout);
+
 // Checks every buffer against the program (counts, shapes, dtypes, contiguity, overlap of written
 // buffers with anything else) and throws ArgumentError naming the first bad argument.
+// `broadcast_grads` (the CPU executor reads them): grad_outputs and grad_state_seqs may also be
+// broadcast views (SequenceLayout); otherwise every buffer must be contiguous.
 class Program;
 void validate(const Program& program, const ForwardBuffers& b);
-void validate(const Program& program, const BackwardBuffers& b);
+void validate(const Program& program, const BackwardBuffers& b, bool broadcast_grads = false);
 
 // One buffer of `saved`: its shape and dtype, and (per step) the input it is, or -1 when the
 // forward computes it. A saved input may be absent in the forward (see Program::saved_inputs).

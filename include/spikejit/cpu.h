@@ -3,7 +3,8 @@
 //
 // Sequences are [T, *S] (N = prod(S) neurons), states and per-neuron parameters are [*S],
 // scalar parameters are [] or [1]. Storage may be fp32, fp64, fp16 or bf16; arithmetic is fp32
-// (fp64 when `compute` says so). Buffers must be contiguous and must not overlap outputs.
+// (fp64 when `compute` says so). Buffers must be contiguous and must not overlap outputs; the
+// backward also reads grad_outputs / grad_state_seqs broadcast over T and/or S (stride 0).
 #pragma once
 
 #include <cstdint>

@@ -24,6 +24,7 @@ from .ops import check_checkpoint_every
 __all__ = ["BaseNode", "IFNode", "LIFNode", "ParametricLIFNode"]
 
 BACKENDS = ("spikejit", "torch", "cupy", "triton", "inductor")
+_STATE_NAMES = frozenset({"v", "v_seq"})
 
 
 def _check_float(name, value, allow_none=False):
@@ -73,6 +74,12 @@ class BaseNode(nn.Module):
         self._refresh_program()
 
     def __setattr__(self, name, value):
+        # The state is assigned on every call. Once it is a plain attribute (in __dict__, so no
+        # parameter, buffer or submodule of that name exists), nn.Module.__setattr__ would end in
+        # the same dict store for anything but a Parameter or Module; skip its checks.
+        if name in _STATE_NAMES and name in self.__dict__ and not isinstance(value, (nn.Parameter, nn.Module)):
+            self.__dict__[name] = value
+            return
         super().__setattr__(name, value)
         if name in self._OPTIONS and self.__dict__.get("_options_ready", False):
             self._refresh_program()

@@ -151,20 +151,37 @@ def _check_call(counts, inputs, init_states, params):
     return seq_shape, neuron_shape
 
 
-def _spec(t: Optional[Tensor]):
-    return None if t is None else (t.data_ptr(), DTYPE_CODES[t.dtype], list(t.shape))
-
-
 def _specs(tensors):
-    return [_spec(t) for t in tensors]
+    """(data_ptr, dtype code, shape, strides; [] when contiguous) per tensor, None when absent."""
+    return [None if t is None else
+            (t.data_ptr(), DTYPE_CODES[t.dtype], list(t.shape), [] if t.is_contiguous() else list(t.stride()))
+            for t in tensors]
 
 
 def _contiguous(tensors):
-    return [None if t is None else t.contiguous() for t in tensors]
+    return [t if t is None or t.is_contiguous() else t.contiguous() for t in tensors]
+
+
+def _reads_in_place(g: Tensor) -> bool:
+    """Whether the CPU executor reads this [T, *S] gradient as it is: stride 0 over T and/or over
+    every dimension of S, the rest row-major (SequenceLayout in spikejit/buffers.h). That is the
+    expanded gradient of `y.sum()`, which then needs no [T, *S] copy."""
+    st, shape = g.stride(), g.shape
+    if all(s == 0 or d == 1 for s, d in zip(st[1:], shape[1:])):
+        return shape[0] == 1 or st[0] in (0, 1)
+    return st[0] == 0 and g[0].is_contiguous()
+
+
+def _sequence_grads(grads, device):
+    if device.type != "cpu":
+        return _contiguous(grads)
+    return [g if g is None or g.is_contiguous() or _reads_in_place(g) else g.contiguous() for g in grads]
 
 
 def _launch_forward(program, device, seq_shape, inputs, init_states, params, outputs, state_seqs,
                     final_states, saved, checkpoint_every=0):
+    """`inputs`, `init_states` and `params` must stay referenced by the caller until this returns
+    (the kernels read them through raw pointers)."""
     args = (program, seq_shape[0], seq_shape[1:], _specs(inputs), _specs(init_states), _specs(params),
             _specs(outputs), _specs(state_seqs), _specs(final_states), _specs(saved))
     if device.type == "cpu":
@@ -261,7 +278,7 @@ def _check_grads(grads, count, name, shape, dtype, device):
 
 
 def _backward_results(counts, seq_shape, dtype, device, params, grad_outputs, grad_final_states,
-                      grad_state_seqs):
+                      grad_state_seqs, wanted=None):
     neuron_shape = list(seq_shape[1:])
     if dtype not in DTYPE_CODES:
         raise TypeError(f"dtype: expected float32, float64, float16 or bfloat16, got {dtype}")
@@ -270,9 +287,13 @@ def _backward_results(counts, seq_shape, dtype, device, params, grad_outputs, gr
     _check_grads(grad_state_seqs, counts.states, "grad_state_seqs", list(seq_shape), dtype, device)
     if len(params) != len(counts.params):
         raise ValueError(f"params: expected {len(counts.params)} tensors, got {len(params)}")
-    grad_inputs = [torch.empty(seq_shape, dtype=dtype, device=device) for _ in range(counts.inputs)]
-    grad_states = [torch.empty(neuron_shape, dtype=dtype, device=device) for _ in range(counts.states)]
-    grad_params = [torch.empty_like(p) for p in params]
+    ni, ns = counts.inputs, counts.states
+    grad_inputs = [torch.empty(seq_shape, dtype=dtype, device=device) if wanted is None or wanted[i] else None
+                   for i in range(ni)]
+    grad_states = [torch.empty(neuron_shape, dtype=dtype, device=device)
+                   if wanted is None or wanted[ni + j] else None for j in range(ns)]
+    grad_params = [torch.empty_like(p) if wanted is None or wanted[ni + ns + k] else None
+                   for k, p in enumerate(params)]
     return grad_inputs, grad_states, grad_params
 
 
@@ -300,15 +321,17 @@ def _split_saved(program, counts, seq_shape, dtype, device, saved, checkpoint_ev
 
 
 def training_backward(handle: int, seq_shape, dtype, device, saved, params, grad_outputs,
-                      grad_final_states, grad_state_seqs, checkpoint_every: int = 0):
-    """[*grad_inputs, *grad_initial_states, *grad_params]; None gradients count as zeros."""
+                      grad_final_states, grad_state_seqs, checkpoint_every: int = 0, wanted=None):
+    """[*grad_inputs, *grad_initial_states, *grad_params]; None gradients count as zeros.
+    `wanted` (eager path only; None: all) holds one bool per result: the unwanted ones are None
+    and nothing is allocated or stored for them."""
     program, counts = _counts(handle)
     saved, inputs = _split_saved(program, counts, seq_shape, dtype, device, saved,
                                  check_checkpoint_every(checkpoint_every))
     grad_inputs, grad_states, grad_params = _backward_results(
-        counts, seq_shape, dtype, device, params, grad_outputs, grad_final_states, grad_state_seqs)
+        counts, seq_shape, dtype, device, params, grad_outputs, grad_final_states, grad_state_seqs, wanted)
     _launch_backward(program, device, seq_shape, _contiguous(saved), _contiguous(params),
-                     _contiguous(grad_outputs), _contiguous(grad_state_seqs),
+                     _sequence_grads(grad_outputs, device), _sequence_grads(grad_state_seqs, device),
                      _contiguous(grad_final_states), grad_inputs, grad_states, grad_params,
                      _contiguous(inputs), checkpoint_every)
     return grad_inputs + grad_states + grad_params
@@ -460,10 +483,15 @@ class _Training(torch.autograd.Function):
         ns, no, ni = counts.states, counts.outputs, counts.inputs
         saved, params = _saved_for_backward(ctx)
         grad_state_seqs = list(grads[no + ns:no + 2 * ns]) if ctx.store_state_seqs else []
+        # Only the gradients autograd asks for: none for inputs without requires_grad (e.g. data),
+        # none for initial states that were not given.
+        needs = ctx.needs_input_grad[5:]
+        given = ctx.num_states_given
+        wanted = needs[:ni] + (needs[ni:ni + ns] if given else (False,) * ns) + needs[ni + given:]
         results = training_backward(ctx.handle, ctx.seq_shape, ctx.dtype, ctx.device, saved, params,
                                     list(grads[:no]), list(grads[no:no + ns]), grad_state_seqs,
-                                    ctx.checkpoint_every)
-        grad_states = results[ni:ni + ns] if ctx.num_states_given else []
+                                    ctx.checkpoint_every, wanted)
+        grad_states = results[ni:ni + ns] if given else []
         return (None, None, None, None, None, *results[:ni], *grad_states, *results[ni + ns:])
 
 

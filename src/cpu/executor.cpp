@@ -44,6 +44,19 @@ std::vector<LaneBuffer> lane_buffers(const std::vector<TensorView>& views, size_
   return out;
 }
 
+// Sequence gradients, which may be broadcast views (validated with broadcast_grads).
+std::vector<LaneBuffer> sequence_lane_buffers(const std::vector<TensorView>& views, size_t count) {
+  std::vector<LaneBuffer> out = lane_buffers(views, count);
+  for (size_t i = 0; i < views.size(); ++i) {
+    SequenceLayout layout;
+    if (views[i].present && sequence_layout(views[i], &layout)) {
+      out[i].same_each_step = layout.same_each_step;
+      out[i].same_each_neuron = layout.same_each_neuron;
+    }
+  }
+  return out;
+}
+
 std::vector<int32_t> slots_of(const LaneProgram& p, const std::vector<ir::ValueId>& ids) {
   std::vector<int32_t> out;
   for (ir::ValueId id : ids) out.push_back(p.node_slot[id]);
@@ -207,11 +220,12 @@ void backward_step(BackwardCall& c, const Slots<F>& s, int64_t t, int64_t start,
     if (leaf.op == ir::Op::Saved) {
       load_saved(dst, leaf.index, row);
     } else if (leaf.op == ir::Op::GradOutput) {
-      if (c.grad_outputs[leaf.index].present()) load_lanes(dst, c.grad_outputs[leaf.index], row, n);
+      const LaneBuffer& g = c.grad_outputs[leaf.index];
+      if (g.present() && !g.same_each_step) load_sequence_lanes(dst, g, t, c.neurons, start, n);
     } else {  // GradState: the carried gradient plus the direct one of the state sequence
       const F* carry = s[p.carry_slot[leaf.index]];
       if (c.grad_state_seqs[leaf.index].present()) {
-        load_lanes(dst, c.grad_state_seqs[leaf.index], row, n);
+        load_sequence_lanes(dst, c.grad_state_seqs[leaf.index], t, c.neurons, start, n);
         add_lanes(dst, carry, n);
       } else {
         copy_lanes(dst, carry, n);
@@ -276,9 +290,15 @@ void backward_block(BackwardCall& c, int64_t block) {
     }
   }
   for (int32_t k = 0; k < num_params; ++k) fill_lanes(s[accumulators + k], F(0), n);
+  // Output gradients that do not change over time (absent: zero; broadcast over T) load once.
   for (const LaneLeaf& leaf : p.step_leaves) {
-    if (leaf.op == ir::Op::GradOutput && !c.grad_outputs[leaf.index].present())
+    if (leaf.op != ir::Op::GradOutput) continue;
+    const LaneBuffer& g = c.grad_outputs[leaf.index];
+    if (!g.present()) {
       fill_lanes(s[leaf.slot], F(0), n);
+    } else if (g.same_each_step) {
+      load_sequence_lanes(s[leaf.slot], g, 0, c.neurons, start, n);
+    }
   }
   if (c.checkpoint_every > 0) {
     backward_segments(c, s, start, n);
@@ -365,7 +385,7 @@ void forward(const Program& program, const ForwardBuffers& b, const Options& opt
 
 void backward(const Program& program, const BackwardBuffers& b, const Options& options) {
   check_options(options);
-  validate(program, b);
+  validate(program, b, /*broadcast_grads=*/true);
   const ir::Step& fwd = program.forward();
   const ir::Step& step = program.backward();
   const size_t num_params = fwd.params.size();
@@ -386,8 +406,8 @@ void backward(const Program& program, const BackwardBuffers& b, const Options& o
     c.saved = lane_buffers(b.saved, step.saved.size());
   }
   c.params = lane_buffers(b.params, num_params);
-  c.grad_outputs = lane_buffers(b.grad_outputs, fwd.num_outputs);
-  c.grad_state_seqs = lane_buffers(b.grad_state_seqs, fwd.num_states);
+  c.grad_outputs = sequence_lane_buffers(b.grad_outputs, fwd.num_outputs);
+  c.grad_state_seqs = sequence_lane_buffers(b.grad_state_seqs, fwd.num_states);
   c.grad_final_states = lane_buffers(b.grad_final_states, fwd.num_states);
   c.grad_inputs = lane_buffers(b.grad_inputs, fwd.num_inputs);
   c.grad_initial_states = lane_buffers(b.grad_initial_states, fwd.num_states);

@@ -19,10 +19,13 @@
 
 namespace spikejit::cpu {
 
-// A caller buffer as the lane loops see it; a null `data` is an absent buffer.
+// A caller buffer as the lane loops see it; a null `data` is an absent buffer. Read-only
+// sequence gradients may repeat their elements (see SequenceLayout in spikejit/buffers.h).
 struct LaneBuffer {
   void* data = nullptr;
   DType dtype = DType::F32;
+  bool same_each_step = false;
+  bool same_each_neuron = false;
   bool present() const { return data != nullptr; }
 };
 
@@ -111,6 +114,19 @@ inline void copy_lanes(F* __restrict dst, const F* __restrict src, int64_t n) {
 template <class F>
 inline void add_lanes(F* __restrict dst, const F* __restrict src, int64_t n) {
   for (int64_t l = 0; l < n; ++l) dst[l] += src[l];
+}
+
+// Row t, lanes [start, start + n) of a [T, N] sequence in any SequenceLayout.
+template <class F>
+inline void load_sequence_lanes(F* dst, const LaneBuffer& b, int64_t t, int64_t neurons, int64_t start,
+                                int64_t n) {
+  const int64_t step = b.same_each_step ? 0 : t;
+  if (b.same_each_neuron) {
+    load_lanes(dst, b, step, 1);
+    fill_lanes(dst, dst[0], n);
+  } else {
+    load_lanes(dst, b, step * neurons + start, n);
+  }
 }
 
 }  // namespace spikejit::cpu

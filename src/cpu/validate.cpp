@@ -83,9 +83,10 @@ class Checker {
     throw ArgumentError(name, expected, tensors_text(views.size()));
   }
 
-  // Checks one entry; `required`: an absent tensor is an error.
+  // Checks one entry; `required`: an absent tensor is an error; `broadcast`: a sequence may also
+  // be a broadcast view (read-only).
   void tensor(const std::string& name, const TensorView& v, const ExpectedShape& expected, bool required,
-              bool written) {
+              bool written, bool broadcast = false) {
     if (!v.present) {
       if (required) throw ArgumentError(name, "a tensor of shape " + expected.text, "no tensor");
       return;
@@ -97,8 +98,17 @@ class Checker {
     const bool shape_ok =
         v.shape == expected.shape || (expected.scalar && v.shape == std::vector<int64_t>{1});
     if (!shape_ok) throw ArgumentError(name, "shape " + expected.text, v.describe());
-    if (!v.is_contiguous()) throw ArgumentError(name, "a contiguous tensor", v.describe());
-    const int64_t bytes = v.numel() * static_cast<int64_t>(dtype_size(v.dtype));
+    int64_t elements = v.numel();
+    SequenceLayout layout;
+    if (broadcast && elements != 0 && sequence_layout(v, &layout)) {
+      const int64_t steps = v.shape[0];
+      elements = (layout.same_each_step ? 1 : steps) * (layout.same_each_neuron ? 1 : elements / steps);
+    } else if (!v.is_contiguous()) {
+      throw ArgumentError(name, broadcast ? "a contiguous tensor or one broadcast over T and/or S (stride 0)"
+                                          : "a contiguous tensor",
+                          v.describe());
+    }
+    const int64_t bytes = elements * static_cast<int64_t>(dtype_size(v.dtype));
     if (bytes == 0) return;
     if (v.data == nullptr) throw ArgumentError(name, "a non-null data pointer", "a null pointer");
     const uintptr_t begin = reinterpret_cast<uintptr_t>(v.data);
@@ -134,8 +144,9 @@ class Checker {
 std::string item(const char* name, size_t i) { return std::string(name) + "[" + std::to_string(i) + "]"; }
 
 void each(Checker& c, const char* name, const std::vector<TensorView>& views, const ExpectedShape& shape,
-          bool required, bool written) {
-  for (size_t i = 0; i < views.size(); ++i) c.tensor(item(name, i), views[i], shape, required, written);
+          bool required, bool written, bool broadcast = false) {
+  for (size_t i = 0; i < views.size(); ++i)
+    c.tensor(item(name, i), views[i], shape, required, written, broadcast);
 }
 
 void each_param(Checker& c, const char* name, const std::vector<TensorView>& views,
@@ -171,6 +182,27 @@ std::string checkpoint_count_text(int64_t k) {
 }
 
 }  // namespace
+
+bool sequence_layout(const TensorView& v, SequenceLayout* layout) {
+  *layout = SequenceLayout();
+  if (v.is_contiguous()) return true;
+  if (v.shape.empty() || v.strides.size() != v.shape.size()) return false;
+  // The neuron dimensions: one value for all, or row-major contiguous (size-1 dimensions ignored).
+  bool zero = true;
+  for (size_t i = 1; i < v.shape.size(); ++i) zero = zero && (v.shape[i] == 1 || v.strides[i] == 0);
+  const TensorView row(v.data, v.dtype, std::vector<int64_t>(v.shape.begin() + 1, v.shape.end()),
+                       std::vector<int64_t>(v.strides.begin() + 1, v.strides.end()));
+  if (!zero && !row.is_contiguous()) return false;
+  layout->same_each_neuron = zero;
+  // The time dimension: stride 0, or one row further per step.
+  const int64_t row_elements = zero ? 1 : row.numel();
+  if (v.shape[0] != 1 && v.strides[0] == 0) {
+    layout->same_each_step = true;
+  } else if (v.shape[0] != 1 && v.strides[0] != row_elements) {
+    return false;
+  }
+  return true;
+}
 
 void validate(const Program& program, const ForwardBuffers& b) {
   const ir::Step& step = program.forward();
@@ -208,7 +240,7 @@ void validate(const Program& program, const ForwardBuffers& b) {
   c.overlaps();
 }
 
-void validate(const Program& program, const BackwardBuffers& b) {
+void validate(const Program& program, const BackwardBuffers& b, bool broadcast_grads) {
   const ir::Step& step = program.forward();
   const size_t inputs = step.num_inputs, states = step.num_states, outputs = step.num_outputs;
   Checker c(b.steps, b.neuron_shape);
@@ -242,8 +274,8 @@ void validate(const Program& program, const BackwardBuffers& b) {
     each(c, "saved", b.saved, c.sequence(), true, false);
   }
   each_param(c, "params", b.params, step.params, true, false);
-  each(c, "grad_outputs", b.grad_outputs, c.sequence(), false, false);
-  each(c, "grad_state_seqs", b.grad_state_seqs, c.sequence(), false, false);
+  each(c, "grad_outputs", b.grad_outputs, c.sequence(), false, false, broadcast_grads);
+  each(c, "grad_state_seqs", b.grad_state_seqs, c.sequence(), false, false, broadcast_grads);
   each(c, "grad_final_states", b.grad_final_states, c.neuron(), false, false);
   each(c, "grad_inputs", b.grad_inputs, c.sequence(), false, true);
   each(c, "grad_initial_states", b.grad_initial_states, c.neuron(), false, true);

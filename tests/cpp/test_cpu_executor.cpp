@@ -710,6 +710,78 @@ TEST(CpuExecutor, AbsentGradientsEqualZeros) {
   }
 }
 
+// Sequence gradients broadcast over T and/or S (stride 0, like PyTorch's expanded gradient of
+// y.sum()) give the same bits as the same values written out in full.
+TEST(CpuExecutor, BroadcastSequenceGradientsEqualTheirDenseCopies) {
+  struct Layout {
+    const char* name;
+    bool same_each_step, same_each_neuron;
+  };
+  const Layout layouts[] = {
+      {"same each step", true, false}, {"same each neuron", false, true}, {"one value", true, true}};
+  for (const NamedProgram& np : all_programs()) {
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      for (const Layout& layout : layouts) {
+        Random rng;
+        SCOPED_TRACE(np.name + " " + dtype_name(dtype) + " " + layout.name + " " + rng.trace());
+        Problem s = make_problem(np.program, 4, {5, 601}, dtype, rng);
+        ForwardRun fwd = run_forward(s, {dtype, false, true, true, {}});
+        const ir::Step& f = s.program.forward();
+        const int64_t T = s.steps, N = s.neurons;
+        // The compact values, their broadcast views and the dense copies.
+        std::vector<int64_t> compact_shape;
+        if (!layout.same_each_step) compact_shape.push_back(T);
+        if (!layout.same_each_neuron) compact_shape.push_back(N);
+        std::vector<int64_t> strides = {layout.same_each_step ? 0 : (layout.same_each_neuron ? 1 : N)};
+        strides.push_back(layout.same_each_neuron ? 0 : s.neuron_shape[1]);
+        strides.push_back(layout.same_each_neuron ? 0 : 1);
+        std::vector<Buffer> compact;
+        Upstream dense = make_upstream(s, dtype, rng, true, true, false);
+        for (auto* group : {&dense.grad_outputs, &dense.grad_state_seqs}) {
+          for (auto& g : *group) {
+            compact.emplace_back(dtype, compact_shape);
+            compact.back().randomize(rng, -1.0, 1.0);
+            for (int64_t t = 0; t < T; ++t) {
+              for (int64_t n = 0; n < N; ++n) {
+                const int64_t at = (layout.same_each_step ? 0 : t) * (layout.same_each_neuron ? 1 : N) +
+                                   (layout.same_each_neuron ? 0 : n);
+                g->set(t * N + n, compact.back().get(at));
+              }
+            }
+          }
+        }
+        const BackwardRun want = run_backward(s, fwd.saved, dense, dtype);
+
+        BackwardBuffers bb;
+        bb.steps = T;
+        bb.neuron_shape = s.neuron_shape;
+        bb.saved = views(fwd.saved);
+        bb.params = views(s.params);
+        size_t next = 0;
+        for (auto* group : {&bb.grad_outputs, &bb.grad_state_seqs}) {
+          const int count = group == &bb.grad_outputs ? f.num_outputs : f.num_states;
+          for (int i = 0; i < count; ++i, ++next)
+            group->push_back(TensorView(compact[next].data(), dtype, s.seq_shape(), strides));
+        }
+        BackwardRun got = want;
+        for (auto* group : {&got.grad_inputs, &got.grad_initial_states, &got.grad_params}) {
+          for (Buffer& b : *group) b.poison();
+        }
+        bb.grad_inputs = views(got.grad_inputs);
+        bb.grad_initial_states = views(got.grad_initial_states);
+        bb.grad_params = views(got.grad_params);
+        cpu::backward(s.program, bb, {});
+        for (size_t i = 0; i < got.grad_inputs.size(); ++i)
+          EXPECT_TRUE(got.grad_inputs[i].same_bits(want.grad_inputs[i])) << "grad_inputs " << i;
+        for (size_t i = 0; i < got.grad_initial_states.size(); ++i)
+          EXPECT_TRUE(got.grad_initial_states[i].same_bits(want.grad_initial_states[i])) << "grad_states " << i;
+        for (size_t k = 0; k < got.grad_params.size(); ++k)
+          EXPECT_TRUE(got.grad_params[k].same_bits(want.grad_params[k])) << "grad_params " << k;
+      }
+    }
+  }
+}
+
 Program find_program(const std::string& name) {
   for (const NamedProgram& np : all_programs()) {
     if (np.name == name) return np.program;
@@ -1268,6 +1340,54 @@ TEST_F(Validation, MissingDtypeNullAndStrides) {
   g = backward_buffers();
   g.saved[0].strides = {1, 1, 1};
   expect_rejected(g, "saved[0]", "expected a contiguous tensor");
+}
+
+// Only the CPU executor reads broadcast gradients; the GPU launcher validates without them.
+TEST_F(Validation, BroadcastSequenceGradientsOnlyWhereAllowed) {
+  SCOPED_TRACE(rng_.trace());
+  for (const std::vector<int64_t>& strides :
+       std::vector<std::vector<int64_t>>{{0, 0, 0}, {0, 8, 1}, {1, 0, 0}, {16, 0, 0}}) {
+    BackwardBuffers g = backward_buffers();
+    g.grad_outputs[1].strides = strides;
+    const bool ok = strides[0] != 16;  // one value per step must advance one element per step
+    if (ok) {
+      EXPECT_NO_THROW(validate(s_.program, g, true));
+      EXPECT_NO_THROW(cpu::backward(s_.program, g));
+    } else {
+      EXPECT_THROW(validate(s_.program, g, true), ArgumentError);
+    }
+    try {
+      validate(s_.program, g);
+      ADD_FAILURE() << "strict validation accepted a broadcast";
+    } catch (const ArgumentError& e) {
+      EXPECT_EQ(e.argument(), "grad_outputs[1]");
+    }
+  }
+  auto rejected = [&](const BackwardBuffers& b, const std::string& argument, const std::string& text) {
+    try {
+      validate(s_.program, b, true);
+      ADD_FAILURE() << "validate accepted bad buffers, expected an error naming " << argument;
+    } catch (const ArgumentError& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(cpu::backward(s_.program, b), ArgumentError);
+  };
+  BackwardBuffers g = backward_buffers();
+  g.grad_outputs[0].strides = {0, 0, 1};  // broadcast over part of S only
+  rejected(g, "grad_outputs[0]", "broadcast over T and/or S");
+  g = backward_buffers();
+  g.saved[0].strides = {0, 0, 0};  // saved values are never broadcasts
+  rejected(g, "saved[0]", "expected a contiguous tensor");
+  // A broadcast of one value covers one element: a written buffer may not hold it, but may
+  // start right after it. (Validation only; nothing runs on these pointers.)
+  g = backward_buffers();
+  char* grad_input = static_cast<char*>(g.grad_inputs[0].data);
+  g.grad_outputs[0] =
+      TensorView(grad_input + 47 * sizeof(float), DType::F32, g.grad_outputs[0].shape, {0, 0, 0});
+  rejected(g, "grad_inputs[0]", "overlaps grad_outputs[0]");
+  g.grad_outputs[0].data = grad_input - sizeof(float);
+  EXPECT_NO_THROW(validate(s_.program, g, true));
 }
 
 TEST_F(Validation, MixedDtypesAreAccepted) {

@@ -65,7 +65,7 @@ def test_cuda_launch_without_a_driver_raises_spikejit_error(tmp_path):
         program = spikejit.registry.program(functional.builtin_handle("lif", 1.0, 0.0, False, "sigmoid", (4.0,)))
         x = torch.randn(4, 8) + 0.5
         s = torch.empty(4, 8)
-        spec = lambda t: (t.data_ptr(), 0, list(t.shape))
+        spec = lambda t: (t.data_ptr(), 0, list(t.shape), [])
         try:
             spikejit._core.cuda_forward(program, 4, [8], [spec(x)], [], [], [spec(s)], [], [], [], stream=0, device=0)
         except spikejit.Error as e:

@@ -96,6 +96,48 @@ def test_non_contiguous_inputs_and_gradients():
     torch.testing.assert_close(x.grad, x2.grad)
 
 
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("layout", ["one value", "same each step", "same each neuron"])
+def test_broadcast_gradients_equal_their_dense_copies(device, layout):
+    """Expanded gradients (y.sum() gives one value broadcast over [T, *S]) are read in place on the
+    CPU and copied on CUDA; either way the gradients equal those of the dense copy."""
+    x = random_input(7, 3, 9, device=device)
+    compact = {"one value": (), "same each step": (1, 3, 9), "same each neuron": (7, 1, 1)}[layout]
+    g_s = torch.randn(compact, device=device).expand(7, 3, 9)
+    g_v = (torch.randn(compact, device=device) * 0.3).expand(7, 3, 9)
+    assert not g_s.is_contiguous()
+    grads = []
+    for dense in (False, True):
+        xg = x.clone().requires_grad_()
+        node = spikejit.ParametricLIFNode(step_mode="m", store_v_seq=True).to(device)
+        y = node(xg)
+        torch.autograd.backward([y, node.v_seq], [g_s.contiguous(), g_v.contiguous()] if dense else [g_s, g_v])
+        grads.append((xg.grad, node.w.grad))
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_only_the_gradients_autograd_needs(device):
+    """Inputs without requires_grad get no gradient computed; the others are unchanged by that."""
+    x = random_input(6, 4, 5, device=device)
+    v0 = random_input(4, 5, device=device, scale=0.3)
+    g = torch.randn(6, 4, 5, device=device)
+    runs = {}
+    for needs in ("all", "w only", "v0 and w"):
+        xg = x.clone().requires_grad_(needs == "all")
+        vg = v0.clone().requires_grad_(needs != "w only")
+        w = torch.tensor([0.4], device=device, requires_grad=True)
+        s = spikejit.ops.run_training(PLIF(), [xg], [vg], [w], False)[0]
+        (s * g).sum().backward()
+        runs[needs] = (xg.grad, vg.grad, w.grad)
+    assert runs["w only"][0] is None and runs["w only"][1] is None
+    assert runs["v0 and w"][0] is None
+    for other in ("w only", "v0 and w"):
+        assert torch.equal(runs[other][2], runs["all"][2])
+    assert torch.equal(runs["v0 and w"][1], runs["all"][1])
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
 def test_dtypes_keep_their_storage_type(dtype):
     x = random_input(5, 9, dtype=dtype).requires_grad_()

@@ -1,0 +1,61 @@
+"""Helpers shared by the Python benchmarks: neuron construction for spikejit and SpikingJelly,
+minimal byte counts, statistics and markdown tables."""
+import statistics
+
+NEURONS = ("IF", "LIF", "PLIF")
+
+
+def spikejit_node(kind, device, dtype):
+    import spikejit
+    surrogate = spikejit.surrogate.Sigmoid()
+    if kind == "IF":
+        node = spikejit.IFNode(surrogate_function=surrogate, step_mode="m")
+    elif kind == "LIF":
+        node = spikejit.LIFNode(tau=2.0, surrogate_function=surrogate, step_mode="m")
+    else:
+        node = spikejit.ParametricLIFNode(init_tau=2.0, surrogate_function=surrogate, step_mode="m")
+    return node.to(device=device, dtype=dtype)
+
+
+def spikingjelly_node(kind, device, dtype):
+    from spikingjelly.activation_based import neuron, surrogate
+    if kind == "IF":
+        node = neuron.IFNode(surrogate_function=surrogate.Sigmoid(), step_mode="m")
+    elif kind == "LIF":
+        node = neuron.LIFNode(tau=2.0, surrogate_function=surrogate.Sigmoid(), step_mode="m")
+    else:
+        node = neuron.ParametricLIFNode(init_tau=2.0, surrogate_function=surrogate.Sigmoid(), step_mode="m")
+    return node.to(device=device, dtype=dtype)
+
+
+def dtype_size(dtype_name):
+    return {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8}[dtype_name]
+
+
+def minimal_bytes(mode, steps, neurons, element_size):
+    """The bytes any implementation must move (anchor-h200.md): inference reads x and writes s;
+    training writes s and h in the forward (after reading x), then reads grad s and h and writes
+    grad x. PLIF's scalar w adds nothing."""
+    sequence = steps * neurons * element_size
+    return (2 if mode == "infer" else 6) * sequence
+
+
+def quartiles(values):
+    """(median, 25th percentile, 75th percentile)."""
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return statistics.median(values), q[0], q[2]
+
+
+def markdown_table(headers, rows):
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def fmt(value, digits=3):
+    """A number for a table; '–' for a missing one."""
+    if value is None:
+        return "–"
+    return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:.0f}"
