@@ -13,6 +13,9 @@
 # in build-deps/ (made on a machine with apt by `scripts/gpu_check.sh --fetch-deps`) are unpacked
 # into the build folder and used.
 #
+# `--only tests` or `--only bench` runs the build and one half (the halves fit separate calls on
+# a machine that limits a command's time).
+#
 # Environment: OUT, BUILD_DIR (default ./build-gpu), JOBS (default: all cores),
 # SANITIZER_FILTER (gtest filter for compute-sanitizer), SPIKEJIT_CACHE_DIR (default: in the build).
 set -uo pipefail
@@ -27,11 +30,19 @@ if [[ "${1:-}" == "--fetch-deps" ]]; then
   exit 0
 fi
 
+ONLY=all
+if [[ "${1:-}" == "--only" ]]; then
+  ONLY=${2:-}
+  [[ "$ONLY" == tests || "$ONLY" == bench ]] || { echo "usage: gpu_check.sh [--only tests|bench]" >&2; exit 2; }
+fi
 OUT=${OUT:-$ROOT/gpu-out}
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 JOBS=${JOBS:-$(nproc)}
 SANITIZER_FILTER=${SANITIZER_FILTER:-CudaKernels.MultiState*:CudaKernels.EdgeShapes*:CudaKernels.Rejects*}
 mkdir -p "$OUT" "$BUILD"
+# pytest-xdist, when installed, spreads the Python tests over processes.
+PYTEST_PARALLEL=()
+python3 -c "import xdist" > /dev/null 2>&1 && PYTEST_PARALLEL=(-n 8)
 export SPIKEJIT_REQUIRE_CUDA=1
 export SPIKEJIT_CACHE_DIR=${SPIKEJIT_CACHE_DIR:-$BUILD/kernel-cache}
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$BUILD/inductor-cache}
@@ -86,7 +97,13 @@ step configure build.log cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_
 step build build.log cmake --build "$BUILD" -j "$JOBS"
 built=$?
 
-if [[ $built -eq 0 ]]; then
+# The Python package on CUDA. No network there: SpikingJelly (the conformance reference) and
+# its small dependencies travel as wheels in .whl/ (see docs/python.md).
+if [[ $built -eq 0 ]] && compgen -G "$ROOT/.whl/*.whl" > /dev/null; then
+  step wheels pytest.log python3 -m pip install -q --no-build-isolation --no-deps "$ROOT"/.whl/*.whl
+fi
+
+if [[ $built -eq 0 && $ONLY != bench ]]; then
   step ctest ctest.log ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" --timeout 400
   # The bit-spike kernels under memcheck (a missing compute-sanitizer is reported below).
   sanitizer=$(find_sanitizer) && step memcheck-bits ctest.log "$sanitizer" --tool memcheck --error-exitcode 1 \
@@ -102,13 +119,14 @@ if [[ $built -eq 0 ]]; then
     status=1
   fi
 
-  # The Python package on CUDA. No network there: SpikingJelly (the conformance reference) and
-  # its small dependencies travel as wheels in .whl/ (see docs/python.md).
-  if compgen -G "$ROOT/.whl/*.whl" > /dev/null; then
-    step wheels pytest.log python3 -m pip install -q --no-build-isolation --no-deps "$ROOT"/.whl/*.whl
-  fi
   step pip pytest.log python3 -m pip install -q --no-build-isolation --no-deps "$ROOT" &&
-  step pytest pytest.log python3 -m pytest -q "$ROOT/tests/python"
+  step pytest pytest.log python3 -m pytest -q "${PYTEST_PARALLEL[@]}" "$ROOT/tests/python"
+fi
+
+if [[ $built -eq 0 && $ONLY != tests ]]; then
+  if ! python3 -c "import spikejit" > /dev/null 2>&1; then
+    step pip pytest.log python3 -m pip install -q --no-build-isolation --no-deps "$ROOT"
+  fi
   # Bit-spike compression against the copy bandwidth; training memory against SpikingJelly.
   step bench-bits bench.txt "$BUILD/bench_cuda_compress"
   step bench-memory bench.txt python3 "$ROOT/bench/python/bench_memory.py"
