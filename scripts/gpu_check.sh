@@ -138,6 +138,7 @@ if [[ $built -eq 0 && $ONLY != tests ]]; then
   fi
   # Through PyTorch, against SpikingJelly (installed above): GPU (~3 min), then the host CPU.
   step pybench bench.txt python3 "$ROOT/bench/python/bench_gpu_vs_spikingjelly.py" --csv "$OUT/bench_python_gpu.csv"
+  step flexbench bench.txt python3 "$ROOT/bench/python/bench_flexsn_vs_builtin.py"
   step cpubench bench.txt python3 "$ROOT/bench/python/bench_cpu_vs_spikingjelly.py"
 fi
 

@@ -1,0 +1,83 @@
+"""A FlexSN neuron written in Python against the built-in neuron with the same dynamics, side by
+side in one run: LIF (tau = 2, hard reset to 0, sigmoid surrogate), inference and training
+(forward + y.sum().backward()). The design's bar: the FlexSN neuron within 5 % of the built-in.
+
+    python bench/python/bench_flexsn_vs_builtin.py            # CUDA when available, else CPU
+    python bench/python/bench_flexsn_vs_builtin.py --dry-run  # tiny sizes, a few repetitions
+"""
+import argparse
+import statistics
+import time
+
+import torch
+
+import spikejit
+from bench_common import markdown_table
+
+
+def lif_core(x, v):
+    h = v + (x - v) / 2.0
+    s = spikejit.surrogate.Sigmoid(alpha=4.0)(h - 1.0)
+    return s, h * (1.0 - s)
+
+
+def make_nodes(device):
+    builtin = spikejit.LIFNode(tau=2.0, surrogate_function=spikejit.surrogate.Sigmoid(), step_mode="m")
+    flex = spikejit.FlexSN(lif_core, num_inputs=1, num_states=1, num_outputs=1, step_mode="m", strict=True)
+    return {"built-in LIFNode": builtin.to(device), "FlexSN LIF": flex.to(device)}
+
+
+def timed_ms(fn, device, reps):
+    """Median milliseconds of fn() over `reps` runs (CUDA events on a GPU)."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() and spikejit.cuda_available() else "cpu")
+    sizes = [(8, 4096), (32, 1024)] if args.dry_run or device.type == "cpu" else \
+        [(8, 4194304), (32, 4194304), (256, 16384), (1024, 4096)]
+    reps = 3 if args.dry_run else 50
+    nodes = make_nodes(device)
+    rows = []
+    for steps, neurons in sizes:
+        x = torch.rand(steps, neurons, device=device) * 2
+        xg = x.clone().requires_grad_()
+        for mode in ("infer", "train"):
+            ms = {}
+            for name, node in nodes.items():
+                def infer():
+                    with torch.no_grad():
+                        node(x)
+                    node.reset()
+
+                def train():
+                    node(xg).sum().backward()
+                    node.reset()
+
+                ms[name] = timed_ms(infer if mode == "infer" else train, device, reps)
+            built, flex = ms["built-in LIFNode"], ms["FlexSN LIF"]
+            rows.append([mode, steps, neurons, f"{built:.4f}", f"{flex:.4f}", f"{100 * (flex / built - 1):+.1f} %"])
+    print(f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}; median ms of {reps}")
+    print(markdown_table(["mode", "T", "N", "built-in ms", "FlexSN ms", "FlexSN vs built-in"], rows))
+
+
+if __name__ == "__main__":
+    main()
