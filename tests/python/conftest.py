@@ -42,6 +42,7 @@ def device(request):
     name = getattr(request, "param", "cpu")
     if name == "cuda":
         require_cuda()
+        return torch.device("cuda", torch.cuda.current_device())  # with its index, like tensors' devices
     return torch.device(name)
 
 

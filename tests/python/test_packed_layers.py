@@ -39,7 +39,10 @@ def assert_same(got, expected):
             assert a is None, f"item {i}"
         else:
             assert a.dtype == b.dtype and a.shape == b.shape, f"item {i}"
-            assert torch.equal(a, b), f"item {i}: max difference {(a.double() - b.double()).abs().max()}"
+            if a.is_cuda:  # cuDNN/cuBLAS may pick different algorithms for the two calls
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"item {i}")
+            else:
+                assert torch.equal(a, b), f"item {i}: max difference {(a.double() - b.double()).abs().max()}"
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
