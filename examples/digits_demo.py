@@ -27,11 +27,11 @@ from digits_net import DigitsSNN
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--epochs", type=int, default=8)
-    p.add_argument("--steps", type=int, default=8, help="time steps T per image")
-    p.add_argument("--encoding", choices=("direct", "rate"), default="direct",
+    p.add_argument("--steps", type=int, default=16, help="time steps T per image")
+    p.add_argument("--encoding", choices=("direct", "rate"), default="rate",
                    help="direct: the pixel values at every step; rate: Bernoulli spikes with p = pixel")
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--max-batches", type=int, default=0, help="batches per epoch (0: the whole set)")
     p.add_argument("--bench-repeats", type=int, default=2,

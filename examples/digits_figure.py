@@ -55,14 +55,14 @@ def save_figure(model, images, labels, steps, encode, path, neurons_shown=64):
         axes[0].text(b + (steps - 1) / 2, neurons_shown + 1, f"digit {label}", ha="center", va="bottom",
                      fontsize=8, color="tab:blue")
 
-    for k, i in enumerate(_active(spikes1, 3)):
+    for k, i in enumerate(_active(spikes1, 2)):
         line, = axes[2].plot(v1[i].numpy(), linewidth=1, label=f"neuron {i}")
         fired = torch.nonzero(spikes1[i]).flatten().numpy()
         axes[2].plot(fired, [V_THRESHOLD + 0.1 * (k + 1)] * len(fired), "|", color=line.get_color())
     axes[2].axhline(V_THRESHOLD, color="tab:red", linestyle="--", linewidth=0.8, label="threshold")
     axes[2].set_ylabel("v (after reset)")
     axes[2].set_title("layer 1: membrane potentials (ticks above the threshold: spikes)", fontsize=9, loc="left")
-    axes[2].legend(fontsize=7, loc="upper right", ncol=4)
+    axes[2].legend(fontsize=7, loc="lower left", ncol=3, framealpha=0.9)
 
     i = _active(spikes2, 1)[0]
     axes[3].plot(v2[i].numpy(), linewidth=1, label=f"v, neuron {i}")
@@ -70,7 +70,7 @@ def save_figure(model, images, labels, steps, encode, path, neurons_shown=64):
     axes[3].set_ylabel("v, threshold")
     axes[3].set_xlabel("time step (one test image per segment, T steps each, starting from rest)")
     axes[3].set_title("layer 2: membrane potential and adaptive threshold", fontsize=9, loc="left")
-    axes[3].legend(fontsize=7, loc="upper right", ncol=2)
+    axes[3].legend(fontsize=7, loc="lower left", ncol=2, framealpha=0.9)
     for ax in axes[2:]:
         for b in boundaries:
             ax.axvline(b - 0.5, color="tab:gray", linewidth=0.5)

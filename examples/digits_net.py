@@ -100,7 +100,7 @@ class LoopNeuron(nn.Module):
 class DigitsSNN(nn.Module):
     """64 pixels -> hidden LIF layer -> hidden adaptive-LIF layer -> 10 classes."""
 
-    def __init__(self, impl: str = "spikejit", hidden: int = 256, record: bool = False):
+    def __init__(self, impl: str = "spikejit", hidden: int = 128, record: bool = False):
         super().__init__()
         if impl not in ("spikejit", "loop"):
             raise ValueError(f"impl: expected 'spikejit' or 'loop', got {impl!r}")
