@@ -38,7 +38,7 @@ def parse_args(argv=None):
                    help="timed training epochs of the spikejit and of the loop model (0: no comparison)")
     p.add_argument("--threads", type=int, default=0, help="PyTorch CPU threads (0: PyTorch's default)")
     p.add_argument("--target", type=float, default=0.90, help="test accuracy to reach (exit 1 below)")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--figure", default="digits_demo.png", help="where to write the PNG")
     return p.parse_args(argv)
@@ -46,12 +46,16 @@ def parse_args(argv=None):
 
 def pick_device(name):
     """(device, why CUDA is not used or '')."""
-    if name != "auto":
-        return torch.device(name), ""
     if not torch.cuda.is_available():
-        return torch.device("cpu"), "torch sees no GPU"
-    if not spikejit.cuda_available():
-        return torch.device("cpu"), spikejit.cuda_unavailable_reason()
+        why = "torch sees no GPU"
+    elif not spikejit.cuda_available():
+        why = spikejit.cuda_unavailable_reason()
+    else:
+        why = ""
+    if name == "cuda" and why:
+        raise SystemExit(f"--device cuda: CUDA is not usable here ({why})")
+    if name == "cpu" or why:
+        return torch.device("cpu"), why if name == "auto" else ""
     return torch.device("cuda"), ""
 
 
