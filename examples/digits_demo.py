@@ -36,7 +36,8 @@ def parse_args(argv=None):
     p.add_argument("--max-batches", type=int, default=0, help="batches per epoch (0: the whole set)")
     p.add_argument("--bench-repeats", type=int, default=2,
                    help="timed training epochs of the spikejit and of the loop model (0: no comparison)")
-    p.add_argument("--threads", type=int, default=0, help="PyTorch CPU threads (0: PyTorch's default)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads of PyTorch and of spikejit's CPU executor (0: PyTorch's default)")
     p.add_argument("--target", type=float, default=0.90, help="test accuracy to reach (exit 1 below)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--seed", type=int, default=0)
@@ -180,10 +181,14 @@ def compare_with_loop(trained, x_train, y_train, x_test, y_test, args, device):
 def main(argv=None):
     args = parse_args(argv)
     torch.manual_seed(args.seed)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     device, why = pick_device(args.device)
-    print(f"device: {device}" + (f" (CUDA not used: {why})" if why else ""))
+    # One CPU thread by default: the layers are small (a few hundred thousand values a call), and
+    # with every core busy PyTorch's threads spin-wait for each other: on a shared 2-core machine
+    # two threads made epochs up to 20x slower, for both implementations, whenever another job ran.
+    if device.type == "cpu" and args.threads:
+        torch.set_num_threads(args.threads)
+    threads = f", {torch.get_num_threads()} thread(s)" if device.type == "cpu" else ""
+    print(f"device: {device}{threads}" + (f" (CUDA not used: {why})" if why else ""))
     x_train, y_train, x_test, y_test = load_data(device, args.seed)
     print(f"data: scikit-learn's digits, {len(x_train)} training and {len(x_test)} test images of 8x8 pixels")
     model = DigitsSNN("spikejit", args.hidden, record=False).to(device)
