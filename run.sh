@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The single entry point of spikejit.
-#   ./run.sh demo   build the CLI and simulate a built-in LIF and a custom neuron on the CPU
+#   ./run.sh demo   train a spiking network on the digits dataset (GPU or CPU); `demo cli`: the C++ tour
 #   ./run.sh test   install what is needed, build, run every test (also under ASan+UBSan), fuzz the parser
 #   ./run.sh gpu    on a machine with an NVIDIA GPU: GPU tests and benchmarks
 set -euo pipefail
