@@ -1,8 +1,9 @@
 // Diagnostics on stderr, silent unless SPIKEJIT_LOG asks for them (docs/runtime.md, "Logging").
 #pragma once
 
-#include <sstream>
+#include <cstdio>
 #include <string>
+#include <type_traits>
 
 namespace spikejit::log {
 
@@ -29,6 +30,30 @@ const char* level_name(Level level);
 // different threads do not interleave.
 void write(Level at, const std::string& message);
 
+// A message built with <<, without iostreams (the library formats no text through them: an
+// iostream in an extension module shares the host process's locale machinery).
+class Line {
+ public:
+  Line& operator<<(const std::string& s) { text_ += s; return *this; }
+  Line& operator<<(const char* s) { text_ += s; return *this; }
+  Line& operator<<(char c) { text_ += c; return *this; }
+  template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
+  Line& operator<<(T value) {
+    if constexpr (std::is_floating_point_v<T>) {
+      char buffer[32];
+      std::snprintf(buffer, sizeof buffer, "%g", static_cast<double>(value));
+      text_ += buffer;
+    } else {
+      text_ += std::to_string(value);
+    }
+    return *this;
+  }
+  const std::string& str() const { return text_; }
+
+ private:
+  std::string text_;
+};
+
 }  // namespace spikejit::log
 
 // SPIKEJIT_LOG_AT(Level::Debug, "disk cache hit: " << path); the message is built only when
@@ -36,7 +61,7 @@ void write(Level at, const std::string& message);
 #define SPIKEJIT_LOG_AT(level_, message_)                                        \
   do {                                                                           \
     if (::spikejit::log::enabled(::spikejit::log::level_)) {                     \
-      std::ostringstream spikejit_log_stream_;                                   \
+      ::spikejit::log::Line spikejit_log_stream_;                                \
       spikejit_log_stream_ << message_;                                          \
       ::spikejit::log::write(::spikejit::log::level_, spikejit_log_stream_.str()); \
     }                                                                            \

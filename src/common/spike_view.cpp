@@ -1,6 +1,6 @@
 // SpikeDType helpers, SpikeView queries and the argument checks of compress / decompress.
 #include <limits>
-#include <sstream>
+#include <string>
 
 #include "spikejit/compress.h"
 #include "spikejit/error.h"
@@ -69,17 +69,20 @@ bool SpikeView::is_contiguous() const {
   return true;
 }
 
+namespace {
+
+std::string list_text(const std::vector<int64_t>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + "]";
+}
+
+}  // namespace
+
 std::string SpikeView::describe() const {
-  std::ostringstream out;
-  out << spike_dtype_name(dtype) << '[';
-  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << ']';
-  if (!strides.empty()) {
-    out << " with strides [";
-    for (size_t i = 0; i < strides.size(); ++i) out << (i ? ", " : "") << strides[i];
-    out << ']';
-  }
-  return out.str();
+  std::string out = std::string(spike_dtype_name(dtype)) + list_text(shape);
+  if (!strides.empty()) out += " with strides " + list_text(strides);
+  return out;
 }
 
 int64_t packed_bytes(int64_t numel) { return numel / 8 + (numel % 8 != 0); }

@@ -1,7 +1,7 @@
 // DType helpers, TensorView queries and the public fp16 / bf16 conversions.
 #include "spikejit/tensor.h"
 
-#include <sstream>
+#include <string>
 
 #include "common/float16.h"
 
@@ -54,22 +54,17 @@ bool TensorView::is_contiguous() const {
   return true;
 }
 
-static void write_list(std::ostringstream& out, const std::vector<int64_t>& values) {
-  out << '[';
-  for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << values[i];
-  out << ']';
+static std::string list_text(const std::vector<int64_t>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + "]";
 }
 
 std::string TensorView::describe() const {
   if (!present) return "no tensor";
-  std::ostringstream out;
-  out << dtype_name(dtype);
-  write_list(out, shape);
-  if (!strides.empty()) {
-    out << " with strides ";
-    write_list(out, strides);
-  }
-  return out.str();
+  std::string out = std::string(dtype_name(dtype)) + list_text(shape);
+  if (!strides.empty()) out += " with strides " + list_text(strides);
+  return out;
 }
 
 uint16_t float_to_half(float f) { return detail::float_to_half_bits(f); }
