@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_timing.h"
 #include "runtime/driver_api.h"
 #include "spikejit/compress.h"
 #include "spikejit/cuda.h"
@@ -23,49 +24,9 @@ using runtime::driver;
 
 namespace {
 
-struct DeviceBuffer {
-  CUdeviceptr ptr = 0;
-  explicit DeviceBuffer(size_t n) {
-    check_cuda(driver().cuMemAlloc(&ptr, std::max<size_t>(n, 1)), "cuMemAlloc");
-    check_cuda(driver().cuMemsetD8(ptr, 0, std::max<size_t>(n, 1)), "cuMemsetD8");
-  }
-  ~DeviceBuffer() { driver().cuMemFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* data() const { return reinterpret_cast<void*>(ptr); }
-};
-
-// Median milliseconds of `body` over `reps` runs on the default stream, after warm-up.
-template <class Body>
-double median_ms(int reps, Body body) {
-  runtime::CUevent start = nullptr, stop = nullptr;
-  check_cuda(driver().cuEventCreate(&start, 0), "cuEventCreate");
-  check_cuda(driver().cuEventCreate(&stop, 0), "cuEventCreate");
-  for (int i = 0; i < 3; ++i) body();
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    check_cuda(driver().cuEventRecord(start, nullptr), "cuEventRecord");
-    body();
-    check_cuda(driver().cuEventRecord(stop, nullptr), "cuEventRecord");
-    check_cuda(driver().cuEventSynchronize(stop), "cuEventSynchronize");
-    float ms = 0;
-    check_cuda(driver().cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
-    times.push_back(ms);
-  }
-  driver().cuEventDestroy(start);
-  driver().cuEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-// Device copy bandwidth (bytes read + written per second) of a 1 GiB device-to-device copy.
-double copy_bandwidth() {
-  const size_t bytes = size_t(1) << 30;
-  DeviceBuffer a(bytes), b(bytes);
-  const double ms = median_ms(
-      20, [&] { check_cuda(driver().cuMemcpyDtoDAsync(b.ptr, a.ptr, bytes, nullptr), "cuMemcpyDtoDAsync"); });
-  return 2.0 * double(bytes) / (ms * 1e-3);
-}
+using bench::DeviceBuffer;
+using bench::copy_bandwidth;
+using bench::median_ms;
 
 struct Result {
   std::string dtype, op;

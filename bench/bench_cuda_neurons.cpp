@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_timing.h"
 #include "runtime/driver_api.h"
 #include "spikejit/builtins.h"
 #include "spikejit/cuda.h"
@@ -28,53 +29,9 @@ using runtime::driver;
 
 namespace {
 
-struct DeviceBuffer {
-  CUdeviceptr ptr = 0;
-  size_t bytes = 0;
-  explicit DeviceBuffer(size_t n) : bytes(n) {
-    check_cuda(driver().cuMemAlloc(&ptr, std::max<size_t>(n, 1)), "cuMemAlloc");
-    check_cuda(driver().cuMemsetD8(ptr, 0x3c, std::max<size_t>(n, 1)), "cuMemsetD8");
-  }
-  ~DeviceBuffer() { driver().cuMemFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* data() const { return reinterpret_cast<void*>(ptr); }
-};
-
-// Median milliseconds of `body` over `reps` runs on the default stream, after warm-up.
-template <class Body>
-double median_ms(int reps, Body body) {
-  runtime::CUevent start = nullptr, stop = nullptr;
-  check_cuda(driver().cuEventCreate(&start, 0), "cuEventCreate");
-  check_cuda(driver().cuEventCreate(&stop, 0), "cuEventCreate");
-  for (int i = 0; i < 3; ++i) body();
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    check_cuda(driver().cuEventRecord(start, nullptr), "cuEventRecord");
-    body();
-    check_cuda(driver().cuEventRecord(stop, nullptr), "cuEventRecord");
-    check_cuda(driver().cuEventSynchronize(stop), "cuEventSynchronize");
-    float ms = 0;
-    check_cuda(driver().cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
-    times.push_back(ms);
-  }
-  driver().cuEventDestroy(start);
-  driver().cuEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-// Device copy bandwidth (bytes read + written per second) of a device-to-device copy that moves
-// `moved` bytes in all (reads + writes): 1 GiB copied for the headline figure, and the size of
-// each workload for a like-for-like figure (a small copy pays the same launch and ramp costs).
-double copy_bandwidth(size_t moved = size_t(2) << 30) {
-  const size_t bytes = moved / 2;
-  DeviceBuffer a(bytes), b(bytes);
-  const double ms = median_ms(20, [&] {
-    check_cuda(driver().cuMemcpyDtoDAsync(b.ptr, a.ptr, bytes, nullptr), "cuMemcpyDtoDAsync");
-  });
-  return 2.0 * double(bytes) / (ms * 1e-3);
-}
+using bench::DeviceBuffer;
+using bench::copy_bandwidth;
+using bench::median_ms;
 
 struct Case {
   const char* dtype;

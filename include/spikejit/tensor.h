@@ -31,6 +31,14 @@ struct TensorView {
   std::string describe() const;  // "float32[4, 16]"
 };
 
+// Layout helpers shared by TensorView and SpikeView. Like PyTorch: dimensions of size 1 may have
+// any stride, and an empty tensor is contiguous (empty strides: row-major contiguous).
+int64_t shape_numel(const std::vector<int64_t>& shape);
+bool is_contiguous_layout(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides);
+// "<dtype>[4, 16]", plus " with strides [...]" when strides are given.
+std::string describe_layout(const char* dtype, const std::vector<int64_t>& shape,
+                            const std::vector<int64_t>& strides);
+
 // fp16 / bf16 conversions (round to nearest even), shared by the CPU executor and tests.
 uint16_t float_to_half(float f);
 float half_to_float(uint16_t h);

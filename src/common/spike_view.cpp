@@ -50,40 +50,9 @@ SpikeDType spike_dtype(DType d) {
   return static_cast<SpikeDType>(kSpikeDTypeCount + static_cast<int>(d));
 }
 
-int64_t SpikeView::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-// As TensorView: dimensions of size 1 may have any stride, and an empty tensor is contiguous.
-bool SpikeView::is_contiguous() const {
-  if (strides.empty()) return true;
-  if (strides.size() != shape.size()) return false;
-  if (numel() == 0) return true;
-  int64_t expected = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    if (shape[i] != 1 && strides[i] != expected) return false;
-    expected *= shape[i];
-  }
-  return true;
-}
-
-namespace {
-
-std::string list_text(const std::vector<int64_t>& values) {
-  std::string out = "[";
-  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
-  return out + "]";
-}
-
-}  // namespace
-
-std::string SpikeView::describe() const {
-  std::string out = std::string(spike_dtype_name(dtype)) + list_text(shape);
-  if (!strides.empty()) out += " with strides " + list_text(strides);
-  return out;
-}
+int64_t SpikeView::numel() const { return shape_numel(shape); }
+bool SpikeView::is_contiguous() const { return is_contiguous_layout(shape, strides); }
+std::string SpikeView::describe() const { return describe_layout(spike_dtype_name(dtype), shape, strides); }
 
 int64_t packed_bytes(int64_t numel) { return numel / 8 + (numel % 8 != 0); }
 

@@ -35,17 +35,16 @@ const char* dtype_name(DType d) {
   return "unknown dtype";
 }
 
-int64_t TensorView::numel() const {
+int64_t shape_numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
 }
 
-// Like PyTorch: dimensions of size 1 may have any stride, and an empty tensor is contiguous.
-bool TensorView::is_contiguous() const {
+bool is_contiguous_layout(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
   if (strides.empty()) return true;
   if (strides.size() != shape.size()) return false;
-  if (numel() == 0) return true;
+  if (shape_numel(shape) == 0) return true;
   int64_t expected = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     if (shape[i] != 1 && strides[i] != expected) return false;
@@ -60,11 +59,19 @@ static std::string list_text(const std::vector<int64_t>& values) {
   return out + "]";
 }
 
-std::string TensorView::describe() const {
-  if (!present) return "no tensor";
-  std::string out = std::string(dtype_name(dtype)) + list_text(shape);
+std::string describe_layout(const char* dtype, const std::vector<int64_t>& shape,
+                            const std::vector<int64_t>& strides) {
+  std::string out = std::string(dtype) + list_text(shape);
   if (!strides.empty()) out += " with strides " + list_text(strides);
   return out;
+}
+
+int64_t TensorView::numel() const { return shape_numel(shape); }
+bool TensorView::is_contiguous() const { return is_contiguous_layout(shape, strides); }
+
+std::string TensorView::describe() const {
+  if (!present) return "no tensor";
+  return describe_layout(dtype_name(dtype), shape, strides);
 }
 
 uint16_t float_to_half(float f) { return detail::float_to_half_bits(f); }

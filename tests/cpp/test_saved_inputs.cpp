@@ -62,9 +62,9 @@ TrainingResults train(const Program& p, Host& x, Host& w, Host& grad_s, bool wri
   b.params = f.params;
   for (size_t i = 0; i < saved.size(); ++i) {
     const int input = p.saved_inputs()[i];
-    const bool skip = input >= 0 && !write_saved_inputs;
-    f.saved.push_back(skip ? TensorView() : saved[i].view());
-    b.saved.push_back(skip ? f.inputs[static_cast<size_t>(input)] : saved[i].view());
+    const bool absent = input >= 0 && !write_saved_inputs;
+    f.saved.push_back(absent ? TensorView() : saved[i].view());
+    b.saved.push_back(absent ? f.inputs[static_cast<size_t>(input)] : saved[i].view());
   }
   b.grad_outputs = {grad_s.view()};
   b.grad_inputs = {grad_x.view()};
