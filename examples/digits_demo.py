@@ -11,6 +11,7 @@ compiled by spikejit.FlexSN -> Linear readout averaged over time. Exits with 1 w
 test accuracy is below --target.
 """
 import argparse
+import re
 import time
 
 import torch
@@ -39,10 +40,16 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads of PyTorch and of spikejit's CPU executor (0: PyTorch's default)")
     p.add_argument("--target", type=float, default=0.90, help="test accuracy to reach (exit 1 below)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--device", type=device_name, default="auto", help="auto, cpu, cuda or cuda:<index>")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--figure", default="digits_demo.png", help="where to write the PNG")
     return p.parse_args(argv)
+
+
+def device_name(text):
+    if text in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", text):
+        return text
+    raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:<index>, got {text!r}")
 
 
 def pick_device(name):
@@ -53,11 +60,11 @@ def pick_device(name):
         why = spikejit.cuda_unavailable_reason()
     else:
         why = ""
-    if name == "cuda" and why:
-        raise SystemExit(f"--device cuda: CUDA is not usable here ({why})")
+    if name.startswith("cuda") and why:
+        raise SystemExit(f"--device {name}: CUDA is not usable here ({why})")
     if name == "cpu" or why:
         return torch.device("cpu"), why if name == "auto" else ""
-    return torch.device("cuda"), ""
+    return torch.device(name if name.startswith("cuda") else "cuda"), ""
 
 
 def synchronize(device):

@@ -48,8 +48,12 @@ def assert_same(got, expected):
             assert a is None, f"item {i}"
         else:
             assert a.dtype == b.dtype and a.shape == b.shape, f"item {i}"
-            if a.is_cuda:  # cuDNN/cuBLAS may pick different algorithms: equal within the dtype's rounding
-                torch.testing.assert_close(a, b, msg=f"item {i}")
+            if a.is_cuda:
+                # cuDNN/cuBLAS may pick other algorithms (other summation orders) for the two calls:
+                # equal within a few roundings of the dtype, relative to the result's magnitude.
+                eps = torch.finfo(b.dtype).eps
+                scale = b.abs().max().item() if b.numel() else 0.0
+                torch.testing.assert_close(a, b, rtol=8 * eps, atol=8 * eps * scale, msg=f"item {i}")
             else:
                 assert torch.equal(a, b), f"item {i}: max difference {(a.double() - b.double()).abs().max()}"
 
