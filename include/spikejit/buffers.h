@@ -72,7 +72,7 @@ bool sequence_layout(const TensorView& v, SequenceLayout* layout);
 
 // Checks every buffer against the program (counts, shapes, dtypes, contiguity, overlap of written
 // buffers with anything else) and throws ArgumentError naming the first bad argument.
-// `broadcast_grads` (the CPU executor reads them): grad_outputs and grad_state_seqs may also be
+// `broadcast_grads` (both backends read them): grad_outputs and grad_state_seqs may also be
 // broadcast views (SequenceLayout); otherwise every buffer must be contiguous.
 class Program;
 void validate(const Program& program, const ForwardBuffers& b);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "spikejit/buffers.h"
 #include "spikejit/program.h"
 #include "spikejit/tensor.h"
 
@@ -38,6 +39,11 @@ struct KernelSpec {
   // k steps from its checkpoint and the inputs, bit for bit like the forward
   // (1 <= k <= kMaxCheckpointEvery of spikejit/buffers.h).
   int checkpoint_every = 0;
+  // Backward: grad_outputs / grad_state_seqs that repeat their elements (SequenceLayout: the
+  // expanded gradient of `y.sum()`), read in place; index i is output / state i, missing entries
+  // are plain sequences.
+  std::vector<SequenceLayout> grad_output_layouts;
+  std::vector<SequenceLayout> grad_state_seq_layouts;
   std::string key() const;         // stable text, part of cache keys (only the fields that apply)
 };
 
@@ -55,6 +61,9 @@ struct BufferSlot {
   // Saved in checkpoint mode: state `index` before steps 0, k, 2k, ..., shape [ceil(T/k), N],
   // in the compute dtype (float32; float64 for float64 storage) so that recomputation is exact.
   bool checkpoint = false;
+  // GradOutput / GradStateSeq: how the sequence repeats (see KernelSpec); a slot that has one
+  // value per step (same_each_neuron) is read element by element, never as a row.
+  SequenceLayout layout;
 };
 
 // One compiled entry of a KernelSource. All variants of a source share its buffers (same ABI)

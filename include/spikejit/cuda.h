@@ -1,6 +1,8 @@
 // The CUDA backend: generated kernels compiled with NVRTC (opened at run time), cached in memory
 // and on disk, launched on the caller's stream. Buffers hold device pointers; every sequence,
-// state and parameter buffer of one call has the same dtype.
+// state and parameter buffer of one call has the same dtype. Buffers are contiguous, except that
+// the backward also reads grad_outputs / grad_state_seqs broadcast over T and/or S (stride 0; see
+// SequenceLayout) in place, with a kernel specialised for that layout.
 #pragma once
 
 #include <string>

@@ -163,18 +163,16 @@ def _contiguous(tensors):
 
 
 def _reads_in_place(g: Tensor) -> bool:
-    """Whether the CPU executor reads this [T, *S] gradient as it is: stride 0 over T and/or over
-    every dimension of S, the rest row-major (SequenceLayout in spikejit/buffers.h). That is the
-    expanded gradient of `y.sum()`, which then needs no [T, *S] copy."""
+    """Whether the backward kernels read this [T, *S] gradient as it is: stride 0 over T and/or
+    over every dimension of S, the rest row-major (SequenceLayout in spikejit/buffers.h). That is
+    the expanded gradient of `y.sum()`, which then needs no [T, *S] copy."""
     st, shape = g.stride(), g.shape
     if all(s == 0 or d == 1 for s, d in zip(st[1:], shape[1:])):
         return shape[0] == 1 or st[0] in (0, 1)
     return st[0] == 0 and g[0].is_contiguous()
 
 
-def _sequence_grads(grads, device):
-    if device.type != "cpu":
-        return _contiguous(grads)
+def _sequence_grads(grads):
     return [g if g is None or g.is_contiguous() or _reads_in_place(g) else g.contiguous() for g in grads]
 
 
@@ -331,7 +329,7 @@ def training_backward(handle: int, seq_shape, dtype, device, saved, params, grad
     grad_inputs, grad_states, grad_params = _backward_results(
         counts, seq_shape, dtype, device, params, grad_outputs, grad_final_states, grad_state_seqs, wanted)
     _launch_backward(program, device, seq_shape, _contiguous(saved), _contiguous(params),
-                     _sequence_grads(grad_outputs, device), _sequence_grads(grad_state_seqs, device),
+                     _sequence_grads(grad_outputs), _sequence_grads(grad_state_seqs),
                      _contiguous(grad_final_states), grad_inputs, grad_states, grad_params,
                      _contiguous(inputs), checkpoint_every)
     return grad_inputs + grad_states + grad_params

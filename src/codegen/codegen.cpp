@@ -33,6 +33,7 @@ std::string KernelSpec::key() const {
       k += std::string(" grad_state_seqs=") + (s.grad_state_seqs ? "1" : "0") +
            " grad_final_states=" + (s.grad_final_states ? "1" : "0") +
            " checkpoint_every=" + std::to_string(s.checkpoint_every);
+      if (!layout_tag(s).empty()) k += " grad_repeat=" + layout_tag(s);
       break;
   }
   return k;

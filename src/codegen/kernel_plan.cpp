@@ -14,13 +14,28 @@ namespace {
 
 void add_slots(std::vector<BufferSlot>& slots, BufferRole role, int count, bool per_step,
                bool checkpoint = false) {
-  for (int i = 0; i < count; ++i) slots.push_back({role, i, per_step, false, checkpoint});
+  for (int i = 0; i < count; ++i) slots.push_back({role, i, per_step, false, checkpoint, {}});
+}
+
+void add_grad_sequence_slots(std::vector<BufferSlot>& slots, BufferRole role, int count,
+                             const std::vector<SequenceLayout>& layouts) {
+  for (int i = 0; i < count; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    slots.push_back({role, i, true, false, false, k < layouts.size() ? layouts[k] : SequenceLayout()});
+  }
+}
+
+bool repeats(const SequenceLayout& l) { return l.same_each_step || l.same_each_neuron; }
+
+// Trailing plain sequences dropped, so that equal kernels have equal specs.
+void trim_layouts(std::vector<SequenceLayout>& layouts) {
+  while (!layouts.empty() && !repeats(layouts.back())) layouts.pop_back();
 }
 
 void add_param_slots(std::vector<BufferSlot>& slots, BufferRole role,
                      const std::vector<ir::ParamKind>& params) {
   for (size_t i = 0; i < params.size(); ++i) {
-    slots.push_back({role, static_cast<int>(i), false, params[i] == ir::ParamKind::Scalar, false});
+    slots.push_back({role, static_cast<int>(i), false, params[i] == ir::ParamKind::Scalar, false, {}});
   }
 }
 
@@ -49,6 +64,16 @@ void check_spec(const KernelSpec& spec) {
   }
 }
 
+// One letter per gradient sequence: '-' a sequence, 's' the same each step, 'n' the same for
+// every neuron, 'a' one value.
+std::string layout_letters(const std::vector<SequenceLayout>& layouts) {
+  std::string s;
+  for (const SequenceLayout& l : layouts) {
+    s += l.same_each_step ? (l.same_each_neuron ? 'a' : 's') : (l.same_each_neuron ? 'n' : '-');
+  }
+  return s;
+}
+
 }  // namespace
 
 KernelSpec normalized(const KernelSpec& spec) {
@@ -58,7 +83,17 @@ KernelSpec normalized(const KernelSpec& spec) {
   if (forward_kind) s.grad_state_seqs = s.grad_final_states = false;
   if (!forward_kind) s.store_state_seqs = false;
   if (!training) s.checkpoint_every = 0;
+  if (forward_kind) s.grad_output_layouts.clear();
+  if (forward_kind || !s.grad_state_seqs) s.grad_state_seq_layouts.clear();
+  trim_layouts(s.grad_output_layouts);
+  trim_layouts(s.grad_state_seq_layouts);
   return s;
+}
+
+std::string layout_tag(const KernelSpec& spec) {
+  const KernelSpec s = normalized(spec);
+  if (s.grad_output_layouts.empty() && s.grad_state_seq_layouts.empty()) return "";
+  return layout_letters(s.grad_output_layouts) + "/" + layout_letters(s.grad_state_seq_layouts);
 }
 
 int KernelPlan::first_slot(BufferRole role) const {
@@ -110,13 +145,25 @@ KernelPlan plan_kernel(const ir::Step& forward, const ir::Step* backward, const 
       add_slots(s, BufferRole::Saved, p.saved, true);
     }
     add_param_slots(s, BufferRole::Param, p.params);
-    add_slots(s, BufferRole::GradOutput, p.outputs, true);
-    if (p.spec.grad_state_seqs) add_slots(s, BufferRole::GradStateSeq, p.states, true);
+    add_grad_sequence_slots(s, BufferRole::GradOutput, p.outputs, p.spec.grad_output_layouts);
+    if (p.spec.grad_state_seqs) {
+      add_grad_sequence_slots(s, BufferRole::GradStateSeq, p.states, p.spec.grad_state_seq_layouts);
+    }
     if (p.spec.grad_final_states) add_slots(s, BufferRole::GradFinalState, p.states, false);
     add_slots(s, BufferRole::GradInput, p.inputs, true);
     add_slots(s, BufferRole::GradInitialState, p.states, false);
     add_param_slots(s, BufferRole::GradParam, p.params);
     if (p.scalar_params > 0) add_slots(s, BufferRole::Workspace, 1, false);
+  }
+  if (p.spec.grad_output_layouts.size() > static_cast<size_t>(p.outputs)) {
+    throw ArgumentError("spec.grad_output_layouts", "at most one layout per output (" +
+                                                        std::to_string(p.outputs) + ")",
+                        std::to_string(p.spec.grad_output_layouts.size()) + " layouts");
+  }
+  if (p.spec.grad_state_seq_layouts.size() > static_cast<size_t>(p.states)) {
+    throw ArgumentError("spec.grad_state_seq_layouts", "at most one layout per state (" +
+                                                           std::to_string(p.states) + ")",
+                        std::to_string(p.spec.grad_state_seq_layouts.size()) + " layouts");
   }
   if (s.size() > static_cast<size_t>(kMaxBuffers)) {
     throw ArgumentError("program", "a neuron whose kernel needs at most " + std::to_string(kMaxBuffers) +

@@ -2,6 +2,7 @@
 // SpikejitArgs::buffers in order, and the kind's flags. Shared by the emitters of codegen.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "spikejit/codegen.h"
@@ -27,6 +28,10 @@ struct KernelPlan {
 // The spec with the fields that do not apply to its kind reset, so that they cannot split caches
 // (what key() and the generator see).
 KernelSpec normalized(const KernelSpec& spec);
+
+// The repeating gradient sequences of a backward spec as text ("" when there are none), e.g.
+// "a/-s": output 0 one value, state 0 a sequence, state 1 the same each step.
+std::string layout_tag(const KernelSpec& spec);
 
 // `backward` is the program's backward step; it is read (and must be given) only for
 // TrainingForward and Backward. Throws ArgumentError for a bad spec or too many buffers.

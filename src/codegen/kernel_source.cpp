@@ -41,6 +41,11 @@ std::string spec_tag(const KernelSpec& s) {
   if (s.grad_state_seqs) tag += "_gseq";
   if (s.grad_final_states) tag += "_gfinal";
   if (s.checkpoint_every > 0) tag += "_ck" + std::to_string(s.checkpoint_every);
+  std::string repeat = layout_tag(s);  // e.g. "a/-s", spelled as an identifier: "_ra_0s"
+  if (!repeat.empty()) {
+    for (char& c : repeat) c = c == '-' ? '0' : c == '/' ? '_' : c;
+    tag += "_r" + repeat;
+  }
   return tag;
 }
 
@@ -127,6 +132,18 @@ std::string header_comment(const KernelPlan& p, const NeuronIdentity& id, const 
   return s;
 }
 
+// "{c0, c1, ...}": per index of `role`'s slots, bit 0 same_each_step, bit 1 same_each_neuron (0
+// for indexes without a slot; at least one entry, like the arrays it initialises).
+std::string repeat_codes(const KernelPlan& p, BufferRole role, int count) {
+  std::vector<int> codes(static_cast<size_t>(std::max(1, count)), 0);
+  for (const BufferSlot& s : p.slots) {
+    if (s.role == role) codes[static_cast<size_t>(s.index)] = (s.layout.same_each_step ? 1 : 0) | (s.layout.same_each_neuron ? 2 : 0);
+  }
+  std::string text = "{";
+  for (size_t i = 0; i < codes.size(); ++i) text += (i ? ", " : "") + std::to_string(codes[i]);
+  return text + "}";
+}
+
 std::string constants(const KernelPlan& p) {
   unsigned long long scalar_mask = 0, row_mask = 0;
   for (size_t i = 0; i < p.params.size(); ++i) {
@@ -134,7 +151,9 @@ std::string constants(const KernelPlan& p) {
   }
   for (size_t i = 0; i < p.slots.size(); ++i) {
     const BufferSlot& s = p.slots[i];
-    if (!s.scalar_param && !s.checkpoint && s.role != BufferRole::Workspace) row_mask |= 1ull << i;
+    if (!s.scalar_param && !s.checkpoint && !s.layout.same_each_neuron && s.role != BufferRole::Workspace) {
+      row_mask |= 1ull << i;
+    }
   }
   auto slot = [&](BufferRole r) { return std::to_string(std::max(0, p.first_slot(r))); };
   const KernelSpec& spec = p.spec;
@@ -167,6 +186,11 @@ std::string constants(const KernelPlan& p) {
        ", kSaveSteps = " + b(training_forward && !p.checkpointed()) + ";\n";
   s += "[[maybe_unused]] constexpr bool kReadGradStateSeqs = " + b(spec.grad_state_seqs) +
        ", kReadGradFinalStates = " + b(spec.grad_final_states) + ";\n";
+  if (p.backward()) {
+    s += "// How each gradient sequence repeats (bit 0: the same each step, bit 1: the same for every neuron).\n";
+    s += "[[maybe_unused]] constexpr int kGradOutputRepeat[kOutputsA] = " + repeat_codes(p, BufferRole::GradOutput, p.outputs) +
+         ", kGradStateSeqRepeat[kStatesA] = " + repeat_codes(p, BufferRole::GradStateSeq, p.states) + ";\n";
+  }
   s += "[[maybe_unused]] constexpr int kCheckpointEvery = " + std::to_string(spec.checkpoint_every) + ";\n";
   s += "[[maybe_unused]] constexpr int kCheckpointRegisters = " + std::to_string(kCheckpointRegisters) + ";\n";
   s += "[[maybe_unused]] constexpr int kReduceThreads = " + std::to_string(kReduceThreads) + ";\n";

@@ -151,7 +151,7 @@ void run(const Program& program, const codegen::KernelSpec& spec, int64_t steps,
     const codegen::BufferSlot& slot = source.buffers[i];
     if (slot.role == codegen::BufferRole::Workspace) continue;  // filled once the variant is known
     args.buffers[i] = pointer_for(slot, guard.context());
-    if (!slot.scalar_param && !slot.checkpoint) {
+    if (!slot.scalar_param && !slot.checkpoint && !slot.layout.same_each_neuron) {
       rows_aligned = rows_aligned && reinterpret_cast<uintptr_t>(args.buffers[i]) % 16 == 0;
     }
     reduce = reduce || (slot.role == codegen::BufferRole::GradParam && slot.scalar_param &&
@@ -223,6 +223,15 @@ void backward_no_steps(const BackwardBuffers& b, CUstream stream) {
   }
 }
 
+// How each present gradient sequence repeats (validate() accepted it as contiguous or broadcast).
+std::vector<SequenceLayout> layouts_of(const std::vector<TensorView>& grads) {
+  std::vector<SequenceLayout> layouts(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i].present) sequence_layout(grads[i], &layouts[i]);
+  }
+  return layouts;
+}
+
 }  // namespace
 
 void forward(const Program& program, const ForwardBuffers& b, void* stream, int device) {
@@ -267,7 +276,7 @@ void forward(const Program& program, const ForwardBuffers& b, void* stream, int 
 }
 
 void backward(const Program& program, const BackwardBuffers& b, void* stream, int device) {
-  validate(program, b);
+  validate(program, b, /*broadcast_grads=*/true);
   const bool checkpoints = b.checkpoint_every > 0;
   const std::vector<TensorView> no_views;
   codegen::KernelSpec spec;
@@ -284,6 +293,8 @@ void backward(const Program& program, const BackwardBuffers& b, void* stream, in
   if (checkpoints) check_checkpoints(b.saved);
   spec.grad_state_seqs = any_present(b.grad_state_seqs);
   spec.grad_final_states = any_present(b.grad_final_states);
+  spec.grad_output_layouts = layouts_of(b.grad_outputs);
+  spec.grad_state_seq_layouts = layouts_of(b.grad_state_seqs);
   spec.checkpoint_every = static_cast<int>(b.checkpoint_every);
   if (b.steps == 0 || neuron_count(b.neuron_shape) == 0) {
     runtime::ContextGuard guard(device);

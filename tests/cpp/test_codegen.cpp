@@ -187,6 +187,13 @@ std::vector<NamedProgram> test_programs() {
   return out;
 }
 
+SequenceLayout layout_of(int code) {
+  SequenceLayout l;
+  l.same_each_step = (code & 1) != 0;
+  l.same_each_neuron = (code & 2) != 0;
+  return l;
+}
+
 // Every spec a runtime may ask for (fields that do not apply to a kind are left at defaults).
 std::vector<KernelSpec> all_specs(DType storage) {
   std::vector<KernelSpec> out;
@@ -217,6 +224,17 @@ std::vector<KernelSpec> all_specs(DType storage) {
       s.checkpoint_every = ck;
       out.push_back(s);
     }
+    // Broadcast gradient sequences (SequenceLayout codes 1-3: same each step, same each neuron, both).
+    for (int code = 1; code < 4; ++code) {
+      KernelSpec s;
+      s.kind = KernelKind::Backward;
+      s.storage = storage;
+      s.grad_state_seqs = true;
+      s.checkpoint_every = ck;
+      s.grad_output_layouts = {layout_of(code)};
+      s.grad_state_seq_layouts = {layout_of(4 - code)};
+      out.push_back(s);
+    }
   }
   return out;
 }
@@ -229,11 +247,18 @@ std::vector<BufferSlot> expected_slots(const Program& p, const KernelSpec& spec)
   const int in = f.num_inputs, st = f.num_states, out = f.num_outputs;
   std::vector<BufferSlot> s;
   auto add = [&](BufferRole r, int n, bool per_step, bool ck = false) {
-    for (int i = 0; i < n; ++i) s.push_back({r, i, per_step, false, ck});
+    for (int i = 0; i < n; ++i) s.push_back({r, i, per_step, false, ck, {}});
+  };
+  // Gradient sequences carry the spec's layout (missing entries: plain sequences).
+  auto add_grads = [&](BufferRole r, int n, const std::vector<SequenceLayout>& layouts) {
+    for (int i = 0; i < n; ++i) {
+      const size_t k = static_cast<size_t>(i);
+      s.push_back({r, i, true, false, false, k < layouts.size() ? layouts[k] : SequenceLayout()});
+    }
   };
   auto add_params = [&](BufferRole r) {
     for (size_t i = 0; i < f.params.size(); ++i)
-      s.push_back({r, int(i), false, f.params[i] == ir::ParamKind::Scalar, false});
+      s.push_back({r, int(i), false, f.params[i] == ir::ParamKind::Scalar, false, {}});
   };
   const int ck = spec.checkpoint_every;
   if (spec.kind != KernelKind::Backward) {
@@ -255,8 +280,8 @@ std::vector<BufferSlot> expected_slots(const Program& p, const KernelSpec& spec)
       add(BufferRole::Saved, int(p.backward().saved.size()), true);
     }
     add_params(BufferRole::Param);
-    add(BufferRole::GradOutput, out, true);
-    if (spec.grad_state_seqs) add(BufferRole::GradStateSeq, st, true);
+    add_grads(BufferRole::GradOutput, out, spec.grad_output_layouts);
+    if (spec.grad_state_seqs) add_grads(BufferRole::GradStateSeq, st, spec.grad_state_seq_layouts);
     if (spec.grad_final_states) add(BufferRole::GradFinalState, st, false);
     add(BufferRole::GradInput, in, true);
     add(BufferRole::GradInitialState, st, false);
@@ -269,7 +294,8 @@ std::vector<BufferSlot> expected_slots(const Program& p, const KernelSpec& spec)
 std::string describe(const BufferSlot& s) {
   std::ostringstream o;
   o << "{role " << int(s.role) << ", index " << s.index << ", per_step " << s.per_step << ", scalar "
-    << s.scalar_param << ", checkpoint " << s.checkpoint << "}";
+    << s.scalar_param << ", checkpoint " << s.checkpoint << ", repeat " << s.layout.same_each_step
+    << s.layout.same_each_neuron << "}";
   return o.str();
 }
 
@@ -293,7 +319,9 @@ void check_structure(const Program& p, const KernelSpec& spec, const KernelSourc
     const BufferSlot& a = k.buffers[i];
     const BufferSlot& e = expected[i];
     EXPECT_TRUE(a.role == e.role && a.index == e.index && a.per_step == e.per_step &&
-                a.scalar_param == e.scalar_param && a.checkpoint == e.checkpoint)
+                a.scalar_param == e.scalar_param && a.checkpoint == e.checkpoint &&
+                a.layout.same_each_step == e.layout.same_each_step &&
+                a.layout.same_each_neuron == e.layout.same_each_neuron)
         << "slot " << i << ": got " << describe(a) << ", expected " << describe(e);
   }
   ASSERT_EQ(k.variants.size(), 2u);
@@ -387,6 +415,17 @@ TEST(Codegen, KindNamesAndKeys) {
   b.grad_state_seqs = b.grad_final_states = false;
   b.checkpoint_every = 0;
   EXPECT_EQ(a.key(), b.key());
+  // Plain sequences at the end of the layouts, and layouts of state sequences that are not read,
+  // do not change the key; a repeating one does, and forward kinds ignore them.
+  b.grad_output_layouts = {SequenceLayout(), SequenceLayout()};
+  b.grad_state_seq_layouts = {layout_of(3)};
+  EXPECT_EQ(a.key(), b.key());
+  b.grad_output_layouts = {SequenceLayout(), layout_of(1)};
+  EXPECT_NE(a.key(), b.key());
+  EXPECT_NE(b.key().find("grad_repeat=-s/"), std::string::npos) << b.key();
+  a.kind = b.kind = KernelKind::TrainingForward;
+  b.store_state_seqs = a.store_state_seqs;
+  EXPECT_EQ(a.key(), b.key());
 }
 
 TEST(Codegen, RejectsBadSpecs) {
@@ -406,6 +445,14 @@ TEST(Codegen, RejectsBadSpecs) {
   s.checkpoint_every = 0;
   s.storage = static_cast<DType>(17);
   EXPECT_THROW(codegen::generate(p, s), ArgumentError);
+  s.storage = DType::F32;
+  s.grad_output_layouts.assign(static_cast<size_t>(p.forward().num_outputs) + 1, layout_of(1));
+  try {
+    codegen::generate(p, s);
+    ADD_FAILURE() << "a layout for a missing output accepted";
+  } catch (const ArgumentError& e) {
+    EXPECT_EQ(e.argument(), "spec.grad_output_layouts");
+  }
 }
 
 TEST(Codegen, TooManyBuffersIsAnError) {

@@ -132,6 +132,9 @@ struct Family {
   std::string name;
   std::vector<HostTensor> host;
   std::vector<std::unique_ptr<DeviceTensor>> device;  // nullptr: absent
+  // Entries the GPU reads through a broadcast (stride-0) view of its compact copy: the view's
+  // shape and strides (empty: the device tensor as it is).
+  std::vector<std::vector<int64_t>> view_shapes, view_strides;
 
   std::vector<TensorView> host_views() {
     std::vector<TensorView> v;
@@ -140,7 +143,15 @@ struct Family {
   }
   std::vector<TensorView> device_views() const {
     std::vector<TensorView> v;
-    for (const auto& d : device) v.push_back(d ? d->view() : TensorView());
+    for (size_t i = 0; i < device.size(); ++i) {
+      if (!device[i]) {
+        v.emplace_back();
+      } else if (i < view_strides.size() && !view_strides[i].empty()) {
+        v.emplace_back(device[i]->view().data, device[i]->view().dtype, view_shapes[i], view_strides[i]);
+      } else {
+        v.push_back(device[i]->view());
+      }
+    }
     return v;
   }
 };
@@ -149,7 +160,7 @@ struct Family {
 Family read_family(const std::string& name, std::mt19937_64& rng, DType d,
                    const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& present,
                    float lo, float hi, int offset) {
-  Family f{name, {}, {}};
+  Family f{name, {}, {}, {}, {}};
   for (size_t i = 0; i < shapes.size(); ++i) {
     f.host.push_back(random_tensor(rng, d, shapes[i], lo, hi));
     f.device.push_back(present[i] ? std::make_unique<DeviceTensor>(f.host.back(), offset) : nullptr);
@@ -157,10 +168,53 @@ Family read_family(const std::string& name, std::mt19937_64& rng, DType d,
   return f;
 }
 
+// Read by the backward: [T, *S] gradient sequences, entry i repeating as layouts[i] says (missing:
+// a plain sequence). The GPU reads a compact tensor of the distinct values through a stride-0
+// view ([1], [*S] or [T]); the CPU reads a dense copy of the same values.
+Family read_grad_family(const std::string& name, std::mt19937_64& rng, DType d, size_t count,
+                        const std::vector<int64_t>& seq, const std::vector<bool>& present,
+                        const std::vector<SequenceLayout>& layouts, int offset) {
+  Family f{name, {}, {}, {}, {}};
+  const int64_t steps = seq[0], row = numel_of(std::vector<int64_t>(seq.begin() + 1, seq.end()));
+  for (size_t i = 0; i < count; ++i) {
+    const SequenceLayout l = i < layouts.size() ? layouts[i] : SequenceLayout();
+    const bool repeats = l.same_each_step || l.same_each_neuron;
+    std::vector<int64_t> compact_shape = seq, strides;
+    if (repeats) {
+      compact_shape = l.same_each_neuron ? std::vector<int64_t>{l.same_each_step ? 1 : steps}
+                                         : std::vector<int64_t>(seq.begin() + 1, seq.end());
+      strides.assign(seq.size(), 0);
+      if (!l.same_each_step) strides[0] = l.same_each_neuron ? 1 : row;
+      if (!l.same_each_neuron) {
+        int64_t stride = 1;
+        for (size_t k = seq.size() - 1; k >= 1; --k) {
+          strides[k] = stride;
+          stride *= seq[k];
+        }
+      }
+    }
+    const HostTensor compact = random_tensor(rng, d, compact_shape, -1.0f, 1.0f);
+    HostTensor dense(d, seq);
+    for (int64_t t = 0; t < steps; ++t) {
+      for (int64_t n = 0; n < row; ++n) {
+        const int64_t from = repeats ? (l.same_each_step ? 0 : t) * (l.same_each_neuron ? 1 : row) +
+                                           (l.same_each_neuron ? 0 : n)
+                                     : t * row + n;
+        dense.set(t * row + n, compact.get(from));
+      }
+    }
+    f.host.push_back(std::move(dense));
+    f.device.push_back(present[i] ? std::make_unique<DeviceTensor>(compact, offset) : nullptr);
+    f.view_shapes.push_back(repeats ? seq : std::vector<int64_t>());
+    f.view_strides.push_back(strides);
+  }
+  return f;
+}
+
 // Written by the kernel: zeros for the CPU, poison on the GPU.
 Family written_family(const std::string& name, DType d, const std::vector<std::vector<int64_t>>& shapes,
                       const std::vector<bool>& present, int offset) {
-  Family f{name, {}, {}};
+  Family f{name, {}, {}, {}, {}};
   for (size_t i = 0; i < shapes.size(); ++i) {
     f.host.emplace_back(d, shapes[i]);
     f.device.push_back(present[i] ? std::make_unique<DeviceTensor>(d, shapes[i], offset) : nullptr);
@@ -275,6 +329,8 @@ struct Job {
   int offset = 0;  // elements past the allocation start (odd: misaligned rows)
   // Training forward / backward: > 0 saves (and reads) checkpoints every k steps.
   int64_t checkpoint_every = 0;
+  // Backward: gradient sequences that repeat (broadcast views, read in place by the GPU).
+  std::vector<SequenceLayout> grad_output_layouts, grad_state_seq_layouts;
 
   // The spec spikejit::cuda picks for this call (used to compile everything up front).
   codegen::KernelSpec spec() const {
@@ -285,6 +341,8 @@ struct Job {
       s.grad_state_seqs = grad_state_seqs;
       s.grad_final_states = grad_final_states;
       s.checkpoint_every = static_cast<int>(checkpoint_every);
+      s.grad_output_layouts = grad_output_layouts;
+      s.grad_state_seq_layouts = grad_state_seq_layouts;
     } else {
       s.kind = training ? codegen::KernelKind::TrainingForward
                : final_states ? codegen::KernelKind::InferenceFinalState
@@ -300,7 +358,8 @@ struct Job {
            (state_seqs ? " +state_seqs" : "") + (final_states ? " +final_states" : "") +
            (grad_state_seqs ? " +grad_state_seqs" : "") + (grad_final_states ? " +grad_final_states" : "") +
            (offset ? " offset=" + std::to_string(offset) : "") +
-           (checkpoint_every ? " checkpoint_every=" + std::to_string(checkpoint_every) : "");
+           (checkpoint_every ? " checkpoint_every=" + std::to_string(checkpoint_every) : "") +
+           (backward ? " " + spec().key() : "");
   }
 };
 
@@ -409,7 +468,7 @@ void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
   // The CPU's training forward provides `saved` (or the checkpoints) to both backward passes,
   // so only the backward kernels are compared here (with checkpoints: the recomputation too).
   Inputs in = make_inputs(job, rng, true);
-  Family saved{"saved", {}, {}};
+  Family saved{"saved", {}, {}, {}, {}};
   for (const std::vector<int64_t>& shape : saved_shapes(job)) saved.host.emplace_back(saved_dtype(job), shape);
   {
     Family outputs = written_family("outputs", job.dtype, repeat(f.num_outputs, seq), all(f.num_outputs, false), 0);
@@ -426,11 +485,11 @@ void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
   }
   for (HostTensor& s : saved.host) saved.device.push_back(std::make_unique<DeviceTensor>(s, job.offset));
 
-  Family grad_outputs = read_family("grad_outputs", rng, job.dtype, repeat(f.num_outputs, seq), some(rng, f.num_outputs),
-                                    -1.0f, 1.0f, job.offset);
-  Family grad_state_seqs = read_family("grad_state_seqs", rng, job.dtype, repeat(job.grad_state_seqs ? f.num_states : 0, seq),
-                                       job.grad_state_seqs ? some(rng, f.num_states) : std::vector<bool>(), -1.0f, 1.0f,
-                                       job.offset);
+  Family grad_outputs = read_grad_family("grad_outputs", rng, job.dtype, f.num_outputs, seq, some(rng, f.num_outputs),
+                                         job.grad_output_layouts, job.offset);
+  Family grad_state_seqs = read_grad_family("grad_state_seqs", rng, job.dtype, job.grad_state_seqs ? f.num_states : 0,
+                                            seq, job.grad_state_seqs ? some(rng, f.num_states) : std::vector<bool>(),
+                                            job.grad_state_seq_layouts, job.offset);
   Family grad_final_states = read_family("grad_final_states", rng, job.dtype,
                                          repeat(job.grad_final_states ? f.num_states : 0, job.shape),
                                          job.grad_final_states ? some(rng, f.num_states) : std::vector<bool>(),
@@ -690,6 +749,47 @@ TEST_F(CudaKernels, LargeNeuronCountsVectorPathTailsAndMisalignedPointers) {
           j.offset = shape_kind == 2 ? 1 : 0;
           jobs.push_back(j);
         }
+      }
+    }
+  }
+  compile_all(jobs);
+  for (const Job& j : jobs) run_job(j, rng_);
+}
+
+// Gradient sequences broadcast over T and/or S (the expanded gradient of `y.sum()`) are read in
+// place, with a kernel specialised for the layout, and give the gradients of their dense copy:
+// every layout for each output and state sequence, both variants (small and large N, N not a
+// multiple of the vector width), misaligned bases, checkpoints.
+TEST_F(CudaKernels, BroadcastGradientsEqualTheirDenseCopies) {
+  SCOPED_TRACE(trace());
+  const NamedProgram lif{"lif", Program(builtins::lif_neuron())};
+  const NamedProgram plif{"plif", Program(builtins::plif_neuron())};
+  const NamedProgram adaptive{"adaptive", Program::from_text(kMultiState)};
+  auto random_layout = [&] {
+    SequenceLayout l;
+    const uint64_t code = rng_() % 4;
+    l.same_each_step = (code & 1) != 0;
+    l.same_each_neuron = (code & 2) != 0;
+    return l;
+  };
+  std::vector<Job> jobs;
+  for (const NamedProgram* np : {&lif, &plif, &adaptive}) {
+    for (DType d : {DType::F32, DType::F16, DType::BF16}) {
+      for (int code = 0; code < 4; ++code) {
+        Job j = jobs_for(*np, d, static_cast<size_t>(code), 1, 1)[3];  // the backward
+        j.steps = 1 + static_cast<int64_t>(rng_() % 40);
+        const bool large = rng_() % 2 == 0;
+        j.shape = random_shape(large ? 600000 : 1, large ? 600003 : 5000);
+        j.offset = rng_() % 4 == 0 ? 1 : 0;
+        j.checkpoint_every = rng_() % 4 == 0 ? 1 + static_cast<int64_t>(rng_() % 8) : 0;
+        j.grad_output_layouts.assign(static_cast<size_t>(np->program.forward().num_outputs), SequenceLayout());
+        j.grad_output_layouts[0].same_each_step = (code & 1) != 0;  // every layout on output 0
+        j.grad_output_layouts[0].same_each_neuron = (code & 2) != 0;
+        for (size_t i = 1; i < j.grad_output_layouts.size(); ++i) j.grad_output_layouts[i] = random_layout();
+        if (j.grad_state_seqs) {
+          for (int i = 0; i < np->program.forward().num_states; ++i) j.grad_state_seq_layouts.push_back(random_layout());
+        }
+        jobs.push_back(j);
       }
     }
   }

@@ -174,6 +174,8 @@ __device__ __forceinline__ void real_row_store(void* base, long long offset, int
 [[maybe_unused]] constexpr unsigned long long kRowSlots = 0x7bull;  // slots accessed as rows of storage
 [[maybe_unused]] constexpr bool kStoreStateSeqs = false, kWriteFinalStates = false, kSaveSteps = false;
 [[maybe_unused]] constexpr bool kReadGradStateSeqs = false, kReadGradFinalStates = true;
+// How each gradient sequence repeats (bit 0: the same each step, bit 1: the same for every neuron).
+[[maybe_unused]] constexpr int kGradOutputRepeat[kOutputsA] = {0}, kGradStateSeqRepeat[kStatesA] = {0};
 [[maybe_unused]] constexpr int kCheckpointEvery = 0;
 [[maybe_unused]] constexpr int kCheckpointRegisters = 64;
 [[maybe_unused]] constexpr int kReduceThreads = 256;
@@ -326,17 +328,36 @@ struct StepRows {
   Row<EPT> grad_seq[kStatesA];
 };
 
+// Step t of a gradient sequence that may repeat (kGradOutputRepeat): a row of [T, N], the one
+// row of [N] (the same each step), or one value for the step's N elements ([T] or [1]).
+template <int EPT, bool VEC>
+__device__ __forceinline__ void grad_row_load(int repeat, const void* base, long long t, long long n0, int count,
+                                              long long N, Row<EPT>& r) {
+  if (repeat & 2) {
+    const storage* p = base != nullptr ? static_cast<const storage*>(base) + ((repeat & 1) ? 0 : t) : sj_zero_row;
+    const storage v = __ldg(p);
+#pragma unroll
+    for (int e = 0; e < EPT; ++e) r.v[e] = e < count ? v : sj_zero_row[0];
+  } else {
+    row_load<EPT, VEC>(base, (repeat & 1) ? n0 : t * N + n0, count, r);
+  }
+}
+
 template <int EPT, bool VEC, bool SAVED>
-__device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, long long offset, int count, StepRows<EPT>& r) {
+__device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, long long t, long long n0, int count,
+                                               StepRows<EPT>& r) {
+  const long long N = a.neurons;
   if constexpr (SAVED) {
 #pragma unroll
-    for (int i = 0; i < kSaved; ++i) row_load<EPT, VEC>(a.buffers[kSlotSaved + i], offset, count, r.saved[i]);
+    for (int i = 0; i < kSaved; ++i) row_load<EPT, VEC>(a.buffers[kSlotSaved + i], t * N + n0, count, r.saved[i]);
   }
 #pragma unroll
-  for (int i = 0; i < kOutputs; ++i) row_load<EPT, VEC>(a.buffers[kSlotGradOutput + i], offset, count, r.grad_out[i]);
+  for (int i = 0; i < kOutputs; ++i)
+    grad_row_load<EPT, VEC>(kGradOutputRepeat[i], a.buffers[kSlotGradOutput + i], t, n0, count, N, r.grad_out[i]);
   if constexpr (kReadGradStateSeqs) {
 #pragma unroll
-    for (int i = 0; i < kStates; ++i) row_load<EPT, VEC>(a.buffers[kSlotGradStateSeq + i], offset, count, r.grad_seq[i]);
+    for (int i = 0; i < kStates; ++i)
+      grad_row_load<EPT, VEC>(kGradStateSeqRepeat[i], a.buffers[kSlotGradStateSeq + i], t, n0, count, N, r.grad_seq[i]);
   }
 }
 
@@ -425,21 +446,22 @@ __device__ __forceinline__ void backward_rows(const SpikejitArgs& a, long long n
   backward_init<EPT>(a, n0, count, carry, gacc);
   load_params<EPT, VEC>(a, n0, count, pr);
   if (T > 0) {
-    // Like the forward, backwards: row t - DEPTH is loaded before step t runs.
-    long long ahead_row = (T - 1) * N + n0;
+    // Like the forward, backwards: step t - DEPTH is loaded before step t runs (step 0 again
+    // near the end).
+    long long ahead = T - 1;
     StepRows<EPT> ring[DEPTH];
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
-      load_step_rows<EPT, VEC, true>(a, ahead_row > n0 ? ahead_row : n0, count, ring[d]);
-      ahead_row -= N;
+      load_step_rows<EPT, VEC, true>(a, ahead > 0 ? ahead : 0, n0, count, ring[d]);
+      --ahead;
     }
     for (long long t0 = T - 1; t0 >= 0; t0 -= DEPTH) {
 #pragma unroll
       for (int d = 0; d < DEPTH; ++d) {
         const long long t = t0 - d;
         const StepRows<EPT> cur = ring[d];
-        load_step_rows<EPT, VEC, true>(a, ahead_row > n0 ? ahead_row : n0, count, ring[d]);
-        ahead_row -= N;
+        load_step_rows<EPT, VEC, true>(a, ahead > 0 ? ahead : 0, n0, count, ring[d]);
+        --ahead;
         real sv[kSavedA][EPT];
 #pragma unroll
         for (int i = 0; i < kSaved; ++i)
@@ -499,7 +521,7 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
     for (int u = K - 1; u >= 0; --u) {
       if (u < len) {
         StepRows<EPT> g;
-        load_step_rows<EPT, VEC, false>(a, (s0 + u) * N + n0, count, g);
+        load_step_rows<EPT, VEC, false>(a, s0 + u, n0, count, g);
         backward_apply<EPT, VEC>(a, true, (s0 + u) * N + n0, count, ring[u], g, pr, carry, gacc);
       }
     }
