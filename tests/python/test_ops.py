@@ -98,13 +98,15 @@ def test_non_contiguous_inputs_and_gradients():
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 @pytest.mark.parametrize("layout", ["one value", "same each step", "same each neuron"])
-def test_broadcast_gradients_equal_their_dense_copies(device, layout):
-    """Expanded gradients (y.sum() gives one value broadcast over [T, *S]) are read in place on the
-    CPU and copied on CUDA; either way the gradients equal those of the dense copy."""
-    x = random_input(7, 3, 9, device=device)
-    compact = {"one value": (), "same each step": (1, 3, 9), "same each neuron": (7, 1, 1)}[layout]
-    g_s = torch.randn(compact, device=device).expand(7, 3, 9)
-    g_v = (torch.randn(compact, device=device) * 0.3).expand(7, 3, 9)
+@pytest.mark.parametrize("shape", [(7, 3, 9), (3, 96, 1024)])  # the second: CUDA's vector variant
+def test_broadcast_gradients_equal_their_dense_copies(device, layout, shape):
+    """Expanded gradients (y.sum() gives one value broadcast over [T, *S]) are read in place, on
+    the CPU and on CUDA; the gradients equal those of the dense copy, bit for bit."""
+    x = random_input(*shape, device=device)
+    steps, *neurons = shape
+    compact = {"one value": (), "same each step": (1, *neurons), "same each neuron": (steps, 1, 1)}[layout]
+    g_s = torch.randn(compact, device=device).expand(shape)
+    g_v = (torch.randn(compact, device=device) * 0.3).expand(shape)
     assert not g_s.is_contiguous()
     grads = []
     for dense in (False, True):
