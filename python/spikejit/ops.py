@@ -209,6 +209,10 @@ def _training_buffers(program, counts, inputs, init_states, params, store_state_
 def training_forward(handle: int, inputs, init_states, params, store_state_seqs: bool):
     """[*outputs, *final_states, *state_seqs (if store_state_seqs), *saved]."""
     program, counts = _counts(handle)
+    return _training_forward(program, counts, inputs, init_states, params, store_state_seqs)
+
+
+def _training_forward(program, counts, inputs, init_states, params, store_state_seqs):
     seq_shape, outputs, final_states, state_seqs, saved = _training_buffers(
         program, counts, inputs, init_states, params, store_state_seqs)
     _launch_forward(program, inputs[0].device, seq_shape, _contiguous(inputs), _contiguous(init_states),
@@ -254,6 +258,12 @@ def training_backward(handle: int, seq_shape, dtype, device, saved, params, grad
     `wanted` (eager path only; None: all) holds one bool per result: the unwanted ones are None
     and nothing is allocated or stored for them."""
     program, counts = _counts(handle)
+    return _training_backward(program, counts, seq_shape, dtype, device, saved, params, grad_outputs,
+                              grad_final_states, grad_state_seqs, wanted)
+
+
+def _training_backward(program, counts, seq_shape, dtype, device, saved, params, grad_outputs,
+                       grad_final_states, grad_state_seqs, wanted):
     if len(saved) != _num_saved(program, counts):
         raise ValueError(f"saved: expected {counts.saved} tensors, got {len(saved)}")
     grad_inputs, grad_states, grad_params = _backward_results(
@@ -372,15 +382,15 @@ class _Training(torch.autograd.Function):
         inputs = list(tensors[:num_inputs])
         init_states = list(tensors[num_inputs:num_inputs + num_states])
         params = list(tensors[num_inputs + num_states:])
-        results = training_forward(handle, inputs, init_states, params, store_state_seqs)
+        program, counts = _counts(handle)
+        results = _training_forward(program, counts, inputs, init_states, params, store_state_seqs)
         # Unused outputs (often the final state) get None, not a tensor of zeros: the kernels
         # read an absent gradient as zero without allocating, filling and reading one.
         ctx.set_materialize_grads(False)
-        _, counts = _counts(handle)
         first_saved = counts.outputs + counts.states * (2 if store_state_seqs else 1)
         ctx.save_for_backward(*results[first_saved:], *params)
         ctx.num_saved = len(results) - first_saved
-        ctx.handle, ctx.counts, ctx.store_state_seqs = handle, counts, store_state_seqs
+        ctx.program, ctx.counts, ctx.store_state_seqs = program, counts, store_state_seqs
         ctx.active_reference = _ActiveReference(handle)
         ctx.seq_shape, ctx.dtype, ctx.device = list(inputs[0].shape), inputs[0].dtype, inputs[0].device
         ctx.num_states_given = num_states
@@ -398,22 +408,23 @@ class _Training(torch.autograd.Function):
         needs = ctx.needs_input_grad[4:]
         given = ctx.num_states_given
         wanted = needs[:ni] + (needs[ni:ni + ns] if given else (False,) * ns) + needs[ni + given:]
-        results = training_backward(ctx.handle, ctx.seq_shape, ctx.dtype, ctx.device, saved, params,
-                                    list(grads[:no]), list(grads[no:no + ns]), grad_state_seqs, wanted)
+        results = _training_backward(ctx.program, counts, ctx.seq_shape, ctx.dtype, ctx.device, saved, params,
+                                     list(grads[:no]), list(grads[no:no + ns]), grad_state_seqs, wanted)
         grad_states = results[ni:ni + ns] if given else []
         return (None, None, None, None, *results[:ni], *grad_states, *results[ni + ns:])
 
 
-def _eager(tensors) -> bool:
+def _eager(*groups) -> bool:
+    """Plain tensors outside compilation and tracing (then the dispatcher can be skipped)."""
     if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
         return False
-    return all(type(t) is Tensor or type(t) is torch.nn.Parameter for t in tensors)
+    return all(type(t) is Tensor or type(t) is torch.nn.Parameter for tensors in groups for t in tensors)
 
 
 def run_training(handle: int, inputs, init_states, params, store_state_seqs: bool):
     """The training forward with autograd: [*outputs, *final_states, *state_seqs (if stored)],
     possibly followed by the saved tensors (callers slice by their counts)."""
-    if _eager(inputs) and _eager(init_states) and _eager(params):
+    if _eager(inputs, init_states, params):
         return list(_Training.apply(handle, store_state_seqs, len(inputs), len(init_states),
                                     *inputs, *init_states, *params))
     return torch.ops.spikejit.neuron_forward(handle, inputs, init_states, params, store_state_seqs)
@@ -421,7 +432,7 @@ def run_training(handle: int, inputs, init_states, params, store_state_seqs: boo
 
 def run_inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool):
     """Inference (no autograd): [*outputs, *state_seqs (if stored), *final_states (if asked)]."""
-    if _eager(inputs) and _eager(init_states) and _eager(params):
+    if _eager(inputs, init_states, params):
         return inference(handle, inputs, init_states, params, store_state_seqs, final_state)
     return torch.ops.spikejit.neuron_inference(handle, inputs, init_states, params, store_state_seqs, final_state)
 
