@@ -361,11 +361,13 @@ def report(args, device, bandwidth, rows, unavailable):
                 line += [fmt(theirs), "–" if theirs is None or ours is None else f"{theirs / ours:.1f}x"]
             table.append(line)
     print(markdown_table(["neuron", "mode", "spikejit µs"] + [h for c in live for h in (f"{c} µs", "ratio")], table))
-    skipped = [r for r in rows if "skipped" in r]
-    if skipped:
-        print(f"\n{len(skipped)} cases skipped:")
-        for r in skipped:
-            print(f"- {r['implementation']} {r['neuron']} {r['dtype']} {r['mode']} T={r['T']} N={r['N']}: {r['skipped']}")
+    skipped = {}
+    for r in rows:
+        if "skipped" in r:
+            skipped.setdefault((r["implementation"], r["skipped"]), []).append(
+                f"{r['neuron']} {r['dtype']} {r['mode']} T={r['T']} N={r['N']}")
+    for (implementation, why), which in skipped.items():
+        print(f"\n{implementation}: {len(which)} cases skipped ({why}): {', '.join(which)}")
 
 
 def write_csv(path, rows):

@@ -493,16 +493,17 @@ class _Training(torch.autograd.Function):
         return (None, None, None, None, None, *results[:ni], *grad_states, *results[ni + ns:])
 
 
-def _eager(tensors) -> bool:
+def _eager(*groups) -> bool:
+    """Plain tensors outside compilation and tracing (then the dispatcher can be skipped)."""
     if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
         return False
-    return all(type(t) is Tensor or type(t) is torch.nn.Parameter for t in tensors)
+    return all(type(t) is Tensor or type(t) is torch.nn.Parameter for tensors in groups for t in tensors)
 
 
 def run_training(handle: int, inputs, init_states, params, store_state_seqs: bool, checkpoint_every: int = 0):
     """The training forward with autograd: [*outputs, *final_states, *state_seqs (if stored)],
     possibly followed by the saved tensors (callers slice by their counts)."""
-    if _eager(inputs) and _eager(init_states) and _eager(params):
+    if _eager(inputs, init_states, params):
         return list(_Training.apply(handle, store_state_seqs, checkpoint_every, len(inputs), len(init_states),
                                     *inputs, *init_states, *params))
     return torch.ops.spikejit.neuron_forward(handle, inputs, init_states, params, store_state_seqs,
@@ -511,7 +512,7 @@ def run_training(handle: int, inputs, init_states, params, store_state_seqs: boo
 
 def run_inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool):
     """Inference (no autograd): [*outputs, *state_seqs (if stored), *final_states (if asked)]."""
-    if _eager(inputs) and _eager(init_states) and _eager(params):
+    if _eager(inputs, init_states, params):
         return inference(handle, inputs, init_states, params, store_state_seqs, final_state)
     return torch.ops.spikejit.neuron_inference(handle, inputs, init_states, params, store_state_seqs, final_state)
 
