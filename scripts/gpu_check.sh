@@ -16,7 +16,11 @@
 # `--only tests` or `--only bench` runs the build and one half (the halves fit separate calls on
 # a machine that limits a command's time).
 #
-# Environment: OUT, BUILD_DIR (default ./build-gpu), JOBS (default: all cores),
+# The whole run is meant to take under 10 minutes on one H200 host (16 cores): the tests about 3.5,
+# the benchmarks about 5. BUDGET_S (default 570) guards that: a benchmark step that would start
+# with less time left than it needs is not run, and the summary says so (the run then FAILs).
+#
+# Environment: OUT, BUILD_DIR (default ./build-gpu), JOBS (default: all cores), BUDGET_S,
 # SANITIZER_FILTER (gtest filter for compute-sanitizer), SPIKEJIT_CACHE_DIR (default: in the build).
 set -uo pipefail
 
@@ -38,6 +42,7 @@ fi
 OUT=${OUT:-$ROOT/gpu-out}
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 JOBS=${JOBS:-$(nproc)}
+BUDGET_S=${BUDGET_S:-570}
 SANITIZER_FILTER=${SANITIZER_FILTER:-CudaKernels.MultiState*:CudaKernels.EdgeShapes*:CudaKernels.Rejects*}
 mkdir -p "$OUT" "$BUILD"
 # pytest-xdist, when installed, spreads the Python tests over processes.
@@ -61,6 +66,19 @@ step() {
   printf '%-12s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - start))" "$*" | tee -a "$SUMMARY"
   [[ $rc -eq 0 ]] || status=1
   return $rc
+}
+
+# bench_step SECONDS NAME LOG COMMAND...: `step`, when at least SECONDS of the budget are left.
+bench_step() {
+  local need=$1
+  shift
+  if (( SECONDS + need > BUDGET_S )); then
+    printf '%-12s not run: %ss of the %ss budget left, it needs about %ss\n' "$1" "$((BUDGET_S - SECONDS))" \
+      "$BUDGET_S" "$need" | tee -a "$SUMMARY"
+    status=1
+    return 1
+  fi
+  step "$@"
 }
 
 find_sanitizer() {
@@ -128,18 +146,15 @@ if [[ $built -eq 0 && $ONLY != tests ]]; then
     step pip pytest.log python3 -m pip install -q --no-build-isolation --no-deps "$ROOT"
   fi
   # Bit-spike compression against the copy bandwidth; training memory against SpikingJelly.
-  step bench-bits bench.txt "$BUILD/bench_cuda_compress"
-  step bench-memory bench.txt python3 "$ROOT/bench/python/bench_memory.py"
-
-  if [[ -x "$BUILD/bench_cuda_neurons" ]]; then
-    step bench bench.txt "$BUILD/bench_cuda_neurons" --csv "$OUT/bench_cuda_neurons.csv"
-  else
-    echo "bench_cuda_neurons not built (bench/bench_cuda_neurons.cpp missing?)" | tee -a "$SUMMARY"
-  fi
-  # Through PyTorch, against SpikingJelly (installed above): GPU (~3 min), then the host CPU.
-  step pybench bench.txt python3 "$ROOT/bench/python/bench_gpu_vs_spikingjelly.py" --csv "$OUT/bench_python_gpu.csv"
-  step flexbench bench.txt python3 "$ROOT/bench/python/bench_flexsn_vs_builtin.py"
-  step cpubench bench.txt python3 "$ROOT/bench/python/bench_cpu_vs_spikingjelly.py"
+  # Most telling first: the kernels against the copy bandwidth, then through PyTorch against
+  # SpikingJelly (installed above), memory, FlexSN, compression, the host CPU.
+  bench_step 90 bench bench.txt "$BUILD/bench_cuda_neurons" --csv "$OUT/bench_cuda_neurons.csv"
+  bench_step 130 pybench bench.txt python3 "$ROOT/bench/python/bench_gpu_vs_spikingjelly.py" \
+    --budget-s 110 --rep-ms 10 --csv "$OUT/bench_python_gpu.csv"
+  bench_step 80 bench-memory bench.txt python3 "$ROOT/bench/python/bench_memory.py"
+  bench_step 40 flexbench bench.txt python3 "$ROOT/bench/python/bench_flexsn_vs_builtin.py"
+  bench_step 15 bench-bits bench.txt "$BUILD/bench_cuda_compress"
+  bench_step 40 cpubench bench.txt python3 "$ROOT/bench/python/bench_cpu_vs_spikingjelly.py" --reps 20
 fi
 
 for f in "$OUT"/*; do
