@@ -1,6 +1,6 @@
 """Training memory and step time, side by side in one run: SpikingJelly's LIF implementations
-against spikejit (default, with packed-spike layers, and with checkpoint_every where LIFNode has
-it) on two workloads:
+against spikejit (default, with packed-spike layers, with checkpoint_every where LIFNode has it,
+and with every block a spikejit.Recompute block) on two workloads:
 
   (a) vgg: the spiking VGG of SpikingJelly's memopt tutorial (CIFAR10-DVS, 8 Conv-BN-LIF blocks,
       average pooling before blocks 3, 5, 7 and at the end, dropout, a linear classifier; LIF with
@@ -43,7 +43,13 @@ VARIANTS = {
     "spikejit-packed": {"library": "spikejit", "packed": True},
     "spikejit-ckpt8": {"library": "spikejit", "checkpoint_every": 8},
     "spikejit-packed-ckpt8": {"library": "spikejit", "packed": True, "checkpoint_every": 8},
+    "spikejit-recompute": {"library": "spikejit", "recompute": True},
 }
+
+# sj-cuda needs SpikingJelly built from source; checkpoint_every without packing only adds the
+# checkpoints here (LIF's saved h and the input it keeps instead cost the same).
+DEFAULT_VARIANTS = ("sj-torch", "sj-triton", "spikejit", "spikejit-packed", "spikejit-packed-ckpt8",
+                    "spikejit-recompute")
 
 
 def workloads(dry_run):
@@ -77,7 +83,13 @@ def neuron_factory(variant, **options):
     return lambda: spikejit.LIFNode(surrogate_function=sg(), step_mode="m", **options)
 
 
-def build_vgg(make_neuron, packed, width):
+def recomputed(module, spikes_in, enabled):
+    """`module` as a spikejit.Recompute block (input saved packed when it is spikes) if enabled."""
+    import spikejit
+    return spikejit.Recompute(module, spikes=spikes_in) if enabled else module
+
+
+def build_vgg(make_neuron, packed, width, recompute=False):
     from torch import nn
     import spikejit
 
@@ -100,8 +112,10 @@ def build_vgg(make_neuron, packed, width):
             pools = (False, False, True, False, True, False, True, False)
             # A conv may save its input packed when that input is a neuron's spikes: every block
             # but the first (raw data) and those after an average pool.
-            self.blocks = nn.Sequential(*[Block(c[i], c[i + 1], pools[i], packed and i > 0 and not pools[i])
-                                          for i in range(8)])
+            # Recomputed blocks save only their input: packed from block 2 on (the spikes of the block
+            # before), the raw data as it is for block 1.
+            self.blocks = nn.Sequential(*[recomputed(Block(c[i], c[i + 1], pools[i], packed and i > 0 and not pools[i]),
+                                                     i > 0, recompute) for i in range(8)])
             self.pool, self.dropout = nn.AvgPool2d(2), nn.Dropout(0.25)
             self.fc = None  # sized on first use (input size / 16)
 
@@ -113,12 +127,21 @@ def build_vgg(make_neuron, packed, width):
     return VGG()
 
 
-def build_linear(make_neuron, packed, n):
+def build_linear(make_neuron, packed, n, recompute=False):
     from torch import nn
     import spikejit
     second = nn.Linear(n, n)
-    return nn.Sequential(nn.Linear(n, n), make_neuron(), spikejit.packed_spikes(second) if packed else second,
-                         make_neuron())
+    layers = [nn.Linear(n, n), make_neuron(), spikejit.packed_spikes(second) if packed else second, make_neuron()]
+    if recompute:  # both blocks take spikes (the input is spikes too)
+        return nn.Sequential(recomputed(nn.Sequential(*layers[:2]), True, True),
+                             recomputed(nn.Sequential(*layers[2:]), True, True))
+    return nn.Sequential(*layers)
+
+
+def c_last(model):
+    """Channels out of the last VGG block (recomputed or not)."""
+    from torch import nn
+    return [m for m in model.blocks.modules() if isinstance(m, nn.BatchNorm2d)][-1].num_features
 
 
 def reset_neurons(model):
@@ -133,15 +156,15 @@ def run_workload(name, shape, variant, device, steps):
     torch.manual_seed(0)
     if name == "vgg":
         make = neuron_factory(variant, tau=1.333, decay_input=False, detach_reset=True, surrogate="atan")
-        model = build_vgg(make, variant.get("packed", False), shape["width"])
+        model = build_vgg(make, variant.get("packed", False), shape["width"], variant.get("recompute", False))
         d = shape["size"] // 16
-        model.fc = nn.Linear(model.blocks[-1].proj[-1].num_features * d * d, 10)
+        model.fc = nn.Linear(c_last(model) * d * d, 10)
         x = torch.randint(0, 4, (shape["T"], shape["B"], 2, shape["size"], shape["size"])).float()
         labels = torch.randint(0, 10, (shape["B"],), device=device)
         loss_of = lambda out: nn.functional.cross_entropy(out, labels)  # noqa: E731
     else:
         make = neuron_factory(variant, surrogate="sigmoid")
-        model = build_linear(make, variant.get("packed", False), shape["n"])
+        model = build_linear(make, variant.get("packed", False), shape["n"], variant.get("recompute", False))
         x = (torch.rand(shape["T"], shape["B"], shape["n"]) < 0.2).float()
         loss_of = lambda out: out.mean()  # noqa: E731
     model, x = model.to(device), x.to(device)
@@ -258,7 +281,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=5, help="timed training steps per case (after 2 warm-ups)")
     parser.add_argument("--csv", help="also write the rows to this CSV file")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, from: " + ", ".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                        help="comma-separated, from: " + ", ".join(VARIANTS) + " (default: " + ",".join(DEFAULT_VARIANTS) + ")")
     parser.add_argument("--workloads", default="", help="comma-separated workload names (default: all)")
     parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU, to check the script")
     parser.add_argument("--worker", help=argparse.SUPPRESS)

@@ -17,6 +17,7 @@ from .functional import (if_multi_step, lif_multi_step, multistep_if, multistep_
                          plif_multi_step)
 from .neuron import IFNode, LIFNode, ParametricLIFNode
 from .nn import PackedSpikeConv2d, PackedSpikeLinear, packed_spikes
+from .recompute import Recompute
 from .scan import (eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available,
                    lowerable_scan_final_state)
 
@@ -28,6 +29,7 @@ __all__ = [
     "multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step", "plif_multi_step",
     "eager_scan", "eager_scan_final_state", "lowerable_scan", "lowerable_scan_final_state",
     "lowerable_scan_available", "bit_spike_compress", "bit_spike_decompress", "cuda_available",
+    "PackedSpikeLinear", "PackedSpikeConv2d", "packed_spikes", "Recompute",
     "surrogate", "registry", "ops",
 ]
 

@@ -1,0 +1,156 @@
+"""Recompute blocks: the outputs, gradients, neuron states and batch-norm statistics of the plain
+module, bit for bit on the CPU (within rounding on CUDA, where cuDNN may pick other algorithms);
+only the packed input saved; clear errors for what a recomputed block cannot do."""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import spikejit
+from conftest import device_params
+
+
+def spikes(*shape, device="cpu", p=0.3):
+    return (torch.rand(*shape, device=device) < p).float()
+
+
+class ConvBlock(nn.Module):
+    """Conv-BN-LIF over [T, B, C, H, W], as the blocks of a spiking VGG (dropout optional)."""
+
+    def __init__(self, cin, cout, dropout=0.0):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout)
+        self.dropout = nn.Dropout(dropout)
+        self.neuron = spikejit.LIFNode(tau=1.5, detach_reset=True, step_mode="m", store_v_seq=True)
+
+    def forward(self, x):
+        T, B = x.shape[:2]
+        y = self.dropout(self.bn(self.conv(x.flatten(0, 1)))).unflatten(0, (T, B))
+        return self.neuron(y)
+
+
+def step(model, x, grad, seed=0):
+    """Output, x.grad, every parameter's grad, after one forward + backward from a fixed RNG."""
+    for p in model.parameters():
+        p.grad = None
+    x = x.detach().requires_grad_()
+    torch.manual_seed(seed)
+    y = model(x)
+    y.backward(grad)
+    return [y.detach(), x.grad] + [p.grad for p in model.parameters()]
+
+
+def assert_same(got, expected):
+    assert len(got) == len(expected)
+    for i, (a, b) in enumerate(zip(got, expected)):
+        assert a is not None and b is not None, f"item {i}"
+        if a.is_cuda:
+            eps = torch.finfo(b.dtype).eps
+            torch.testing.assert_close(a, b, rtol=8 * eps, atol=8 * eps * b.abs().max().item(), msg=f"item {i}")
+        else:
+            assert torch.equal(a, b), f"item {i}: max difference {(a - b).abs().max()}"
+
+
+def reset(model):
+    for m in model.modules():
+        if isinstance(m, spikejit.LIFNode):
+            m.reset()
+
+
+@pytest.fixture(autouse=True)
+def no_tf32():
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32 = saved
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_gradients_states_and_statistics_equal_the_plain_module(device, dropout):
+    torch.manual_seed(1)
+    plain = nn.Sequential(ConvBlock(3, 8, dropout), ConvBlock(8, 6, dropout)).to(device)
+    blocks = copy.deepcopy(plain)
+    recomputed = nn.Sequential(spikejit.Recompute(blocks[0], spikes=False), spikejit.Recompute(blocks[1]))
+    x = torch.randn(4, 2, 3, 7, 5, device=device)  # raw data into the first block
+    grad = torch.randn(4, 2, 6, 7, 5, device=device)
+    for _ in range(2):  # twice: the running statistics advance once per step in both
+        reset(plain), reset(recomputed)
+        assert_same(step(recomputed, x, grad), step(plain, x, grad))
+        def of(model, kind):
+            return [m for m in model.modules() if isinstance(m, kind)]
+
+        for a, b in zip(of(recomputed, nn.BatchNorm2d), of(plain, nn.BatchNorm2d)):
+            assert_same([a.running_mean, a.running_var], [b.running_mean, b.running_var])
+            assert a.num_batches_tracked.item() == b.num_batches_tracked.item()
+        for a, b in zip(of(recomputed, spikejit.LIFNode), of(plain, spikejit.LIFNode)):  # the states the forward left
+            assert_same([a.v, a.v_seq], [b.v.detach(), b.v_seq.detach()])
+
+
+def saved_bytes(model, x):
+    """Bytes autograd saves for one forward of `model` (saved_tensors_hooks see every save)."""
+    sizes = []
+
+    def pack(t):
+        sizes.append(t.numel() * t.element_size())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x)
+    return sum(sizes)
+
+
+def test_saves_only_the_packed_input():
+    block = ConvBlock(8, 16)
+    x = spikes(6, 4, 8, 9, 9).requires_grad_()
+    recomputed = spikejit.Recompute(block)
+    n = x.numel()
+    assert saved_bytes(recomputed, x) == (n + 7) // 8
+    reset(block)
+    assert saved_bytes(block, x) > 8 * n  # the plain block keeps conv input, BN input and LIF values
+    assert saved_bytes(spikejit.Recompute(ConvBlock(8, 16), spikes=False), x) == 4 * n
+
+
+def test_frozen_module_and_no_grad_run_the_plain_module():
+    block = ConvBlock(2, 3)
+    recomputed = spikejit.Recompute(block)
+    x = spikes(3, 2, 2, 4, 4)
+    with torch.no_grad():
+        y = recomputed(x)
+    reset(block)
+    assert torch.equal(y, block(x)) and not y.requires_grad
+    # Only x requires a gradient: the block is recomputed for x.grad alone.
+    block.requires_grad_(False)
+    grad = torch.randn(3, 2, 3, 4, 4)
+    reset(block)
+    got = step(recomputed, x, grad)[:2]
+    reset(block)
+    assert_same(got, step(block, x, grad)[:2])
+
+
+def test_errors_name_the_argument():
+    with pytest.raises(TypeError, match="module: expected an nn.Module"):
+        spikejit.Recompute(lambda x: x)
+    with pytest.raises(TypeError, match="spikes: expected a bool"):
+        spikejit.Recompute(nn.Identity(), spikes=1)
+    single = spikejit.Recompute(nn.Sequential(nn.Linear(4, 4), spikejit.LIFNode(step_mode="s")))
+    with pytest.raises(ValueError, match=r"module: Recompute needs multi-step neurons.*1 \(LIFNode\)"):
+        single(torch.randn(2, 4))
+    node = spikejit.LIFNode(step_mode="m")
+    carried = spikejit.Recompute(nn.Sequential(nn.Linear(4, 4), node))
+    carried(torch.randn(3, 2, 4, requires_grad=True))
+    node.v = torch.randn(2, 4, requires_grad=True) * 1.0
+    with pytest.raises(ValueError, match=r"module: 1\.v carries a gradient"):
+        carried(torch.randn(3, 2, 4, requires_grad=True))
+
+    class Pair(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.fc(x), x
+
+    with pytest.raises(TypeError, match="module: Recompute expects a module that returns one tensor"):
+        spikejit.Recompute(Pair())(torch.randn(2, 4, requires_grad=True))
