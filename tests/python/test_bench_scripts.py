@@ -1,0 +1,38 @@
+"""The Python benchmarks run on the GPU machine only once per session: their dry runs (tiny sizes,
+CPU) run here, so that a change that breaks a benchmark fails the tests, not the GPU run."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "python"
+
+
+def run_bench(name, *args):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    result = subprocess.run([sys.executable, str(BENCH / name), *args], capture_output=True, text=True,
+                            timeout=300, env=env)
+    assert result.returncode == 0, f"{name} exited with {result.returncode}:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def test_memory_bench_dry_run_runs_every_spikejit_variant():
+    out = run_bench("bench_memory.py", "--dry-run", "--steps", "1", "--workloads", "vgg,linear-64",
+                    "--variants", "spikejit,spikejit-packed,spikejit-packed-ckpt8,spikejit-recompute")
+    for variant in ("spikejit", "spikejit-packed", "spikejit-packed-ckpt8", "spikejit-recompute"):
+        for workload in ("vgg", "linear-64"):
+            row = next((line for line in out.splitlines() if line.startswith(f"| {workload} | {variant} |")), None)
+            assert row is not None and "failed" not in row and "not run" not in row, out
+
+
+@pytest.mark.parametrize("script", ["bench_gpu_vs_spikingjelly.py", "bench_flexsn_vs_builtin.py"])
+def test_gpu_bench_dry_runs(script):
+    out = run_bench(script, "--dry-run", *(["--sj-backends", "--budget-s", "60"] if "spikingjelly" in script else []))
+    assert "| LIF |" in out or "| infer |" in out, out
+
+
+def test_profile_step_runs_on_the_cpu():
+    out = run_bench("profile_step.py", "--device", "cpu", "--calls", "20", "--bursts", "1", "--top", "3")
+    assert "µs per step (host)" in out and "cProfile" in out, out
