@@ -4,9 +4,15 @@
 program lives in this process-wide registry and the ops take its handle (a graph constant).
 Lifetime (reference section 3.5): an entry lives while it has an owner (a module, a cache, a
 copy of a module) or an active reference (a training forward whose backward has not run yet).
-When both counts reach zero the entry is removed. Handles increase and are never reused.
+When both counts reach zero the entry is removed.
+
+A handle is derived from what the program is (its canonical text, its backward step with the
+values it saves, and the ops' result layout), not from the order of registration: compiled
+graphs that torch.compile caches on disk hold handles as constants and are reused by other
+processes, so a handle must mean the same program (and the same number of op results) in every
+process and version. Registering an equal program again adds an owner to its entry.
 """
-import itertools
+import hashlib
 import threading
 import weakref
 
@@ -14,7 +20,8 @@ from . import _core
 
 _lock = threading.Lock()
 _entries = {}
-_next_handle = itertools.count(1)
+# Bumped when the ops' results for a program change (e.g. which saved values a forward returns).
+_RESULT_LAYOUT = "spikejit-op-results-2"
 
 
 class _Entry:
@@ -34,13 +41,23 @@ def _as_handle(handle) -> int:
         raise TypeError(f"handle: expected an int, got {type(handle).__name__}") from None
 
 
+def _handle_of(program: "_core.Program") -> int:
+    """63 bits of a hash of the program and its saved values (positive, an int64 in op schemas)."""
+    text = "\n".join((_RESULT_LAYOUT, program.canonical(), program.backward_text(), repr(program.saved_inputs)))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
 def register(program: "_core.Program") -> int:
-    """Adds `program` with one owner reference; returns its handle."""
+    """Adds one owner reference to `program`'s entry (made if needed); returns its handle."""
     if not isinstance(program, _core.Program):
         raise TypeError(f"program: expected spikejit._core.Program, got {type(program).__name__}")
+    handle = _handle_of(program)
     with _lock:
-        handle = next(_next_handle)
-        _entries[handle] = _Entry(program)
+        entry = _entries.get(handle)
+        if entry is None:
+            _entries[handle] = _Entry(program)
+        else:
+            entry.owner_refs += 1
     return handle
 
 

@@ -3,6 +3,8 @@ eager loop, parameters captured by the core, fallback and strict mode, T = 0, st
 import copy
 import functools
 import gc
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -366,3 +368,21 @@ def test_requires_grad_mask_detaches_inputs():
     s, y = node(x, m)
     (s.sum() + y.sum()).backward()
     assert x.grad is not None and m.grad is None
+
+
+def test_handles_name_programs_the_same_in_every_process():
+    """Compiled graphs cached on disk hold handles: a handle depends on the program only, not on
+    what else a process registered before, and two modules of one program share an entry."""
+    script = ("import spikejit, sys\n"
+              "others = [spikejit.IFNode(), spikejit.LIFNode(tau=5.0)] if sys.argv[1] == 'others-first' else []\n"
+              "print(spikejit.LIFNode(tau=3.0, step_mode='m')._program_handle)\n")
+    handles = {subprocess.run([sys.executable, "-c", script, order], capture_output=True, text=True,
+                              check=True).stdout.strip() for order in ("lif-first", "others-first")}
+    node = spikejit.LIFNode(tau=3.0, step_mode="m")
+    assert handles == {str(node._program_handle)}
+    a, b = spikejit.FlexSN(strange_core, 2, 2, 2), spikejit.FlexSN(strange_core, 2, 2, 2)
+    assert a.handle == b.handle and spikejit.registry.handle_info(a.handle)["owner_refs"] == 2
+    assert spikejit.FlexSN(AdaptiveCore(), 1, 2, 1).handle != a.handle
+    del a
+    gc.collect()
+    assert live(b.handle)
