@@ -47,7 +47,7 @@ SANITIZER_FILTER=${SANITIZER_FILTER:-CudaKernels.MultiState*:CudaKernels.EdgeSha
 mkdir -p "$OUT" "$BUILD"
 # pytest-xdist, when installed, spreads the Python tests over processes.
 PYTEST_PARALLEL=()
-python3 -c "import xdist" > /dev/null 2>&1 && PYTEST_PARALLEL=(-n 8)
+python3 -c "import xdist" > /dev/null 2>&1 && PYTEST_PARALLEL=(-n 12)
 export SPIKEJIT_REQUIRE_CUDA=1
 export SPIKEJIT_CACHE_DIR=${SPIKEJIT_CACHE_DIR:-$BUILD/kernel-cache}
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$BUILD/inductor-cache}
@@ -150,7 +150,7 @@ if [[ $built -eq 0 && $ONLY != tests ]]; then
   # SpikingJelly (installed above), memory, FlexSN, compression, the host CPU.
   bench_step 90 bench bench.txt "$BUILD/bench_cuda_neurons" --csv "$OUT/bench_cuda_neurons.csv"
   bench_step 130 pybench bench.txt python3 "$ROOT/bench/python/bench_gpu_vs_spikingjelly.py" \
-    --budget-s 110 --rep-ms 10 --csv "$OUT/bench_python_gpu.csv"
+    --budget-s 100 --rep-ms 10 --csv "$OUT/bench_python_gpu.csv"
   bench_step 80 bench-memory bench.txt python3 "$ROOT/bench/python/bench_memory.py"
   bench_step 40 flexbench bench.txt python3 "$ROOT/bench/python/bench_flexsn_vs_builtin.py"
   bench_step 15 bench-bits bench.txt "$BUILD/bench_cuda_compress"
