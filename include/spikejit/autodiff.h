@@ -11,7 +11,10 @@ namespace spikejit::autodiff {
 //            GradOutput(i)  dL/d outputs[i][t],   GradState(i)  dL/d states[i][t],   Param(i)
 //   results  grad_inputs (dL/d inputs[t]), grad_prev_states (dL/d states[t-1]), grad_params
 //            (this step's contribution). spike(x) gives grad * surrogate'(x); detach gives zero.
-ir::Step differentiate(const ir::Step& forward);
+// `pack_spikes` (the save policy of spikejit/buffers.h): spike-valued values (ir::spike_valued)
+// are saved as bits, at 1/16 of the cost of a value in the choice of what to save; the result's
+// `saved_packed` then has one flag per saved value (without it: empty).
+ir::Step differentiate(const ir::Step& forward, bool pack_spikes = false);
 
 // The surrogate derivative g'(x) as IR nodes appended to `nodes` (used by `differentiate`,
 // exposed for tests). Returns the id of the result.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "spikejit/tensor.h"
@@ -24,30 +25,68 @@ namespace spikejit {
 //                storage dtype, so with float16 / bfloat16 storage the gradients may differ
 //                from the per-step policy's (which rounds what it stores) by that rounding.
 constexpr int kMaxCheckpointEvery = 256;
+//
+// `pack_spikes` (per step only; both calls the same): spike-valued values (ir::spike_valued:
+// spikes, comparisons, 0/1 products, ...) are saved as bits, in `packed_saved`, at 1/16 of the
+// cost of a value in the choice of what to save, which may then save spikes that it would
+// otherwise recompute (Program::backward(true) is that plan). Gradients equal the default
+// policy's bit for bit with float32 / float64 storage; with float16 / bfloat16 the default policy
+// may round a value it stores where this one keeps exact spikes.
+
+// Bit-packed spikes of one [T, *S] sequence (N = prod(S) neurons): uint8 [T, ceil(N / 8)]; row t
+// holds step t, and neuron n is bit n % 8 (LSB first) of byte n / 8 of its row; the unused high
+// bits of a row's last byte are zero. For N % 8 == 0 this is exactly bit_spike_compress of the
+// [T, *S] sequence (spikejit/compress.h); otherwise every row is padded to whole bytes. Contiguous
+// (`strides` in bytes, empty: contiguous). A default-constructed view is absent.
+struct PackedView {
+  void* data = nullptr;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+  bool present = false;
+
+  PackedView() = default;
+  PackedView(void* d, std::vector<int64_t> s, std::vector<int64_t> st = {})
+      : data(d), shape(std::move(s)), strides(std::move(st)), present(true) {}
+
+  std::string describe() const;  // "uint8[4, 2]"
+};
+
+// Bytes of one packed row of N neurons: ceil(N / 8).
+int64_t packed_row_bytes(int64_t neurons);
 
 // Inference:                 outputs (+ state_seqs and/or final_states when present).
 // Training forward:          the same plus `saved` (see the save policy above; per step, a saved
 //                            value that is an input, see Program::saved_inputs(), may be absent
 //                            and is then not written: the backward's `saved` entry is the input).
+// Any kind writes output i as packed bits too when packed_outputs[i] is present, or only so when
+// outputs[i] is absent. Only spike-valued outputs (Program::packable_outputs()) may be packed.
 struct ForwardBuffers {
   int64_t steps = 0;                     // T
   std::vector<int64_t> neuron_shape;     // S
   std::vector<TensorView> inputs;        // num_inputs x [T,*S]
   std::vector<TensorView> initial_states;  // empty, or num_states entries; absent -> default
   std::vector<TensorView> params;        // one per parameter declaration
-  std::vector<TensorView> outputs;       // num_outputs x [T,*S]; written
+  // num_outputs x [T,*S]; written. Absent only where packed_outputs[i] is present.
+  std::vector<TensorView> outputs;
+  std::vector<PackedView> packed_outputs;  // empty, or num_outputs entries; present -> written
   std::vector<TensorView> state_seqs;    // empty, or num_states entries; present -> written
   std::vector<TensorView> final_states;  // empty, or num_states entries; present -> written
-  // Per step: empty (inference) or backward().saved.size() entries. Checkpoints: num_states
-  // entries (a checkpointed call is always a training forward). Written.
+  // Per step: empty (inference) or backward(pack_spikes).saved.size() entries. Checkpoints:
+  // num_states entries (a checkpointed call is always a training forward). Written.
   std::vector<TensorView> saved;
+  // pack_spikes: empty when no saved value is packed, else one entry per saved value, present
+  // exactly where backward(true).is_saved_packed(i) (and saved[i] is then absent). Written.
+  std::vector<PackedView> packed_saved;
   int64_t checkpoint_every = 0;          // the save policy
+  bool pack_spikes = false;              // the save policy (per step only)
 };
 
 struct BackwardBuffers {
   int64_t steps = 0;
   std::vector<int64_t> neuron_shape;
   std::vector<TensorView> saved;              // what the training forward wrote (same policy)
+  std::vector<PackedView> packed_saved;       // likewise (pack_spikes)
+  bool pack_spikes = false;                   // the save policy
   std::vector<TensorView> inputs;             // checkpoints: the forward's inputs; else empty
   std::vector<TensorView> params;
   std::vector<TensorView> grad_outputs;       // empty or num_outputs; absent -> zero
@@ -78,23 +117,26 @@ class Program;
 void validate(const Program& program, const ForwardBuffers& b);
 void validate(const Program& program, const BackwardBuffers& b, bool broadcast_grads = false);
 
-// One buffer of `saved`: its shape and dtype, and (per step) the input it is, or -1 when the
-// forward computes it. A saved input may be absent in the forward (see Program::saved_inputs).
+// One buffer the backward reads: its shape and dtype, and (per step) the input it is, or -1 when
+// the forward computes it. A saved input may be absent in the forward (see Program::saved_inputs).
+// `packed`: it goes to packed_saved as uint8 [T, ceil(N / 8)] (`dtype` does not apply).
 struct SavedBuffer {
   std::vector<int64_t> shape;
   DType dtype = DType::F32;
   int input = -1;
+  bool packed = false;
 };
 
 // The dtype of checkpoints for a storage dtype: float64 for float64, else float32 (the compute
 // dtype of the CUDA kernels and of the CPU executor's automatic choice).
 DType checkpoint_dtype(DType storage);
 
-// What a training forward with this policy writes to `saved` (and the backward reads), in order:
-// per step, backward().saved.size() x [T, *S] in `storage`; with checkpoints, num_states x
-// [ceil(T/k), *S] in checkpoint_dtype(storage). Throws ArgumentError for a bad T, S or policy.
+// What a training forward with this policy writes (and the backward reads), in order: per step,
+// backward(pack_spikes).saved.size() x [T, *S] in `storage`, or packed (uint8 [T, ceil(N / 8)],
+// in packed_saved) where the policy packs; with checkpoints, num_states x [ceil(T/k), *S] in
+// checkpoint_dtype(storage). Throws ArgumentError for a bad T, S or policy.
 std::vector<SavedBuffer> saved_layout(const Program& program, int64_t steps,
                                       const std::vector<int64_t>& neuron_shape, DType storage,
-                                      int64_t checkpoint_every);
+                                      int64_t checkpoint_every, bool pack_spikes = false);
 
 }  // namespace spikejit

@@ -157,7 +157,20 @@ struct Step {
   // Backward step only: `saved[i]` is the forward node (of the lowered forward step) whose value
   // the training forward stores per step and the backward reads as `Saved(i)`.
   std::vector<ValueId> saved;
+  // Backward step only: empty, or one flag per `saved` entry; true where the value is stored as
+  // one bit per neuron and step (a spike-valued value under the pack_spikes save policy).
+  std::vector<bool> saved_packed;
+
+  bool is_saved_packed(size_t i) const { return i < saved_packed.size() && saved_packed[i]; }
 };
+
+// Per node of `nodes` (in topological order): true when the value can only be +0 or 1, so that
+// one bit holds it exactly (bit-packed outputs and saved values). The rule, applied in order:
+//   spike(x); any Bool value (comparisons, logic, bool(x), where of Bool branches); float(b);
+//   the literals +0 and 1; detach(a), a * b, min(a, b), max(a, b) and 1 - a of such values; and
+//   where(c, a, b) whose branches a and b are such values.
+// Everything else (inputs, states, parameters, other arithmetic) is not, whatever it computes.
+std::vector<bool> spike_valued(const std::vector<Node>& nodes);
 
 // Neuron -> forward Step: substitutes constants, folds, merges duplicates, removes dead code.
 Step lower(const Neuron& n);

@@ -19,11 +19,16 @@ class Program {
 
   const ir::Neuron& neuron() const;
   const ir::Step& forward() const;   // the lowered forward step
-  const ir::Step& backward() const;  // derived by autodiff on first use (thread-safe)
-  // For each backward().saved value: the index of the input it is, or -1 for a computed value.
-  // A saved input's forward buffer may be absent (nothing is written): pass the input sequence
-  // itself to the backward, which saves one sequence write per input.
-  const std::vector<int>& saved_inputs() const;
+  // Derived by autodiff on first use (thread-safe), for a save policy: `pack_spikes` saves
+  // spike-valued values as bits (see spikejit/buffers.h), which may change what is saved.
+  const ir::Step& backward(bool pack_spikes = false) const;
+  // For each backward(pack_spikes).saved value: the index of the input it is, or -1 for a
+  // computed value. A saved input's forward buffer may be absent (nothing is written): pass the
+  // input sequence itself to the backward, which saves one sequence write per input.
+  const std::vector<int>& saved_inputs(bool pack_spikes = false) const;
+  // For each output: true when its value is spike-valued (ir::spike_valued), so that it may be
+  // written as packed bits (ForwardBuffers::packed_outputs).
+  const std::vector<bool>& packable_outputs() const;
   std::string canonical() const;     // canonical text of the neuron
   std::string hash() const;          // hex digest of the canonical text
 

@@ -152,7 +152,7 @@ void compact_saved(ir::Step& b) {
 
 }  // namespace
 
-ir::Step differentiate(const ir::Step& forward) {
+ir::Step differentiate(const ir::Step& forward, bool pack_spikes) {
   check_forward(forward);
   Sweep sweep(forward);
   sweep.run();
@@ -171,7 +171,7 @@ ir::Step differentiate(const ir::Step& forward) {
 
   b.nodes = std::move(sweep.nodes());
   const std::vector<ValueId> needed = forward_values_needed(b.nodes, forward.nodes.size(), b);
-  b.saved = choose_saved(forward.nodes, needed);
+  b.saved = choose_saved(forward.nodes, needed, pack_spikes);
   for (size_t k = 0; k < b.saved.size(); ++k) {
     ir::Node leaf;
     leaf.op = Op::Saved;
@@ -181,6 +181,10 @@ ir::Step differentiate(const ir::Step& forward) {
   }
   ir::simplify(b);
   compact_saved(b);
+  if (pack_spikes) {
+    const std::vector<bool> binary = ir::spike_valued(forward.nodes);
+    for (ValueId v : b.saved) b.saved_packed.push_back(binary[static_cast<size_t>(v)]);
+  }
   for (const ir::Node& node : b.nodes)
     if (node.op == Op::Input || node.op == Op::State)
       throw Error("autodiff: the backward step still reads a forward " +

@@ -2,8 +2,11 @@
 // have tens of nodes). Node v becomes in(v) -> out(v) with the cost of saving v; an argument edge
 // u -> v becomes out(u) -> in(v) with unbounded capacity.
 //
-// Costs count sequence traffic: a computed value is written by the training forward and read by
-// the backward (2); an input is already in memory, so the backward can read it there (1).
+// Costs count sequence traffic in units of 1/16 of a value: a computed value is written by the
+// training forward and read by the backward (32); an input is already in memory, so the backward
+// can read it there (16); under pack_spikes a spike-valued value is written and read as one bit
+// (2: its size next to a float16 value, and half that next to a float32 one, the planner prefers
+// it either way).
 #include "autodiff/save_plan.h"
 
 #include <algorithm>
@@ -13,6 +16,7 @@ namespace spikejit::autodiff {
 namespace {
 
 constexpr int kUnbounded = 1 << 29;
+constexpr int kValueCost = 32, kInputCost = 16, kPackedCost = 2;
 
 class FlowGraph {
  public:
@@ -86,7 +90,7 @@ class FlowGraph {
 }  // namespace
 
 std::vector<ir::ValueId> choose_saved(const std::vector<ir::Node>& forward,
-                                      const std::vector<ir::ValueId>& needed) {
+                                      const std::vector<ir::ValueId>& needed, bool pack_spikes) {
   const int n = static_cast<int>(forward.size());
   // Values that change from step to step; the rest (literals, parameters) are free to recompute.
   std::vector<char> varying(n, 0);
@@ -99,12 +103,13 @@ std::vector<ir::ValueId> choose_saved(const std::vector<ir::Node>& forward,
   for (ir::ValueId v : needed) any_sink |= varying[v] != 0;
   if (!any_sink) return {};
 
+  const std::vector<bool> packable = pack_spikes ? ir::spike_valued(forward) : std::vector<bool>(n, false);
   const int source = 2 * n, sink = 2 * n + 1;
   FlowGraph g(2 * n + 2);
   for (int v = 0; v < n; ++v) {
     if (!varying[v]) continue;
     const ir::Node& node = forward[v];
-    g.add_edge(2 * v, 2 * v + 1, node.op == ir::Op::Input ? 1 : 2);
+    g.add_edge(2 * v, 2 * v + 1, node.op == ir::Op::Input ? kInputCost : packable[v] ? kPackedCost : kValueCost);
     if (node.op == ir::Op::Input || node.op == ir::Op::State) g.add_edge(source, 2 * v, kUnbounded);
     for (int a = 0; a < ir::op_info(node.op).arity; ++a)
       if (varying[node.args[a]]) g.add_edge(2 * node.args[a] + 1, 2 * v, kUnbounded);

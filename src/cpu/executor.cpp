@@ -2,6 +2,8 @@
 // count, so every result, scalar parameter gradients included, has the same bits for any number
 // of threads). A block keeps its values in lane arrays and runs all T steps before the next block.
 // With checkpoints the backward recomputes each segment of k steps with the forward step first.
+// Bit-packed rows (outputs, saved spikes) are packed and unpacked per block: a block starts on a
+// multiple of 8 lanes, so it owns its bytes of every row.
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "common/parallel.h"
+#include "cpu/lane_bits.h"
 #include "cpu/lane_kernels.h"
 #include "cpu/lane_program.h"
 #include "spikejit/cpu.h"
@@ -19,6 +22,7 @@ namespace spikejit::cpu {
 namespace {
 
 constexpr int64_t kBlock = 512;
+static_assert(kBlock % 8 == 0, "packed rows: a block owns whole bytes");
 constexpr size_t kAlignBytes = 64;
 
 // Aligned lane arrays for one block: slot k holds kBlock lanes.
@@ -89,6 +93,22 @@ int64_t neuron_count(const std::vector<int64_t>& shape) {
 
 int64_t block_count(int64_t n) { return (n + kBlock - 1) / kBlock; }
 
+// Bit-packed [T, ceil(N / 8)] sequences, one per entry; null where absent.
+struct PackedRows {
+  std::vector<uint8_t*> data;
+  int64_t row_bytes = 0;
+
+  PackedRows(const std::vector<PackedView>& views, size_t count, int64_t neurons)
+      : data(count, nullptr), row_bytes(packed_row_bytes(neurons)) {
+    for (size_t i = 0; i < views.size(); ++i) {
+      if (views[i].present) data[i] = static_cast<uint8_t*>(views[i].data);
+    }
+  }
+  PackedRows() = default;
+  // The bytes of block lanes from `start` (a multiple of 8) at step t of entry i.
+  uint8_t* at(size_t i, int64_t t, int64_t start) const { return data[i] + t * row_bytes + start / 8; }
+};
+
 // Literals and parameters: filled once per block.
 template <class F>
 void fill_constants(const LaneProgram& p, const std::vector<LaneBuffer>& params,
@@ -148,6 +168,7 @@ struct ForwardCall {
   std::vector<ir::ParamKind> param_kinds;
   std::vector<double> state_defaults;
   std::vector<LaneBuffer> inputs, initial_states, params, outputs, state_seqs, final_states, saved;
+  PackedRows packed_outputs, packed_saved;
   std::vector<int32_t> output_slots, next_state_slots, saved_slots;
   int64_t checkpoint_every = 0;       // > 0: `checkpoints` instead of `saved`
   std::vector<LaneBuffer> checkpoints;  // per state, [ceil(T/k), N] in the compute type F
@@ -174,12 +195,16 @@ void forward_block(const ForwardCall& c, int64_t block) {
       for (int32_t i = 0; i < states; ++i) store_lanes(c.checkpoints[i], at, s[p.carry_slot[i]], n);
     }
     forward_step(p, c.inputs, c.next_state_slots, s, row, n, [&] {
-      for (size_t i = 0; i < c.outputs.size(); ++i) store_lanes(c.outputs[i], row, s[c.output_slots[i]], n);
+      for (size_t i = 0; i < c.outputs.size(); ++i) {
+        if (c.outputs[i].present()) store_lanes(c.outputs[i], row, s[c.output_slots[i]], n);
+        if (c.packed_outputs.data[i]) pack_lanes(c.packed_outputs.at(i, t, start), s[c.output_slots[i]], n);
+      }
       for (int32_t i = 0; i < states; ++i) {
         if (c.state_seqs[i].present()) store_lanes(c.state_seqs[i], row, s[c.next_state_slots[i]], n);
       }
       for (size_t i = 0; i < c.saved.size(); ++i) {
         if (c.saved[i].present()) store_lanes(c.saved[i], row, s[c.saved_slots[i]], n);  // not inputs
+        if (c.packed_saved.data[i]) pack_lanes(c.packed_saved.at(i, t, start), s[c.saved_slots[i]], n);
       }
     });
   }
@@ -195,6 +220,7 @@ struct BackwardCall {
   int64_t steps = 0, neurons = 0;
   std::vector<ir::ParamKind> param_kinds;
   std::vector<LaneBuffer> saved, params, grad_outputs, grad_state_seqs, grad_final_states;
+  PackedRows packed_saved;
   std::vector<LaneBuffer> grad_inputs, grad_initial_states, grad_params;
   std::vector<int32_t> grad_input_slots, grad_prev_state_slots, grad_param_slots;
   std::vector<double> partial_sums;  // [block][param]: per-block sums of scalar parameter gradients
@@ -206,7 +232,7 @@ struct BackwardCall {
   std::vector<int32_t> forward_next_state_slots, forward_saved_slots;
 };
 
-// One reverse step at `t`: `load_saved(dst, index, row)` fills a saved value's lanes.
+// One reverse step at `t`: `load_saved(dst, index)` fills a saved value's lanes.
 template <class F, class LoadSaved>
 void backward_step(BackwardCall& c, const Slots<F>& s, int64_t t, int64_t start, int64_t n,
                    const LoadSaved& load_saved) {
@@ -218,7 +244,7 @@ void backward_step(BackwardCall& c, const Slots<F>& s, int64_t t, int64_t start,
   for (const LaneLeaf& leaf : p.step_leaves) {
     F* dst = s[leaf.slot];
     if (leaf.op == ir::Op::Saved) {
-      load_saved(dst, leaf.index, row);
+      load_saved(dst, leaf.index);
     } else if (leaf.op == ir::Op::GradOutput) {
       const LaneBuffer& g = c.grad_outputs[leaf.index];
       if (g.present() && !g.same_each_step) load_sequence_lanes(dst, g, t, c.neurons, start, n);
@@ -268,7 +294,7 @@ void backward_segments(BackwardCall& c, const Slots<F>& s, int64_t start, int64_
     for (int64_t u = len - 1; u >= 0; --u) {
       const int32_t at = static_cast<int32_t>(u) * saved;
       backward_step(c, s, first + u, start, n,
-                    [&](F* dst, int32_t index, int64_t) { copy_lanes(dst, values[at + index], n); });
+                    [&](F* dst, int32_t index) { copy_lanes(dst, values[at + index], n); });
     }
   }
 }
@@ -304,8 +330,14 @@ void backward_block(BackwardCall& c, int64_t block) {
     backward_segments(c, s, start, n);
   } else {
     for (int64_t t = c.steps - 1; t >= 0; --t) {
-      backward_step(c, s, t, start, n,
-                    [&](F* dst, int32_t index, int64_t row) { load_lanes(dst, c.saved[index], row, n); });
+      backward_step(c, s, t, start, n, [&](F* dst, int32_t index) {
+        const size_t i = static_cast<size_t>(index);
+        if (c.packed_saved.data[i]) {
+          unpack_lanes(dst, c.packed_saved.at(i, t, start), n);
+        } else {
+          load_lanes(dst, c.saved[i], t * c.neurons + start, n);
+        }
+      });
     }
   }
   for (int32_t i = 0; i < states; ++i) {
@@ -347,7 +379,7 @@ void forward(const Program& program, const ForwardBuffers& b, const Options& opt
   const bool checkpoints = b.checkpoint_every > 0;
   // Per-step saving computes and keeps the saved values; checkpoints store only states.
   const std::vector<ir::ValueId> saved_nodes =
-      !b.saved.empty() && !checkpoints ? program.backward().saved : std::vector<ir::ValueId>{};
+      !b.saved.empty() && !checkpoints ? program.backward(b.pack_spikes).saved : std::vector<ir::ValueId>{};
 
   ForwardCall c;
   c.program = compile_lane_program(step, step, StepKind::Forward, saved_nodes);
@@ -360,9 +392,11 @@ void forward(const Program& program, const ForwardBuffers& b, const Options& opt
   c.initial_states = lane_buffers(b.initial_states, step.num_states);
   c.params = lane_buffers(b.params, step.params.size());
   c.outputs = lane_buffers(b.outputs, step.num_outputs);
+  c.packed_outputs = PackedRows(b.packed_outputs, step.outputs.size(), c.neurons);
   c.state_seqs = lane_buffers(b.state_seqs, step.num_states);
   c.final_states = lane_buffers(b.final_states, step.num_states);
   c.saved = lane_buffers(checkpoints ? std::vector<TensorView>{} : b.saved, saved_nodes.size());
+  c.packed_saved = PackedRows(b.packed_saved, saved_nodes.size(), c.neurons);
   c.output_slots = slots_of(c.program, step.outputs);
   c.next_state_slots = slots_of(c.program, step.next_states);
   c.saved_slots = slots_of(c.program, saved_nodes);
@@ -387,7 +421,7 @@ void backward(const Program& program, const BackwardBuffers& b, const Options& o
   check_options(options);
   validate(program, b, /*broadcast_grads=*/true);
   const ir::Step& fwd = program.forward();
-  const ir::Step& step = program.backward();
+  const ir::Step& step = program.backward(b.pack_spikes);
   const size_t num_params = fwd.params.size();
 
   BackwardCall c;
@@ -404,6 +438,7 @@ void backward(const Program& program, const BackwardBuffers& b, const Options& o
     c.forward_saved_slots = slots_of(c.forward, step.saved);
   } else {
     c.saved = lane_buffers(b.saved, step.saved.size());
+    c.packed_saved = PackedRows(b.packed_saved, step.saved.size(), c.neurons);
   }
   c.params = lane_buffers(b.params, num_params);
   c.grad_outputs = sequence_lane_buffers(b.grad_outputs, fwd.num_outputs);

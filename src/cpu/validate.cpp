@@ -1,5 +1,6 @@
-// Buffer validation shared by every backend: counts, shapes, dtypes, contiguity and overlap; and
-// the layout of `saved` under a save policy (what validation expects).
+// Buffer validation shared by every backend: counts, shapes, dtypes, contiguity and overlap (bit-
+// packed outputs and saved values included); and the layout of `saved` under a save policy (what
+// validation expects).
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -51,6 +52,8 @@ class Checker {
     sequence_.shape = {steps};
     sequence_.shape.insert(sequence_.shape.end(), neuron_shape.begin(), neuron_shape.end());
     sequence_.text = "[T, *S] = " + shape_text(sequence_.shape);
+    packed_.shape = {steps, packed_row_bytes(n)};
+    packed_.text = "[T, ceil(N / 8)] = " + shape_text(packed_.shape) + " (N = " + std::to_string(n) + ")";
     neuron_.shape = neuron_shape;
     neuron_.text = "[*S] = " + shape_text(neuron_shape);
     scalar_.text = "[] or [1]";
@@ -69,13 +72,15 @@ class Checker {
   }
 
   const ExpectedShape& sequence() const { return sequence_; }
+  const ExpectedShape& packed() const { return packed_; }
   const ExpectedShape& neuron() const { return neuron_; }
   const ExpectedShape& param(ir::ParamKind kind) const {
     return kind == ir::ParamKind::Scalar ? scalar_ : neuron_;
   }
 
   // `allow_empty`: the vector may be empty instead of holding `count` entries.
-  static void count(const char* name, const std::vector<TensorView>& views, size_t count, bool allow_empty,
+  template <class View>
+  static void count(const char* name, const std::vector<View>& views, size_t count, bool allow_empty,
                     const std::string& what) {
     if (views.size() == count || (allow_empty && views.empty())) return;
     std::string expected = tensors_text(count) + " (" + what + ")";
@@ -115,6 +120,23 @@ class Checker {
     ranges_.push_back({name, begin, begin + static_cast<uintptr_t>(bytes), written});
   }
 
+  // Checks one bit-packed sequence, uint8 [T, ceil(N / 8)], contiguous.
+  void packed(const std::string& name, const PackedView& v, bool required, bool written) {
+    if (!v.present) {
+      if (required) throw ArgumentError(name, "bit-packed spikes, uint8 of shape " + packed_.text, "no tensor");
+      return;
+    }
+    if (v.shape != packed_.shape) {
+      throw ArgumentError(name, "bit-packed spikes, uint8 of shape " + packed_.text, v.describe());
+    }
+    if (!is_contiguous_layout(v.shape, v.strides)) throw ArgumentError(name, "a contiguous tensor", v.describe());
+    const int64_t bytes = shape_numel(v.shape);
+    if (bytes == 0) return;
+    if (v.data == nullptr) throw ArgumentError(name, "a non-null data pointer", "a null pointer");
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(v.data);
+    ranges_.push_back({name, begin, begin + static_cast<uintptr_t>(bytes), written});
+  }
+
   // Written buffers may overlap neither each other nor any buffer that is read.
   void overlaps() const {
     for (size_t i = 0; i < ranges_.size(); ++i) {
@@ -136,7 +158,7 @@ class Checker {
     uintptr_t begin, end;
     bool written;
   };
-  ExpectedShape sequence_, neuron_, scalar_;
+  ExpectedShape sequence_, neuron_, scalar_, packed_;
   int64_t steps_ = 0;
   std::vector<Range> ranges_;
 };
@@ -155,12 +177,71 @@ void each_param(Checker& c, const char* name, const std::vector<TensorView>& vie
     c.tensor(item(name, i), views[i], c.param(kinds[i]), required, written);
 }
 
-void check_policy(int64_t checkpoint_every) {
+void check_policy(int64_t checkpoint_every, bool pack_spikes) {
   if (checkpoint_every < 0 || checkpoint_every > kMaxCheckpointEvery) {
     throw ArgumentError("checkpoint_every",
                         "0 (save per step) or a checkpoint interval from 1 to " +
                             std::to_string(kMaxCheckpointEvery),
                         std::to_string(checkpoint_every));
+  }
+  if (pack_spikes && checkpoint_every > 0) {
+    throw ArgumentError("pack_spikes", "false with checkpoints (packed spikes are a per-step policy)",
+                        "true with checkpoint_every = " + std::to_string(checkpoint_every));
+  }
+}
+
+// Per step: saved[i] and packed_saved[i] as the plan of the policy has them. A packed value is in
+// packed_saved only; a saved input may be absent in the forward (the backward reads the input).
+void each_saved(Checker& c, const Program& program, const std::vector<TensorView>& saved,
+                const std::vector<PackedView>& packed_saved, bool pack_spikes, bool forward) {
+  const ir::Step& step = program.backward(pack_spikes);
+  if (!pack_spikes && !packed_saved.empty()) {
+    throw ArgumentError("packed_saved", "no tensors (pack_spikes is false)", tensors_text(packed_saved.size()));
+  }
+  if (pack_spikes) Checker::count("packed_saved", packed_saved, saved.size(), true, "one per saved value");
+  for (size_t i = 0; i < saved.size(); ++i) {
+    const std::string name = item("saved", i), packed_name = item("packed_saved", i);
+    const bool given = i < packed_saved.size() && packed_saved[i].present;
+    if (step.is_saved_packed(i)) {
+      if (saved[i].present) {
+        throw ArgumentError(name, "no tensor (saved value " + std::to_string(i) + " is saved packed, in " +
+                                      packed_name + ")", saved[i].describe());
+      }
+      if (packed_saved.empty()) {
+        throw ArgumentError("packed_saved", tensors_text(saved.size()) + " (one per saved value; " +
+                                                packed_name + " is saved packed)", "no tensors");
+      }
+      c.packed(packed_name, packed_saved[i], true, forward);
+      continue;
+    }
+    if (given) {
+      throw ArgumentError(packed_name, "no tensor (saved value " + std::to_string(i) + " is not spike-valued: " +
+                                           name + " holds it)", packed_saved[i].describe());
+    }
+    const bool input = program.saved_inputs(pack_spikes)[i] >= 0;
+    c.tensor(name, saved[i], c.sequence(), !(forward && input), forward);
+  }
+}
+
+// Outputs: full width and / or packed; packed only where the output is spike-valued.
+void each_output(Checker& c, const Program& program, const ForwardBuffers& b) {
+  const size_t outputs = b.outputs.size();
+  Checker::count("packed_outputs", b.packed_outputs, outputs, true, "one per output");
+  for (size_t i = 0; i < outputs; ++i) {
+    const bool packed = i < b.packed_outputs.size() && b.packed_outputs[i].present;
+    if (packed && !program.packable_outputs()[i]) {
+      throw ArgumentError(item("packed_outputs", i),
+                          "no tensor: output " + std::to_string(i) + " ('" + program.neuron().outputs[i].name +
+                              "') is not spike-valued (spike(), a comparison, float(bool), 0/1 products; "
+                              "see ir::spike_valued)",
+                          b.packed_outputs[i].describe());
+    }
+    if (!packed && !b.outputs[i].present) {
+      throw ArgumentError(item("outputs", i), "a tensor of shape " + c.sequence().text + " (or packed_outputs[" +
+                                                  std::to_string(i) + "])", "no tensor");
+    }
+    c.tensor(item("outputs", i), b.outputs[i], c.sequence(), false, true);
+    if (packed) c.packed(item("packed_outputs", i), b.packed_outputs[i], true, true);
   }
 }
 
@@ -214,28 +295,27 @@ void validate(const Program& program, const ForwardBuffers& b) {
   Checker::count("outputs", b.outputs, outputs, false, "one per output");
   Checker::count("state_seqs", b.state_seqs, states, true, "one per state");
   Checker::count("final_states", b.final_states, states, true, "one per state");
-  check_policy(b.checkpoint_every);
+  check_policy(b.checkpoint_every, b.pack_spikes);
   const bool checkpoints = b.checkpoint_every > 0;
   if (checkpoints) {
     Checker::count("saved", b.saved, states, false, checkpoint_count_text(b.checkpoint_every));
   } else if (!b.saved.empty()) {
-    Checker::count("saved", b.saved, program.backward().saved.size(), true,
+    Checker::count("saved", b.saved, program.backward(b.pack_spikes).saved.size(), true,
                    "one per saved value of the backward step");
   }
   each(c, "inputs", b.inputs, c.sequence(), true, false);
   each(c, "initial_states", b.initial_states, c.neuron(), false, false);
   each_param(c, "params", b.params, step.params, true, false);
-  each(c, "outputs", b.outputs, c.sequence(), true, true);
+  each_output(c, program, b);
   each(c, "state_seqs", b.state_seqs, c.sequence(), false, true);
   each(c, "final_states", b.final_states, c.neuron(), false, true);
   if (checkpoints) {
+    if (!b.packed_saved.empty()) {
+      throw ArgumentError("packed_saved", "no tensors (checkpoints save states)", tensors_text(b.packed_saved.size()));
+    }
     each_checkpoint(c, b.saved, b.checkpoint_every, true);
   } else {
-    // A saved input (program.saved_inputs()) may be absent: the backward can read the input itself.
-    for (size_t i = 0; i < b.saved.size(); ++i) {
-      const bool input = program.saved_inputs()[i] >= 0;
-      c.tensor(item("saved", i), b.saved[i], c.sequence(), !input, true);
-    }
+    each_saved(c, program, b.saved, b.packed_saved, b.pack_spikes, true);
   }
   c.overlaps();
 }
@@ -244,13 +324,16 @@ void validate(const Program& program, const BackwardBuffers& b, bool broadcast_g
   const ir::Step& step = program.forward();
   const size_t inputs = step.num_inputs, states = step.num_states, outputs = step.num_outputs;
   Checker c(b.steps, b.neuron_shape);
-  check_policy(b.checkpoint_every);
+  check_policy(b.checkpoint_every, b.pack_spikes);
   const bool checkpoints = b.checkpoint_every > 0;
   if (checkpoints) {
     Checker::count("saved", b.saved, states, false, checkpoint_count_text(b.checkpoint_every));
     Checker::count("inputs", b.inputs, inputs, false, "one per input: checkpoints are recomputed from them");
+    if (!b.packed_saved.empty()) {
+      throw ArgumentError("packed_saved", "no tensors (checkpoints save states)", tensors_text(b.packed_saved.size()));
+    }
   } else {
-    Checker::count("saved", b.saved, program.backward().saved.size(), false,
+    Checker::count("saved", b.saved, program.backward(b.pack_spikes).saved.size(), false,
                    "one per saved value of the backward step");
     if (!b.inputs.empty()) {
       throw ArgumentError("inputs",
@@ -271,7 +354,7 @@ void validate(const Program& program, const BackwardBuffers& b, bool broadcast_g
     each(c, "inputs", b.inputs, c.sequence(), true, false);
   } else {
     // A saved input (program.saved_inputs()) is the input sequence itself, as the forward read it.
-    each(c, "saved", b.saved, c.sequence(), true, false);
+    each_saved(c, program, b.saved, b.packed_saved, b.pack_spikes, false);
   }
   each_param(c, "params", b.params, step.params, true, false);
   each(c, "grad_outputs", b.grad_outputs, c.sequence(), false, false, broadcast_grads);
@@ -287,9 +370,9 @@ DType checkpoint_dtype(DType storage) { return storage == DType::F64 ? DType::F6
 
 std::vector<SavedBuffer> saved_layout(const Program& program, int64_t steps,
                                       const std::vector<int64_t>& neuron_shape, DType storage,
-                                      int64_t checkpoint_every) {
+                                      int64_t checkpoint_every, bool pack_spikes) {
   const Checker c(steps, neuron_shape);
-  check_policy(checkpoint_every);
+  check_policy(checkpoint_every, pack_spikes);
   if (!known_dtype(storage)) {
     throw ArgumentError("storage", "dtype float32, float64, float16 or bfloat16",
                         "dtype code " + std::to_string(static_cast<int>(storage)));
@@ -298,8 +381,12 @@ std::vector<SavedBuffer> saved_layout(const Program& program, int64_t steps,
     const SavedBuffer checkpoint{c.checkpoints(checkpoint_every).shape, checkpoint_dtype(storage)};
     return std::vector<SavedBuffer>(static_cast<size_t>(program.forward().num_states), checkpoint);
   }
+  const ir::Step& step = program.backward(pack_spikes);
   std::vector<SavedBuffer> out;
-  for (int input : program.saved_inputs()) out.push_back({c.sequence().shape, storage, input});
+  for (size_t i = 0; i < step.saved.size(); ++i) {
+    const bool packed = step.is_saved_packed(i);
+    out.push_back({packed ? c.packed().shape : c.sequence().shape, storage, program.saved_inputs(pack_spikes)[i], packed});
+  }
   return out;
 }
 

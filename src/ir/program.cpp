@@ -14,14 +14,20 @@
 
 namespace spikejit {
 
+// The backward step of one save policy, derived on first use.
+struct DerivedBackward {
+  std::once_flag once;
+  ir::Step step;
+  std::vector<int> saved_inputs;
+};
+
 struct Program::Impl {
   ir::Neuron neuron;
   ir::Step forward;
   std::string canonical;  // computed once: the hash is on every kernel-cache lookup
   std::string hash;
-  std::once_flag backward_once;
-  ir::Step backward;
-  std::vector<int> saved_inputs;
+  std::vector<bool> packable_outputs;
+  DerivedBackward backward[2];  // [pack_spikes]
 };
 
 Program::Program(ir::Neuron neuron) : impl_(std::make_shared<Impl>()) {
@@ -30,6 +36,8 @@ Program::Program(ir::Neuron neuron) : impl_(std::make_shared<Impl>()) {
   impl_->canonical = frontend::print(neuron);
   impl_->hash = sha256_hex(impl_->canonical);
   impl_->neuron = std::move(neuron);
+  const std::vector<bool> binary = ir::spike_valued(impl_->forward.nodes);
+  for (ir::ValueId v : impl_->forward.outputs) impl_->packable_outputs.push_back(binary[static_cast<size_t>(v)]);
 }
 
 Program Program::from_text(std::string_view text, std::string_view file) {
@@ -49,24 +57,27 @@ const ir::Neuron& Program::neuron() const { return impl_->neuron; }
 const ir::Step& Program::forward() const { return impl_->forward; }
 
 // A failed differentiation leaves the flag unset, so the next call tries again and throws again.
-const ir::Step& Program::backward() const {
-  std::call_once(impl_->backward_once, [this] {
-    ir::Step backward = autodiff::differentiate(impl_->forward);
+const ir::Step& Program::backward(bool pack_spikes) const {
+  DerivedBackward& d = impl_->backward[pack_spikes ? 1 : 0];
+  std::call_once(d.once, [this, &d, pack_spikes] {
+    ir::Step backward = autodiff::differentiate(impl_->forward, pack_spikes);
     std::vector<int> saved_inputs;
     for (ir::ValueId v : backward.saved) {
       const ir::Node& node = impl_->forward.nodes[static_cast<size_t>(v)];
       saved_inputs.push_back(node.op == ir::Op::Input ? node.index : -1);
     }
-    impl_->backward = std::move(backward);
-    impl_->saved_inputs = std::move(saved_inputs);
+    d.step = std::move(backward);
+    d.saved_inputs = std::move(saved_inputs);
   });
-  return impl_->backward;
+  return d.step;
 }
 
-const std::vector<int>& Program::saved_inputs() const {
-  backward();
-  return impl_->saved_inputs;
+const std::vector<int>& Program::saved_inputs(bool pack_spikes) const {
+  backward(pack_spikes);
+  return impl_->backward[pack_spikes ? 1 : 0].saved_inputs;
 }
+
+const std::vector<bool>& Program::packable_outputs() const { return impl_->packable_outputs; }
 
 std::string Program::canonical() const { return impl_->canonical; }
 std::string Program::hash() const { return impl_->hash; }

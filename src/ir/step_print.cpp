@@ -57,7 +57,9 @@ std::string to_string(const Step& s) {
     out += ref(static_cast<ValueId>(i)) + " = " + node_text(s.nodes[i]) + "\n";
   list_results(out, "output", s.outputs, "");
   list_results(out, "next_state", s.next_states, "");
-  list_results(out, "saved", s.saved, "forward ");
+  for (size_t i = 0; i < s.saved.size(); ++i)
+    out += "saved " + std::to_string(i) + " = forward " + ref(s.saved[i]) +
+           (s.is_saved_packed(i) ? " (packed bits)" : "") + "\n";
   list_results(out, "grad_input", s.grad_inputs, "");
   list_results(out, "grad_prev_state", s.grad_prev_states, "");
   list_results(out, "grad_param", s.grad_params, "");

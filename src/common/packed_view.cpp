@@ -1,0 +1,13 @@
+// PackedView queries: bit-packed spike rows, uint8 [T, ceil(N / 8)].
+#include <string>
+
+#include "spikejit/buffers.h"
+#include "spikejit/tensor.h"
+
+namespace spikejit {
+
+std::string PackedView::describe() const { return describe_layout("uint8", shape, strides); }
+
+int64_t packed_row_bytes(int64_t neurons) { return neurons / 8 + (neurons % 8 != 0); }
+
+}  // namespace spikejit
