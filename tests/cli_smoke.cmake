@@ -47,6 +47,8 @@ if(NOT file_text STREQUAL last_out)
 endif()
 expect(RC 0 OUT "^[0-9a-f]+\n$" ARGS check ${lif} --hash)
 expect(RC 0 OUT "forward step.*backward step.*saved 0 = forward %" ARGS grad ${lif})
+expect(RC 0 OUT "saved 0 = forward %[0-9]+ \\(packed bits\\).*saves 1 value.*\\(bits\\)"
+       ARGS grad ${SRC}/tests/neurons/ste_lif.sj --pack-spikes)
 expect(RC 0 OUT "output s: firing rate 0\\.[0-9]+.*neuron-steps/s"
        ARGS run ${lif} --steps 20 --neurons 100 --seed 3)
 expect(RC 0 OUT "firing rate.*neuron-steps/s"

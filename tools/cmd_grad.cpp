@@ -8,28 +8,32 @@
 namespace spikejit::cli {
 
 static const char* const kAbout =
-    "usage: spikejit grad FILE [--set NAME=VALUE]...\n"
+    "usage: spikejit grad FILE [--set NAME=VALUE]... [--pack-spikes]\n"
     "\n"
     "Prints the neuron's lowered forward step, its backward step (one reverse step of\n"
     "backpropagation through time: gradients of the inputs, of the previous states and of the\n"
     "parameters from the gradients of the outputs and of the next states), and which forward\n"
     "values the training forward saves per step for the backward (`saved i = forward %k`).\n"
+    "\n"
+    "  --pack-spikes   the plan of the pack_spikes save policy: spike-valued values are saved\n"
+    "                  as bits (marked `packed bits`), which may change what is saved\n"
     "\n";
 
 int cmd_grad(int argc, char** argv) {
-  const Args args(argc, argv, {"set"});
+  const Args args(argc, argv, {"set"}, {"pack-spikes"});
   if (args.help()) {
     std::cout << kAbout << kNeuronSourceHelp;
     return 0;
   }
   const Program program = load_program(args.single_positional("FILE"), args.values("set"));
-  const ir::Step& backward = program.backward();
+  const ir::Step& backward = program.backward(args.flag("pack-spikes"));
   std::cout << "# neuron " << program.neuron().name << "\n\n# forward step\n"
             << ir::to_string(program.forward()) << "\n# backward step\n"
             << ir::to_string(backward) << "\n# the training forward saves " << backward.saved.size()
             << " value(s) per neuron and step";
   for (size_t i = 0; i < backward.saved.size(); ++i) {
-    std::cout << (i == 0 ? ": " : ", ") << "forward %" << backward.saved[i];
+    std::cout << (i == 0 ? ": " : ", ") << "forward %" << backward.saved[i]
+              << (backward.is_saved_packed(i) ? " (bits)" : "");
   }
   std::cout << "; the backward recomputes everything else\n";
   return 0;
