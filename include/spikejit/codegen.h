@@ -10,6 +10,12 @@
 // its pointer is not null: an absent gradient input reads as zero, an absent written buffer is
 // skipped. T = 0 is handled (final states = initial states, grad_initial_states = the final
 // gradient or zero, parameter gradients zero); N = 0 must not be launched.
+//
+// Bit-packed rows (PackedView of spikejit/buffers.h: uint8 [T, ceil(N / 8)]) are written a warp at
+// a time: the warp's bits are gathered with ballots and each byte is stored once, by one thread.
+// Kernels that write them keep every thread of a warp that has any neuron on the same path over
+// the same steps (threads past N run with no neurons, contribute zero bits and write nothing);
+// they need the block size to be a multiple of 32, as every variant's is.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +50,12 @@ struct KernelSpec {
   // are plain sequences.
   std::vector<SequenceLayout> grad_output_layouts;
   std::vector<SequenceLayout> grad_state_seq_layouts;
+  // Forward kinds: packed_outputs[i] writes output i as bit-packed rows too (a PackedOutput
+  // slot; the Output slot may then be null). Only spike-valued outputs; missing entries false.
+  std::vector<bool> packed_outputs;
+  // TrainingForward / Backward, per step: the pack_spikes save policy (the plan of
+  // Program::backward(true)); its packed saved values are bit-packed rows.
+  bool pack_spikes = false;
   std::string key() const;         // stable text, part of cache keys (only the fields that apply)
 };
 
@@ -51,7 +63,8 @@ struct KernelSpec {
 enum class BufferRole : uint8_t {
   Input, InitialState, Param, Output, StateSeq, FinalState, Saved,
   GradOutput, GradStateSeq, GradFinalState, GradInput, GradInitialState, GradParam,
-  Workspace,  // Backward with scalar parameters: per-block partial sums, see KernelVariant
+  Workspace,     // Backward with scalar parameters: per-block partial sums, see KernelVariant
+  PackedOutput,  // output `index` as bit-packed rows (KernelSpec::packed_outputs)
 };
 struct BufferSlot {
   BufferRole role;
@@ -64,6 +77,9 @@ struct BufferSlot {
   // GradOutput / GradStateSeq: how the sequence repeats (see KernelSpec); a slot that has one
   // value per step (same_each_neuron) is read element by element, never as a row.
   SequenceLayout layout;
+  // Bit-packed rows, uint8 [T, ceil(N / 8)]: PackedOutput slots, and Saved slots of values the
+  // pack_spikes policy saves packed.
+  bool packed = false;
 };
 
 // One compiled entry of a KernelSource. All variants of a source share its buffers (same ABI)
@@ -101,7 +117,7 @@ KernelSource generate(const Program& program, const KernelSpec& spec);
 
 // The variant to launch for `neurons` on a device with `multiprocessors` SMs: the vector variant
 // once it has a warp for every SM scheduler and its rows are aligned (`rows_aligned`: every buffer that is not a
-// scalar parameter, checkpoint or workspace starts on 16 bytes; and N % its EPT == 0), else the
+// scalar parameter, checkpoint, workspace or bit-packed starts on 16 bytes; and N % its EPT == 0), else the
 // one-neuron-per-thread variant (more threads in flight). The vector variant stays correct on
 // unaligned rows, element by element, but slow.
 const KernelVariant& pick_variant(const KernelSource& source, int64_t neurons, int multiprocessors,

@@ -17,6 +17,16 @@ const char* kernel_kind_name(KernelKind k) {
   return "unknown";
 }
 
+namespace {
+
+std::string flag_text(const std::vector<bool>& flags) {
+  std::string s;
+  for (bool f : flags) s += f ? '1' : '0';
+  return s;
+}
+
+}  // namespace
+
 std::string KernelSpec::key() const {
   const KernelSpec s = normalized(*this);
   std::string k = std::string("kind=") + kernel_kind_name(s.kind) + " storage=" + dtype_name(s.storage);
@@ -36,6 +46,8 @@ std::string KernelSpec::key() const {
       if (!layout_tag(s).empty()) k += " grad_repeat=" + layout_tag(s);
       break;
   }
+  if (!s.packed_outputs.empty()) k += " packed_outputs=" + flag_text(s.packed_outputs);
+  if (s.pack_spikes) k += " pack_spikes=1";
   return k;
 }
 
@@ -56,7 +68,7 @@ KernelSource generate(const Program& program, const KernelSpec& spec) {
   id.hash = program.hash();
   id.canonical = program.canonical();
   id.neuron = &program.neuron();
-  return generate_kernel(program.forward(), training ? &program.backward() : nullptr, id, spec);
+  return generate_kernel(program.forward(), training ? &program.backward(spec.pack_spikes) : nullptr, id, spec);
 }
 
 const KernelVariant& pick_variant(const KernelSource& source, int64_t neurons, int multiprocessors,

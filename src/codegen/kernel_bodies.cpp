@@ -6,7 +6,10 @@
 //   registers, the time loop unrolled by DEPTH so the ring is indexed by constants): with small N
 //   there are few warps, and each step would otherwise wait a full memory latency.
 // * VEC instantiations use 16-byte accesses; the scalar ones handle unaligned buffers, N not a
-//   multiple of EPT and the last partial row. The choice is made once per thread.
+//   multiple of EPT and the last partial row. The choice is made once per thread, or once per
+//   warp in kernels that write bit-packed rows (kWritesPackedRows): there the threads of a warp
+//   gather their bits with ballots at every step, so they must all run the same path (threads
+//   without neurons included, with count = 0).
 #include "codegen/kernel_bodies.h"
 
 namespace spikejit::codegen {
@@ -14,6 +17,8 @@ namespace spikejit::codegen {
 const char* const kCommonBodies = R"(
 // ---- common --------------------------------------------------------------------------------
 __device__ __forceinline__ bool is_scalar_param(int i) { return ((kScalarParams >> i) & 1ull) != 0; }
+__device__ __forceinline__ bool is_packed_output(int i) { return ((kPackedOutputs >> i) & 1ull) != 0; }
+__device__ __forceinline__ bool is_packed_saved(int i) { return ((kPackedSaved >> i) & 1ull) != 0; }
 
 // True when every row buffer is 16-byte aligned and rows (t * N) stay aligned.
 template <int EPT>
@@ -70,6 +75,48 @@ __device__ __forceinline__ void load_params(const SpikejitArgs& a, long long n0,
   }
 }
 
+// ---- bit-packed rows (PackedView): neuron n of step t is bit n % 8 of byte t * ceil(N / 8) + n / 8
+// `bits`: this thread's neurons n0 .. n0 + EPT - 1 at bits 0 .. EPT - 1 (zero past its count).
+// Every thread of the warp calls this together (the ballots need all 32): the warp's 32 * EPT
+// neurons are 4 * EPT bytes, and lane j stores byte j (none past the row's last byte). n0 is
+// (first thread of the warp + lane) * EPT, a multiple of 32 * EPT for lane 0.
+template <int EPT>
+__device__ __forceinline__ void packed_row_store(void* base, long long t, long long n0, long long N, unsigned bits) {
+  const int lane = (int)(threadIdx.x & 31u);
+  unsigned byte_bits = bits;  // EPT == 8: a thread's neurons are one byte
+  if constexpr (EPT < 8) {
+    unsigned words[EPT];
+#pragma unroll
+    for (int e = 0; e < EPT; ++e) words[e] = __ballot_sync(0xffffffffu, (bits >> e) & 1u);
+    byte_bits = 0;
+    if (lane < 4 * EPT) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int m = 8 * lane + i;  // neuron m of the warp: element m % EPT of lane m / EPT
+        byte_bits |= ((words[m % EPT] >> (m / EPT)) & 1u) << i;
+      }
+    }
+  }
+  const long long row_bytes = (N + 7) >> 3;
+  const long long byte = ((n0 - (long long)lane * EPT) >> 3) + lane;
+  if (base != nullptr && lane < 4 * EPT && byte < row_bytes) {
+    static_cast<unsigned char*>(base)[t * row_bytes + byte] = (unsigned char)byte_bits;
+  }
+}
+
+// This thread's EPT neurons at step t of bit-packed rows, as 1 or 0 in storage (0 past count).
+// The byte load is unconditional (zeros when there is nothing to read), like row_load.
+template <int EPT>
+__device__ __forceinline__ void packed_row_load(const void* base, long long t, long long n0, int count, long long N,
+                                                Row<EPT>& r) {
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(sj_zero_row);
+  if (base != nullptr && count > 0) p = static_cast<const unsigned char*>(base) + t * ((N + 7) >> 3) + (n0 >> 3);
+  const unsigned bits = (unsigned)__ldg(p) >> (unsigned)(n0 & 7);
+  const storage one = to_storage((real)1), zero = to_storage((real)0);
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) r.v[e] = (e < count && ((bits >> e) & 1u) != 0) ? one : zero;
+}
+
 // Elements of this thread: n0 .. n0 + count - 1 (count = 0: none).
 template <int EPT, int BLOCK>
 __device__ __forceinline__ int thread_elements(const SpikejitArgs& a, long long& n0) {
@@ -88,13 +135,16 @@ __device__ __forceinline__ void load_inputs(const SpikejitArgs& a, long long off
   for (int i = 0; i < kInputs; ++i) row_load<EPT, VEC>(a.buffers[kSlotInput + i], offset, count, rows[i]);
 }
 
-// One step for the thread's elements: stores the step's rows at `offset` and updates `st`, when
-// `live` (the step exists: the time loop runs whole groups of DEPTH steps).
+// One step t for the thread's elements n0 .. n0 + count - 1: stores the step's rows and updates
+// `st`, when `live` (the step exists: the time loop runs whole groups of DEPTH steps; `live` is
+// the same for every thread).
 template <int EPT, bool VEC>
-__device__ __forceinline__ void forward_apply(const SpikejitArgs& a, bool live, long long offset, int count,
+__device__ __forceinline__ void forward_apply(const SpikejitArgs& a, bool live, long long t, long long n0, int count,
                                               const Row<EPT> (&xr)[kInputsA], const real (&pr)[kParamsA][EPT],
                                               real (&st)[kStatesA][EPT]) {
+  const long long offset = t * a.neurons + n0;
   Row<EPT> out[kOutputsA], seq[kStatesA], sav[kSavedA];
+  unsigned out_bits[kOutputsA] = {}, sav_bits[kSavedA] = {};  // packed rows: bit e for element e
 #pragma unroll
   for (int e = 0; e < EPT; ++e) {
     ForwardIn in;
@@ -106,25 +156,40 @@ __device__ __forceinline__ void forward_apply(const SpikejitArgs& a, bool live, 
     for (int i = 0; i < kParams; ++i) in.p[i] = pr[i][e];
     const ForwardOut o = forward_step(in);
 #pragma unroll
-    for (int i = 0; i < kOutputs; ++i) out[i].v[e] = to_storage(o.y[i]);
+    for (int i = 0; i < kOutputs; ++i) {
+      out[i].v[e] = to_storage(o.y[i]);
+      if (is_packed_output(i) && e < count && o.y[i] != (real)0) out_bits[i] |= 1u << e;
+    }
 #pragma unroll
     for (int i = 0; i < kStates; ++i) {
       st[i][e] = live ? o.s_next[i] : st[i][e];
       seq[i].v[e] = to_storage(o.s_next[i]);
     }
 #pragma unroll
-    for (int i = 0; i < kSaved; ++i) sav[i].v[e] = to_storage(o.saved[i]);
+    for (int i = 0; i < kSaved; ++i) {
+      sav[i].v[e] = to_storage(o.saved[i]);
+      if (is_packed_saved(i) && e < count && o.saved[i] != (real)0) sav_bits[i] |= 1u << e;
+    }
   }
   if (!live) return;
 #pragma unroll
-  for (int i = 0; i < kOutputs; ++i) row_store<EPT, VEC>(a.buffers[kSlotOutput + i], offset, count, out[i]);
+  for (int i = 0; i < kOutputs; ++i) {
+    row_store<EPT, VEC>(a.buffers[kSlotOutput + i], offset, count, out[i]);
+    if (is_packed_output(i)) packed_row_store<EPT>(a.buffers[kPackedOutputSlot[i]], t, n0, a.neurons, out_bits[i]);
+  }
   if constexpr (kStoreStateSeqs) {
 #pragma unroll
     for (int i = 0; i < kStates; ++i) row_store<EPT, VEC>(a.buffers[kSlotStateSeq + i], offset, count, seq[i]);
   }
   if constexpr (kSaveSteps) {
 #pragma unroll
-    for (int i = 0; i < kSaved; ++i) row_store<EPT, VEC>(a.buffers[kSlotSaved + i], offset, count, sav[i]);
+    for (int i = 0; i < kSaved; ++i) {
+      if (is_packed_saved(i)) {
+        packed_row_store<EPT>(a.buffers[kSlotSaved + i], t, n0, a.neurons, sav_bits[i]);
+      } else {
+        row_store<EPT, VEC>(a.buffers[kSlotSaved + i], offset, count, sav[i]);
+      }
+    }
   }
 }
 
@@ -160,7 +225,7 @@ __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0
             for (int i = 0; i < kStates; ++i) real_row_store<EPT>(a.buffers[kSlotSaved + i], t / K * N + n0, count, st[i]);
           }
         }
-        forward_apply<EPT, VEC>(a, t < T, t * N + n0, count, xr, pr, st);
+        forward_apply<EPT, VEC>(a, t < T, t, n0, count, xr, pr, st);
       }
     }
   }
@@ -173,6 +238,20 @@ template <int EPT, int BLOCK, int DEPTH>
 __device__ __forceinline__ void forward_entry(const SpikejitArgs& a) {
   long long n0;
   const int count = thread_elements<EPT, BLOCK>(a, n0);
+  if constexpr (kWritesPackedRows) {
+    // One path per warp (see the top): the vector path when every thread has EPT neurons.
+    if (__all_sync(0xffffffffu, count == 0)) return;
+    if constexpr (EPT > 1) {
+      if (__all_sync(0xffffffffu, count == EPT) && rows_aligned<EPT>(a)) {
+        forward_rows<EPT, DEPTH, true>(a, n0, count);
+      } else {
+        forward_rows<EPT, DEPTH, false>(a, n0, count);
+      }
+    } else {
+      forward_rows<1, DEPTH, false>(a, n0, count);
+    }
+    return;
+  }
   if (count == 0) return;
   if constexpr (EPT > 1) {
     if (count == EPT && rows_aligned<EPT>(a)) {
@@ -217,7 +296,13 @@ __device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, long long 
   const long long N = a.neurons;
   if constexpr (SAVED) {
 #pragma unroll
-    for (int i = 0; i < kSaved; ++i) row_load<EPT, VEC>(a.buffers[kSlotSaved + i], t * N + n0, count, r.saved[i]);
+    for (int i = 0; i < kSaved; ++i) {
+      if (is_packed_saved(i)) {
+        packed_row_load<EPT>(a.buffers[kSlotSaved + i], t, n0, count, N, r.saved[i]);
+      } else {
+        row_load<EPT, VEC>(a.buffers[kSlotSaved + i], t * N + n0, count, r.saved[i]);
+      }
+    }
   }
 #pragma unroll
   for (int i = 0; i < kOutputs; ++i)

@@ -1,5 +1,6 @@
 // Buffer slot order per kernel kind (the ABI the runtime fills):
-//   forward kinds: inputs, initial states, params, outputs, [state seqs], [final states], [saved]
+//   forward kinds: inputs, initial states, params, outputs, [packed outputs], [state seqs],
+//                  [final states], [saved]
 //   backward:      saved (or checkpoints + inputs), params, grad outputs, [grad state seqs],
 //                  [grad final states], grad inputs, grad initial states, grad params, [workspace]
 #include "codegen/kernel_plan.h"
@@ -14,14 +15,21 @@ namespace {
 
 void add_slots(std::vector<BufferSlot>& slots, BufferRole role, int count, bool per_step,
                bool checkpoint = false) {
-  for (int i = 0; i < count; ++i) slots.push_back({role, i, per_step, false, checkpoint, {}});
+  for (int i = 0; i < count; ++i) slots.push_back({role, i, per_step, false, checkpoint, {}, false});
+}
+
+// Per-step saved values; bit-packed where the plan says so.
+void add_saved_slots(std::vector<BufferSlot>& slots, const std::vector<bool>& packed) {
+  for (size_t i = 0; i < packed.size(); ++i) {
+    slots.push_back({BufferRole::Saved, static_cast<int>(i), true, false, false, {}, packed[i]});
+  }
 }
 
 void add_grad_sequence_slots(std::vector<BufferSlot>& slots, BufferRole role, int count,
                              const std::vector<SequenceLayout>& layouts) {
   for (int i = 0; i < count; ++i) {
     const size_t k = static_cast<size_t>(i);
-    slots.push_back({role, i, true, false, false, k < layouts.size() ? layouts[k] : SequenceLayout()});
+    slots.push_back({role, i, true, false, false, k < layouts.size() ? layouts[k] : SequenceLayout(), false});
   }
 }
 
@@ -32,10 +40,14 @@ void trim_layouts(std::vector<SequenceLayout>& layouts) {
   while (!layouts.empty() && !repeats(layouts.back())) layouts.pop_back();
 }
 
+void trim_flags(std::vector<bool>& flags) {
+  while (!flags.empty() && !flags.back()) flags.pop_back();
+}
+
 void add_param_slots(std::vector<BufferSlot>& slots, BufferRole role,
                      const std::vector<ir::ParamKind>& params) {
   for (size_t i = 0; i < params.size(); ++i) {
-    slots.push_back({role, static_cast<int>(i), false, params[i] == ir::ParamKind::Scalar, false, {}});
+    slots.push_back({role, static_cast<int>(i), false, params[i] == ir::ParamKind::Scalar, false, {}, false});
   }
 }
 
@@ -62,6 +74,26 @@ void check_spec(const KernelSpec& spec) {
                             std::to_string(kMaxCheckpointEvery),
                         std::to_string(spec.checkpoint_every));
   }
+  if (uses_checkpoints && spec.pack_spikes && spec.checkpoint_every > 0) {
+    throw ArgumentError("spec.pack_spikes", "false with checkpoints (packed spikes are a per-step policy)",
+                        "true with checkpoint_every = " + std::to_string(spec.checkpoint_every));
+  }
+}
+
+// Packed outputs: at most one flag per output, set only on spike-valued ones.
+void check_packed_outputs(const ir::Step& forward, const std::vector<bool>& packed) {
+  if (packed.size() > forward.outputs.size()) {
+    throw ArgumentError("spec.packed_outputs", "at most one flag per output (" +
+                                                   std::to_string(forward.outputs.size()) + ")",
+                        std::to_string(packed.size()) + " flags");
+  }
+  const std::vector<bool> binary = ir::spike_valued(forward.nodes);
+  for (size_t i = 0; i < packed.size(); ++i) {
+    if (packed[i] && !binary[static_cast<size_t>(forward.outputs[i])]) {
+      throw ArgumentError("spec.packed_outputs", "flags on spike-valued outputs only (ir::spike_valued)",
+                          "output " + std::to_string(i) + " flagged, whose value is not spike-valued");
+    }
+  }
 }
 
 // One letter per gradient sequence: '-' a sequence, 's' the same each step, 'n' the same for
@@ -83,6 +115,9 @@ KernelSpec normalized(const KernelSpec& spec) {
   if (forward_kind) s.grad_state_seqs = s.grad_final_states = false;
   if (!forward_kind) s.store_state_seqs = false;
   if (!training) s.checkpoint_every = 0;
+  if (!training) s.pack_spikes = false;
+  if (!forward_kind) s.packed_outputs.clear();
+  trim_flags(s.packed_outputs);
   if (forward_kind) s.grad_output_layouts.clear();
   if (forward_kind || !s.grad_state_seqs) s.grad_state_seq_layouts.clear();
   trim_layouts(s.grad_output_layouts);
@@ -115,9 +150,13 @@ KernelPlan plan_kernel(const ir::Step& forward, const ir::Step* backward, const 
   p.spec = normalized(spec);
   const bool forward_kind = spec.kind != KernelKind::Backward;
   const bool training = spec.kind == KernelKind::TrainingForward || spec.kind == KernelKind::Backward;
+  if (forward_kind) check_packed_outputs(forward, p.spec.packed_outputs);
   if (training) {
     if (backward == nullptr) throw ArgumentError("backward", "the backward step", "none");
     p.saved = static_cast<int>(backward->saved.size());
+    for (size_t i = 0; i < backward->saved.size(); ++i) {
+      p.saved_packed.push_back(!p.checkpointed() && p.spec.pack_spikes && backward->is_saved_packed(i));
+    }
     // Per-step saving writes them; checkpoint recomputation needs them in the backward.
     p.forward_saves = spec.kind == KernelKind::TrainingForward ? !p.checkpointed() : p.checkpointed();
   }
@@ -128,13 +167,16 @@ KernelPlan plan_kernel(const ir::Step& forward, const ir::Step* backward, const 
     add_slots(s, BufferRole::InitialState, p.states, false);
     add_param_slots(s, BufferRole::Param, p.params);
     add_slots(s, BufferRole::Output, p.outputs, true);
+    for (size_t i = 0; i < p.spec.packed_outputs.size(); ++i) {
+      if (p.spec.packed_outputs[i]) s.push_back({BufferRole::PackedOutput, static_cast<int>(i), true, false, false, {}, true});
+    }
     if (p.spec.store_state_seqs) add_slots(s, BufferRole::StateSeq, p.states, true);
     if (spec.kind != KernelKind::Inference) add_slots(s, BufferRole::FinalState, p.states, false);
     if (spec.kind == KernelKind::TrainingForward) {
       if (p.checkpointed()) {
         add_slots(s, BufferRole::Saved, p.states, true, true);
       } else {
-        add_slots(s, BufferRole::Saved, p.saved, true);
+        add_saved_slots(s, p.saved_packed);
       }
     }
   } else {
@@ -142,7 +184,7 @@ KernelPlan plan_kernel(const ir::Step& forward, const ir::Step* backward, const 
       add_slots(s, BufferRole::Saved, p.states, true, true);
       add_slots(s, BufferRole::Input, p.inputs, true);
     } else {
-      add_slots(s, BufferRole::Saved, p.saved, true);
+      add_saved_slots(s, p.saved_packed);
     }
     add_param_slots(s, BufferRole::Param, p.params);
     add_grad_sequence_slots(s, BufferRole::GradOutput, p.outputs, p.spec.grad_output_layouts);
@@ -189,6 +231,7 @@ const char* buffer_role_name(BufferRole role) {
     case BufferRole::GradInitialState: return "grad_initial_state";
     case BufferRole::GradParam: return "grad_param";
     case BufferRole::Workspace: return "workspace";
+    case BufferRole::PackedOutput: return "packed_output";
   }
   return "?";
 }

@@ -15,6 +15,7 @@ struct KernelPlan {
   int inputs = 0, states = 0, outputs = 0;
   std::vector<ir::ParamKind> params;
   int saved = 0;              // backward().saved.size() for the training kinds, else 0
+  std::vector<bool> saved_packed;  // per saved value: bit-packed rows (pack_spikes, per step)
   bool forward_saves = false;  // the forward step computes them (per-step save or recompute)
   int scalar_params = 0;
   std::vector<BufferSlot> slots;
@@ -33,8 +34,9 @@ KernelSpec normalized(const KernelSpec& spec);
 // "a/-s": output 0 one value, state 0 a sequence, state 1 the same each step.
 std::string layout_tag(const KernelSpec& spec);
 
-// `backward` is the program's backward step; it is read (and must be given) only for
-// TrainingForward and Backward. Throws ArgumentError for a bad spec or too many buffers.
+// `backward` is the program's backward step of the spec's save policy (Program::backward(
+// spec.pack_spikes)); it is read (and must be given) only for TrainingForward and Backward.
+// Throws ArgumentError for a bad spec or too many buffers.
 KernelPlan plan_kernel(const ir::Step& forward, const ir::Step* backward, const KernelSpec& spec);
 
 const char* buffer_role_name(BufferRole role);

@@ -41,6 +41,11 @@ std::string spec_tag(const KernelSpec& s) {
   if (s.grad_state_seqs) tag += "_gseq";
   if (s.grad_final_states) tag += "_gfinal";
   if (s.checkpoint_every > 0) tag += "_ck" + std::to_string(s.checkpoint_every);
+  if (!s.packed_outputs.empty()) {  // e.g. "_po101": outputs 0 and 2 packed
+    tag += "_po";
+    for (bool f : s.packed_outputs) tag += f ? '1' : '0';
+  }
+  if (s.pack_spikes) tag += "_bits";
   std::string repeat = layout_tag(s);  // e.g. "a/-s", spelled as an identifier: "_ra_0s"
   if (!repeat.empty()) {
     for (char& c : repeat) c = c == '-' ? '0' : c == '/' ? '_' : c;
@@ -76,6 +81,7 @@ int prefetch_depth(const KernelPlan& p, int ept) {
 
 std::string slot_shape(const BufferSlot& s) {
   if (s.role == BufferRole::Workspace) return "[scalar params, blocks] double";
+  if (s.packed) return "[T, ceil(N/8)] uint8 bits";
   if (s.checkpoint) return "[ceil(T/k), N] compute dtype";
   if (s.scalar_param) return "[1]";
   return s.per_step ? "[T, N]" : "[N]";
@@ -92,7 +98,7 @@ std::string slot_name(const BufferSlot& s, const ir::Neuron* n) {
       return i < n->states.size() ? n->states[i].name : "";
     case BufferRole::Param: case BufferRole::GradParam:
       return i < n->params.size() ? n->params[i].name : "";
-    case BufferRole::Output: case BufferRole::GradOutput:
+    case BufferRole::Output: case BufferRole::GradOutput: case BufferRole::PackedOutput:
       return i < n->outputs.size() ? n->outputs[i].name : "";
     case BufferRole::Saved:
       return s.checkpoint && i < n->states.size() ? n->states[i].name : "";
@@ -151,9 +157,23 @@ std::string constants(const KernelPlan& p) {
   }
   for (size_t i = 0; i < p.slots.size(); ++i) {
     const BufferSlot& s = p.slots[i];
-    if (!s.scalar_param && !s.checkpoint && !s.layout.same_each_neuron && s.role != BufferRole::Workspace) {
+    if (!s.scalar_param && !s.checkpoint && !s.packed && !s.layout.same_each_neuron && s.role != BufferRole::Workspace) {
       row_mask |= 1ull << i;
     }
+  }
+  unsigned long long packed_outputs = 0, packed_saved = 0;
+  std::string packed_output_slots = "{";
+  for (int i = 0; i < std::max(1, p.outputs); ++i) {
+    int slot = 0;
+    for (size_t k = 0; k < p.slots.size(); ++k) {
+      if (p.slots[k].role == BufferRole::PackedOutput && p.slots[k].index == i) slot = static_cast<int>(k);
+    }
+    if (slot > 0) packed_outputs |= 1ull << i;
+    packed_output_slots += (i ? ", " : "") + std::to_string(slot);
+  }
+  packed_output_slots += "}";
+  for (size_t i = 0; i < p.saved_packed.size(); ++i) {
+    if (p.saved_packed[i]) packed_saved |= 1ull << i;
   }
   auto slot = [&](BufferRole r) { return std::to_string(std::max(0, p.first_slot(r))); };
   const KernelSpec& spec = p.spec;
@@ -186,6 +206,14 @@ std::string constants(const KernelPlan& p) {
        ", kSaveSteps = " + b(training_forward && !p.checkpointed()) + ";\n";
   s += "[[maybe_unused]] constexpr bool kReadGradStateSeqs = " + b(spec.grad_state_seqs) +
        ", kReadGradFinalStates = " + b(spec.grad_final_states) + ";\n";
+  s += "// Bit-packed rows: bit i of kPackedOutputs: output i is also written packed, to slot\n"
+       "// kPackedOutputSlot[i]; bit i of kPackedSaved: saved value i is stored / read packed.\n";
+  s += "[[maybe_unused]] constexpr unsigned long long kPackedOutputs = " + hex64(packed_outputs) +
+       ", kPackedSaved = " + hex64(packed_saved) + ";\n";
+  s += "[[maybe_unused]] constexpr int kPackedOutputSlot[kOutputsA] = " + packed_output_slots + ";\n";
+  s += "[[maybe_unused]] constexpr bool kWritesPackedRows = " +
+       b(!p.backward() && (packed_outputs != 0 || (training_forward && !p.checkpointed() && packed_saved != 0))) +
+       ";\n";
   if (p.backward()) {
     s += "// How each gradient sequence repeats (bit 0: the same each step, bit 1: the same for every neuron).\n";
     s += "[[maybe_unused]] constexpr int kGradOutputRepeat[kOutputsA] = " + repeat_codes(p, BufferRole::GradOutput, p.outputs) +

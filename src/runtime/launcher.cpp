@@ -151,7 +151,7 @@ void run(const Program& program, const codegen::KernelSpec& spec, int64_t steps,
     const codegen::BufferSlot& slot = source.buffers[i];
     if (slot.role == codegen::BufferRole::Workspace) continue;  // filled once the variant is known
     args.buffers[i] = pointer_for(slot, guard.context());
-    if (!slot.scalar_param && !slot.checkpoint && !slot.layout.same_each_neuron) {
+    if (!slot.scalar_param && !slot.checkpoint && !slot.packed && !slot.layout.same_each_neuron) {
       rows_aligned = rows_aligned && reinterpret_cast<uintptr_t>(args.buffers[i]) % 16 == 0;
     }
     reduce = reduce || (slot.role == codegen::BufferRole::GradParam && slot.scalar_param &&
@@ -223,6 +223,29 @@ void backward_no_steps(const BackwardBuffers& b, CUstream stream) {
   }
 }
 
+void* packed_pointer_of(const std::vector<PackedView>& views, int index) {
+  if (index < 0 || static_cast<size_t>(index) >= views.size()) return nullptr;
+  const PackedView& v = views[static_cast<size_t>(index)];
+  return v.present ? v.data : nullptr;
+}
+
+std::vector<bool> present_flags(const std::vector<PackedView>& views) {
+  std::vector<bool> flags;
+  for (const PackedView& v : views) flags.push_back(v.present);
+  return flags;
+}
+
+// The pack_spikes policy needs kernels of its own only where its plan packs a saved value (else
+// the plan is the default one: a cut without spike-valued values costs the same under both).
+bool packs_saved_spikes(const Program& program, bool pack_spikes) {
+  if (!pack_spikes) return false;
+  const ir::Step& step = program.backward(true);
+  for (size_t i = 0; i < step.saved.size(); ++i) {
+    if (step.is_saved_packed(i)) return true;
+  }
+  return false;
+}
+
 // How each present gradient sequence repeats (validate() accepted it as contiguous or broadcast).
 std::vector<SequenceLayout> layouts_of(const std::vector<TensorView>& grads) {
   std::vector<SequenceLayout> layouts(grads.size());
@@ -252,6 +275,8 @@ void forward(const Program& program, const ForwardBuffers& b, void* stream, int 
                                               : codegen::KernelKind::Inference;
   spec.store_state_seqs = any_present(b.state_seqs);
   spec.checkpoint_every = static_cast<int>(b.checkpoint_every);
+  spec.packed_outputs = present_flags(b.packed_outputs);
+  spec.pack_spikes = spec.kind == codegen::KernelKind::TrainingForward && packs_saved_spikes(program, b.pack_spikes);
   if (b.steps == 0 || neuron_count(b.neuron_shape) == 0) {
     runtime::ContextGuard guard(device);
     forward_no_steps(program, b, static_cast<CUstream>(stream));
@@ -265,9 +290,11 @@ void forward(const Program& program, const ForwardBuffers& b, void* stream, int 
             return initial_state(program, b, slot.index, spec.storage, context);
           case codegen::BufferRole::Param: return pointer_of(b.params, slot.index);
           case codegen::BufferRole::Output: return pointer_of(b.outputs, slot.index);
+          case codegen::BufferRole::PackedOutput: return packed_pointer_of(b.packed_outputs, slot.index);
           case codegen::BufferRole::StateSeq: return pointer_of(b.state_seqs, slot.index);
           case codegen::BufferRole::FinalState: return pointer_of(b.final_states, slot.index);
-          case codegen::BufferRole::Saved: return pointer_of(b.saved, slot.index);
+          case codegen::BufferRole::Saved:
+            return slot.packed ? packed_pointer_of(b.packed_saved, slot.index) : pointer_of(b.saved, slot.index);
           default:
             throw Error(std::string("internal: forward kernel slot with role ") +
                         std::to_string(static_cast<int>(slot.role)));
@@ -296,6 +323,7 @@ void backward(const Program& program, const BackwardBuffers& b, void* stream, in
   spec.grad_output_layouts = layouts_of(b.grad_outputs);
   spec.grad_state_seq_layouts = layouts_of(b.grad_state_seqs);
   spec.checkpoint_every = static_cast<int>(b.checkpoint_every);
+  spec.pack_spikes = packs_saved_spikes(program, b.pack_spikes);
   if (b.steps == 0 || neuron_count(b.neuron_shape) == 0) {
     runtime::ContextGuard guard(device);
     backward_no_steps(b, static_cast<CUstream>(stream));
@@ -304,7 +332,8 @@ void backward(const Program& program, const BackwardBuffers& b, void* stream, in
   run(program, spec, b.steps, neuron_count(b.neuron_shape), stream, device,
       [&](const codegen::BufferSlot& slot, runtime::CUcontext) -> void* {
         switch (slot.role) {
-          case codegen::BufferRole::Saved: return pointer_of(b.saved, slot.index);
+          case codegen::BufferRole::Saved:
+            return slot.packed ? packed_pointer_of(b.packed_saved, slot.index) : pointer_of(b.saved, slot.index);
           case codegen::BufferRole::Input: return pointer_of(b.inputs, slot.index);
           case codegen::BufferRole::Param: return pointer_of(b.params, slot.index);
           case codegen::BufferRole::GradOutput: return pointer_of(b.grad_outputs, slot.index);

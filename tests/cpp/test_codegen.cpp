@@ -260,24 +260,32 @@ std::vector<BufferSlot> expected_slots(const Program& p, const KernelSpec& spec)
     for (size_t i = 0; i < f.params.size(); ++i)
       s.push_back({r, int(i), false, f.params[i] == ir::ParamKind::Scalar, false, {}});
   };
+  // Per-step saved values; bit-packed ones under pack_spikes.
+  auto add_saved = [&] {
+    const ir::Step& b = p.backward(spec.pack_spikes);
+    for (size_t i = 0; i < b.saved.size(); ++i) s.push_back({BufferRole::Saved, int(i), true, false, false, {}, b.is_saved_packed(i)});
+  };
   const int ck = spec.checkpoint_every;
   if (spec.kind != KernelKind::Backward) {
     add(BufferRole::Input, in, true);
     add(BufferRole::InitialState, st, false);
     add_params(BufferRole::Param);
     add(BufferRole::Output, out, true);
+    for (size_t i = 0; i < spec.packed_outputs.size(); ++i) {
+      if (spec.packed_outputs[i]) s.push_back({BufferRole::PackedOutput, int(i), true, false, false, {}, true});
+    }
     if (spec.store_state_seqs) add(BufferRole::StateSeq, st, true);
     if (spec.kind != KernelKind::Inference) add(BufferRole::FinalState, st, false);
     if (spec.kind == KernelKind::TrainingForward) {
       if (ck > 0) add(BufferRole::Saved, st, true, true);
-      else add(BufferRole::Saved, int(p.backward().saved.size()), true);
+      else add_saved();
     }
   } else {
     if (ck > 0) {
       add(BufferRole::Saved, st, true, true);
       add(BufferRole::Input, in, true);
     } else {
-      add(BufferRole::Saved, int(p.backward().saved.size()), true);
+      add_saved();
     }
     add_params(BufferRole::Param);
     add_grads(BufferRole::GradOutput, out, spec.grad_output_layouts);
@@ -295,7 +303,7 @@ std::string describe(const BufferSlot& s) {
   std::ostringstream o;
   o << "{role " << int(s.role) << ", index " << s.index << ", per_step " << s.per_step << ", scalar "
     << s.scalar_param << ", checkpoint " << s.checkpoint << ", repeat " << s.layout.same_each_step
-    << s.layout.same_each_neuron << "}";
+    << s.layout.same_each_neuron << ", packed " << s.packed << "}";
   return o.str();
 }
 
@@ -321,7 +329,7 @@ void check_structure(const Program& p, const KernelSpec& spec, const KernelSourc
     EXPECT_TRUE(a.role == e.role && a.index == e.index && a.per_step == e.per_step &&
                 a.scalar_param == e.scalar_param && a.checkpoint == e.checkpoint &&
                 a.layout.same_each_step == e.layout.same_each_step &&
-                a.layout.same_each_neuron == e.layout.same_each_neuron)
+                a.layout.same_each_neuron == e.layout.same_each_neuron && a.packed == e.packed)
         << "slot " << i << ": got " << describe(a) << ", expected " << describe(e);
   }
   ASSERT_EQ(k.variants.size(), 2u);
@@ -387,6 +395,115 @@ std::vector<std::pair<std::string, KernelSource>> generate_all(const NamedProgra
     out.push_back({what, std::move(k)});
   }
   return out;
+}
+
+// Specs with bit-packed rows: every spike-valued output packed (inference kinds, the training
+// forward with and without checkpoints) and the pack_spikes policy (training forward, backward).
+std::vector<KernelSpec> packed_specs(const Program& p) {
+  std::vector<KernelSpec> out;
+  for (KernelKind kind : {KernelKind::Inference, KernelKind::InferenceFinalState, KernelKind::TrainingForward}) {
+    KernelSpec s;
+    s.kind = kind;
+    s.packed_outputs = p.packable_outputs();
+    s.store_state_seqs = kind != KernelKind::InferenceFinalState;
+    s.pack_spikes = kind == KernelKind::TrainingForward;
+    out.push_back(s);
+  }
+  KernelSpec checkpoints = out.back();
+  checkpoints.pack_spikes = false;
+  checkpoints.checkpoint_every = 3;
+  out.push_back(checkpoints);
+  KernelSpec bwd;
+  bwd.kind = KernelKind::Backward;
+  bwd.pack_spikes = true;
+  bwd.grad_final_states = true;
+  out.push_back(bwd);
+  return out;
+}
+
+std::vector<NamedProgram> packed_programs() {
+  std::vector<NamedProgram> out = test_programs();
+  for (const char* stem : {"ste_lif", "two_thresholds", "mixed_outputs"}) {
+    out.push_back({stem, Program::from_file(source_dir() + "/tests/neurons/" + stem + ".sj")});
+  }
+  for (const char* stem : {"if", "lif", "plif"}) {
+    out.push_back({stem, Program::from_file(source_dir() + "/neurons/" + stem + ".sj")});
+  }
+  return out;
+}
+
+// The packed specs of every program, the dtypes rotating over them.
+std::vector<std::pair<std::string, KernelSource>> generate_packed() {
+  std::vector<std::pair<std::string, KernelSource>> out;
+  size_t rotation = 0;
+  for (const NamedProgram& np : packed_programs()) {
+    for (KernelSpec spec : packed_specs(np.program)) {
+      spec.storage = kDTypes[rotation++ % kDTypes.size()];
+      const std::string what = np.name + " " + spec.key();
+      SCOPED_TRACE(what);
+      KernelSource k = codegen::generate(np.program, spec);
+      check_structure(np.program, spec, k);
+      dump_source(k);
+      out.push_back({what, std::move(k)});
+    }
+  }
+  return out;
+}
+
+TEST(Codegen, PackedRowsSlotsKeysAndChecks) {
+  const std::vector<std::pair<std::string, KernelSource>> sources = generate_packed();
+  EXPECT_EQ(sources.size(), packed_programs().size() * 5);
+  const Program two = Program::from_file(source_dir() + "/tests/neurons/two_thresholds.sj");
+  const Program mixed = Program::from_file(source_dir() + "/tests/neurons/mixed_outputs.sj");
+  KernelSpec infer;
+  KernelSpec packed = infer;
+  packed.packed_outputs = {true, false};  // the trailing flag does not count
+  EXPECT_NE(infer.key(), packed.key());
+  EXPECT_NE(packed.key().find("packed_outputs=1"), std::string::npos) << packed.key();
+  KernelSpec trimmed = infer;
+  trimmed.packed_outputs = {true};
+  EXPECT_EQ(packed.key(), trimmed.key());
+  trimmed.packed_outputs = {false, false};
+  EXPECT_EQ(infer.key(), trimmed.key());
+  EXPECT_NE(codegen::generate(mixed, infer).entry, codegen::generate(mixed, packed).entry);
+  // pack_spikes applies to the training kinds only; packed outputs to the forward kinds only.
+  KernelSpec bits = infer;
+  bits.pack_spikes = true;
+  EXPECT_EQ(infer.key(), bits.key());
+  KernelSpec train;
+  train.kind = KernelKind::TrainingForward;
+  bits.kind = KernelKind::TrainingForward;
+  EXPECT_NE(train.key(), bits.key());
+  KernelSpec bwd;
+  bwd.kind = KernelKind::Backward;
+  KernelSpec bwd_packed = bwd;
+  bwd_packed.packed_outputs = {true};
+  EXPECT_EQ(bwd.key(), bwd_packed.key());
+  bwd_packed.pack_spikes = true;
+  EXPECT_NE(bwd.key(), bwd_packed.key());
+  // The kernel writing bit rows keeps warps together; the others do not.
+  EXPECT_NE(codegen::generate(mixed, packed).source.find("constexpr bool kWritesPackedRows = true"), std::string::npos);
+  EXPECT_NE(codegen::generate(mixed, infer).source.find("constexpr bool kWritesPackedRows = false"), std::string::npos);
+  EXPECT_NE(codegen::generate(two, bits).source.find("kPackedSaved = 0x3ull"), std::string::npos);
+  // Only spike-valued outputs; no pack_spikes with checkpoints.
+  KernelSpec bad = infer;
+  bad.packed_outputs = {false, false, true};  // mixed_outputs' m
+  try {
+    codegen::generate(mixed, bad);
+    ADD_FAILURE() << "a packed non-spike output accepted";
+  } catch (const ArgumentError& e) {
+    EXPECT_EQ(e.argument(), "spec.packed_outputs");
+    EXPECT_NE(std::string(e.what()).find("output 2"), std::string::npos) << e.what();
+  }
+  bad.packed_outputs = {true, true, false, true};
+  EXPECT_THROW(codegen::generate(mixed, bad), ArgumentError);
+  bits.checkpoint_every = 2;
+  try {
+    codegen::generate(two, bits);
+    ADD_FAILURE() << "pack_spikes with checkpoints accepted";
+  } catch (const ArgumentError& e) {
+    EXPECT_EQ(e.argument(), "spec.pack_spikes");
+  }
 }
 
 TEST(Codegen, KindNamesAndKeys) {
@@ -637,6 +754,13 @@ TEST(CodegenCompile, TestNeuronsEverySpec) {
     ++rotation;
   }
   expect_compiles(sources);
+}
+
+// Kernels with bit-packed rows: packed outputs (ballots, one path per warp) and packed saved
+// values (written by the training forward, read by the backward).
+TEST(CodegenCompile, PackedSpikes) {
+  REQUIRE_NVRTC();
+  expect_compiles(generate_packed());
 }
 
 // The built-ins as SpikingJelly's modules use them: every option combination with the default

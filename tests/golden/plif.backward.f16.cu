@@ -174,6 +174,11 @@ __device__ __forceinline__ void real_row_store(void* base, long long offset, int
 [[maybe_unused]] constexpr unsigned long long kRowSlots = 0x7bull;  // slots accessed as rows of storage
 [[maybe_unused]] constexpr bool kStoreStateSeqs = false, kWriteFinalStates = false, kSaveSteps = false;
 [[maybe_unused]] constexpr bool kReadGradStateSeqs = false, kReadGradFinalStates = true;
+// Bit-packed rows: bit i of kPackedOutputs: output i is also written packed, to slot
+// kPackedOutputSlot[i]; bit i of kPackedSaved: saved value i is stored / read packed.
+[[maybe_unused]] constexpr unsigned long long kPackedOutputs = 0x0ull, kPackedSaved = 0x0ull;
+[[maybe_unused]] constexpr int kPackedOutputSlot[kOutputsA] = {0};
+[[maybe_unused]] constexpr bool kWritesPackedRows = false;
 // How each gradient sequence repeats (bit 0: the same each step, bit 1: the same for every neuron).
 [[maybe_unused]] constexpr int kGradOutputRepeat[kOutputsA] = {0}, kGradStateSeqRepeat[kStatesA] = {0};
 [[maybe_unused]] constexpr int kCheckpointEvery = 0;
@@ -255,6 +260,8 @@ __device__ __forceinline__ BackwardOut backward_step(const BackwardIn in) {
 
 // ---- common --------------------------------------------------------------------------------
 __device__ __forceinline__ bool is_scalar_param(int i) { return ((kScalarParams >> i) & 1ull) != 0; }
+__device__ __forceinline__ bool is_packed_output(int i) { return ((kPackedOutputs >> i) & 1ull) != 0; }
+__device__ __forceinline__ bool is_packed_saved(int i) { return ((kPackedSaved >> i) & 1ull) != 0; }
 
 // True when every row buffer is 16-byte aligned and rows (t * N) stay aligned.
 template <int EPT>
@@ -311,6 +318,48 @@ __device__ __forceinline__ void load_params(const SpikejitArgs& a, long long n0,
   }
 }
 
+// ---- bit-packed rows (PackedView): neuron n of step t is bit n % 8 of byte t * ceil(N / 8) + n / 8
+// `bits`: this thread's neurons n0 .. n0 + EPT - 1 at bits 0 .. EPT - 1 (zero past its count).
+// Every thread of the warp calls this together (the ballots need all 32): the warp's 32 * EPT
+// neurons are 4 * EPT bytes, and lane j stores byte j (none past the row's last byte). n0 is
+// (first thread of the warp + lane) * EPT, a multiple of 32 * EPT for lane 0.
+template <int EPT>
+__device__ __forceinline__ void packed_row_store(void* base, long long t, long long n0, long long N, unsigned bits) {
+  const int lane = (int)(threadIdx.x & 31u);
+  unsigned byte_bits = bits;  // EPT == 8: a thread's neurons are one byte
+  if constexpr (EPT < 8) {
+    unsigned words[EPT];
+#pragma unroll
+    for (int e = 0; e < EPT; ++e) words[e] = __ballot_sync(0xffffffffu, (bits >> e) & 1u);
+    byte_bits = 0;
+    if (lane < 4 * EPT) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int m = 8 * lane + i;  // neuron m of the warp: element m % EPT of lane m / EPT
+        byte_bits |= ((words[m % EPT] >> (m / EPT)) & 1u) << i;
+      }
+    }
+  }
+  const long long row_bytes = (N + 7) >> 3;
+  const long long byte = ((n0 - (long long)lane * EPT) >> 3) + lane;
+  if (base != nullptr && lane < 4 * EPT && byte < row_bytes) {
+    static_cast<unsigned char*>(base)[t * row_bytes + byte] = (unsigned char)byte_bits;
+  }
+}
+
+// This thread's EPT neurons at step t of bit-packed rows, as 1 or 0 in storage (0 past count).
+// The byte load is unconditional (zeros when there is nothing to read), like row_load.
+template <int EPT>
+__device__ __forceinline__ void packed_row_load(const void* base, long long t, long long n0, int count, long long N,
+                                                Row<EPT>& r) {
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(sj_zero_row);
+  if (base != nullptr && count > 0) p = static_cast<const unsigned char*>(base) + t * ((N + 7) >> 3) + (n0 >> 3);
+  const unsigned bits = (unsigned)__ldg(p) >> (unsigned)(n0 & 7);
+  const storage one = to_storage((real)1), zero = to_storage((real)0);
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) r.v[e] = (e < count && ((bits >> e) & 1u) != 0) ? one : zero;
+}
+
 // Elements of this thread: n0 .. n0 + count - 1 (count = 0: none).
 template <int EPT, int BLOCK>
 __device__ __forceinline__ int thread_elements(const SpikejitArgs& a, long long& n0) {
@@ -349,7 +398,13 @@ __device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, long long 
   const long long N = a.neurons;
   if constexpr (SAVED) {
 #pragma unroll
-    for (int i = 0; i < kSaved; ++i) row_load<EPT, VEC>(a.buffers[kSlotSaved + i], t * N + n0, count, r.saved[i]);
+    for (int i = 0; i < kSaved; ++i) {
+      if (is_packed_saved(i)) {
+        packed_row_load<EPT>(a.buffers[kSlotSaved + i], t, n0, count, N, r.saved[i]);
+      } else {
+        row_load<EPT, VEC>(a.buffers[kSlotSaved + i], t * N + n0, count, r.saved[i]);
+      }
+    }
   }
 #pragma unroll
   for (int i = 0; i < kOutputs; ++i)
