@@ -1,7 +1,8 @@
 // Generated CUDA kernels against the CPU executor, on a GPU. Skips without one, fails instead
 // when SPIKEJIT_REQUIRE_CUDA=1. Every written buffer is poisoned (all bits set: NaN) before the
 // launch, so an element a kernel forgot to write shows up as NaN. fp16 / bf16 kernels are
-// compared with the CPU executor given the same fp16 / bf16 storage.
+// compared with the CPU executor given the same fp16 / bf16 storage. Bit-packed rows (packed
+// outputs, spikes saved as bits) are compared byte for byte with the CPU's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "spikejit/cpu.h"
 #include "spikejit/cuda.h"
 #include "spikejit/runtime.h"
+#include "support/test_neurons.h"
 
 namespace spikejit {
 namespace {
@@ -124,6 +126,66 @@ class DeviceTensor {
   size_t offset_bytes_;
   size_t bytes_ = 0;
   CUdeviceptr base_ = 0;
+};
+
+// Device bytes of bit-packed rows; `offset` bytes past an allocation's start.
+class DeviceBytes {
+ public:
+  DeviceBytes(std::vector<int64_t> shape, int offset)
+      : shape_(std::move(shape)), offset_(static_cast<size_t>(offset)), bytes_(static_cast<size_t>(numel_of(shape_))) {
+    check_cuda(driver().cuMemAlloc(&base_, bytes_ + offset_ + 16), "cuMemAlloc", std::to_string(bytes_) + " bytes");
+  }
+  ~DeviceBytes() { driver().cuMemFree(base_); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+
+  CUdeviceptr pointer() const { return base_ + offset_; }
+  void upload(const std::vector<uint8_t>& host) {
+    if (bytes_ > 0) check_cuda(driver().cuMemcpyHtoD(pointer(), host.data(), bytes_), "cuMemcpyHtoD");
+  }
+  void poison() {
+    if (bytes_ > 0) check_cuda(driver().cuMemsetD8(pointer(), 0xFF, bytes_), "cuMemsetD8");
+  }
+  std::vector<uint8_t> to_host() const {
+    std::vector<uint8_t> h(bytes_);
+    if (bytes_ > 0) check_cuda(driver().cuMemcpyDtoH(h.data(), pointer(), bytes_), "cuMemcpyDtoH");
+    return h;
+  }
+  PackedView view() const { return PackedView(reinterpret_cast<void*>(pointer()), shape_); }
+
+ private:
+  std::vector<int64_t> shape_;
+  size_t offset_, bytes_;
+  CUdeviceptr base_ = 0;
+};
+
+// Bit-packed sequences, uint8 [T, ceil(N / 8)] each: the CPU's and the GPU's (nullptr: absent).
+// Written ones: zeros for the CPU, poison (all bits set) on the GPU.
+struct BitFamily {
+  std::string name;
+  int64_t steps = 0, neurons = 0;
+  std::vector<std::vector<uint8_t>> host;
+  std::vector<std::unique_ptr<DeviceBytes>> device;
+
+  BitFamily(std::string n, int64_t t, int64_t count, const std::vector<bool>& present, int offset)
+      : name(std::move(n)), steps(t), neurons(count) {
+    for (bool p : present) {
+      host.emplace_back(static_cast<size_t>(steps * packed_row_bytes(neurons)), 0);
+      device.push_back(p ? std::make_unique<DeviceBytes>(shape(), offset) : nullptr);
+      if (device.back()) device.back()->poison();
+    }
+  }
+  std::vector<int64_t> shape() const { return {steps, packed_row_bytes(neurons)}; }
+  std::vector<PackedView> host_views() {
+    std::vector<PackedView> v;
+    for (size_t i = 0; i < host.size(); ++i) v.push_back(device[i] ? PackedView(host[i].data(), shape()) : PackedView());
+    return v;
+  }
+  std::vector<PackedView> device_views() const {
+    std::vector<PackedView> v;
+    for (const auto& d : device) v.push_back(d ? d->view() : PackedView());
+    return v;
+  }
 };
 
 // One argument family (inputs, outputs, ...): the CPU's tensors and the GPU's copies. An absent
@@ -286,6 +348,31 @@ struct Report {
     }
   }
 
+  // Bit rows, byte for byte: a differing bit is its neuron's (a set padding bit past N: -2); a
+  // byte left all ones (the poison) where the CPU has another is unwritten.
+  void compare_bits(const BitFamily& f) {
+    const int64_t row_bytes = packed_row_bytes(f.neurons);
+    for (size_t i = 0; i < f.device.size(); ++i) {
+      if (!f.device[i]) continue;
+      const std::vector<uint8_t> got = f.device[i]->to_host();
+      const std::vector<uint8_t>& want = f.host[i];
+      for (size_t k = 0; k < want.size(); ++k) {
+        if (got[k] == want[k]) continue;
+        if (got[k] == 0xFF) ++unwritten;
+        for (int bit = 0; bit < 8; ++bit) {
+          if (((got[k] ^ want[k]) >> bit & 1) == 0) continue;
+          const int64_t n = static_cast<int64_t>(k) % row_bytes * 8 + bit;
+          bad_neurons.insert(n < f.neurons ? n : -2);
+        }
+        if (examples.size() < 8) {
+          examples.push_back(f.name + "[" + std::to_string(i) + "] byte " + std::to_string(k) + " (step " +
+                             std::to_string(static_cast<int64_t>(k) / row_bytes) + "): gpu " +
+                             std::to_string(got[k]) + ", cpu " + std::to_string(want[k]));
+        }
+      }
+    }
+  }
+
   std::string text() const {
     std::string s = std::to_string(bad_neurons.size()) + " neurons differ, " +
                     std::to_string(unwritten) + " elements unwritten";
@@ -316,8 +403,8 @@ bool has_transcendental_forward(const Program& p) {
 
 // The backward recomputes spikes from saved values (e.g. PLIF's h from v, x and sigmoid(w)): a
 // transcendental among the inputs of such a spike can flip it the same way.
-bool spikes_recomputed_through_transcendentals(const Program& p) {
-  const std::vector<ir::Node>& nodes = p.backward().nodes;
+bool spikes_recomputed_through_transcendentals(const Program& p, bool pack_spikes) {
+  const std::vector<ir::Node>& nodes = p.backward(pack_spikes).nodes;
   std::vector<bool> through(nodes.size(), false);  // a transcendental is among the node's ancestors
   for (size_t i = 0; i < nodes.size(); ++i) {
     through[i] = is_transcendental(nodes[i].op);
@@ -353,6 +440,22 @@ struct Job {
   int64_t checkpoint_every = 0;
   // Backward: gradient sequences that repeat (broadcast views, read in place by the GPU).
   std::vector<SequenceLayout> grad_output_layouts, grad_state_seq_layouts;
+  // Forward: outputs also written as bit rows (per output); `packed_only`: those not full width.
+  std::vector<bool> packed_outputs;
+  bool packed_only = false;
+  // Training forward / backward, per step: the pack_spikes save policy.
+  bool pack_spikes = false;
+
+  // Whether the pack_spikes policy changes the kernels (as spikejit::cuda decides).
+  bool packs_saved_spikes() const {
+    if (!pack_spikes) return false;
+    const ir::Step& plan = program->backward(true);
+    for (size_t i = 0; i < plan.saved.size(); ++i) {
+      if (plan.is_saved_packed(i)) return true;
+    }
+    return false;
+  }
+  bool output_packed(size_t i) const { return i < packed_outputs.size() && packed_outputs[i]; }
 
   // The spec spikejit::cuda picks for this call (used to compile everything up front).
   codegen::KernelSpec spec() const {
@@ -365,12 +468,15 @@ struct Job {
       s.checkpoint_every = static_cast<int>(checkpoint_every);
       s.grad_output_layouts = grad_output_layouts;
       s.grad_state_seq_layouts = grad_state_seq_layouts;
+      s.pack_spikes = packs_saved_spikes();
     } else {
       s.kind = training ? codegen::KernelKind::TrainingForward
                : final_states ? codegen::KernelKind::InferenceFinalState
                               : codegen::KernelKind::Inference;
       s.store_state_seqs = state_seqs;
       if (training) s.checkpoint_every = static_cast<int>(checkpoint_every);
+      s.packed_outputs = packed_outputs;
+      s.pack_spikes = training && packs_saved_spikes();
     }
     return s;
   }
@@ -381,7 +487,7 @@ struct Job {
            (grad_state_seqs ? " +grad_state_seqs" : "") + (grad_final_states ? " +grad_final_states" : "") +
            (offset ? " offset=" + std::to_string(offset) : "") +
            (checkpoint_every ? " checkpoint_every=" + std::to_string(checkpoint_every) : "") +
-           (backward ? " " + spec().key() : "");
+           (packed_only ? " packed-only" : "") + (pack_spikes ? " pack_spikes" : "") + " " + spec().key();
   }
 };
 
@@ -395,7 +501,7 @@ std::vector<std::vector<int64_t>> saved_shapes(const Job& job) {
   if (job.checkpoint_every == 0) {
     std::vector<int64_t> seq = {job.steps};
     seq.insert(seq.end(), job.shape.begin(), job.shape.end());
-    return repeat(p.backward().saved.size(), seq);
+    return repeat(p.backward(job.pack_spikes).saved.size(), seq);
   }
   std::vector<int64_t> rows = {(job.steps + job.checkpoint_every - 1) / job.checkpoint_every};
   rows.insert(rows.end(), job.shape.begin(), job.shape.end());
@@ -440,17 +546,31 @@ void check_forward(const Job& job, std::mt19937_64& rng, CUstream stream) {
   Inputs in = make_inputs(job, rng, rng() % 3 != 0);
   const std::vector<std::vector<int64_t>> saved_shape =
       job.training ? saved_shapes(job) : std::vector<std::vector<int64_t>>{};
-  Family outputs = written_family("outputs", job.dtype, repeat(f.num_outputs, seq), all(f.num_outputs, true), job.offset);
+  const int64_t neurons = numel_of(job.shape);
+  std::vector<bool> full(static_cast<size_t>(f.num_outputs)), packed(full.size());
+  for (size_t i = 0; i < full.size(); ++i) {
+    packed[i] = job.output_packed(i);
+    full[i] = !(packed[i] && job.packed_only);
+  }
+  Family outputs = written_family("outputs", job.dtype, repeat(f.num_outputs, seq), full, job.offset);
+  BitFamily packed_outputs("packed_outputs", job.steps, neurons, packed, job.offset);
   Family state_seqs = written_family("state_seqs", job.dtype, repeat(job.state_seqs ? f.num_states : 0, seq),
                                      job.state_seqs ? some(rng, f.num_states) : std::vector<bool>(), job.offset);
   Family final_states = written_family("final_states", job.dtype, repeat(job.final_states ? f.num_states : 0, job.shape),
                                        job.final_states ? some(rng, f.num_states) : std::vector<bool>(), job.offset);
   // Per step, a saved input may be absent (not written; the backward reads the input itself).
-  std::vector<bool> saved_present = all(saved_shape.size(), true);
+  // Spikes saved as bits go to packed_saved instead.
+  const bool pack_spikes = job.training && job.pack_spikes;
+  std::vector<bool> saved_present = all(saved_shape.size(), true), saved_packed(saved_shape.size(), false);
   if (job.training && job.checkpoint_every == 0) {
-    for (size_t i = 0; i < saved_present.size(); ++i) saved_present[i] = p.saved_inputs()[i] < 0 || rng() % 2;
+    for (size_t i = 0; i < saved_present.size(); ++i) {
+      saved_packed[i] = pack_spikes && p.backward(true).is_saved_packed(i);
+      saved_present[i] = !saved_packed[i] && (p.saved_inputs(pack_spikes)[i] < 0 || rng() % 2);
+    }
   }
   Family saved = written_family("saved", saved_dtype(job), saved_shape, saved_present, job.offset);
+  BitFamily packed_saved("packed_saved", job.steps, neurons, pack_spikes ? saved_packed : std::vector<bool>(),
+                         job.offset);
 
   auto buffers = [&](bool gpu) {
     ForwardBuffers b;
@@ -467,6 +587,9 @@ void check_forward(const Job& job, std::mt19937_64& rng, CUstream stream) {
       if (fam == &final_states) b.final_states = views;
       if (fam == &saved) b.saved = views;
     }
+    b.packed_outputs = gpu ? packed_outputs.device_views() : packed_outputs.host_views();
+    b.packed_saved = gpu ? packed_saved.device_views() : packed_saved.host_views();
+    b.pack_spikes = pack_spikes;
     return b;
   };
   cpu::forward(p, buffers(false));
@@ -474,9 +597,11 @@ void check_forward(const Job& job, std::mt19937_64& rng, CUstream stream) {
   synchronize(stream);
 
   Report report;
-  report.neurons = numel_of(job.shape);
+  report.neurons = neurons;
   const Tolerance tol = forward_tolerance(job.dtype);
   for (const Family* fam : {&outputs, &state_seqs, &final_states, &saved}) report.compare(*fam, {tol}, true);
+  report.compare_bits(packed_outputs);
+  report.compare_bits(packed_saved);
   EXPECT_EQ(report.unwritten, 0) << report.text();
   EXPECT_LE(static_cast<int64_t>(report.bad_neurons.size()), allowed_flips(p, job.steps, report.neurons))
       << report.text();
@@ -492,6 +617,13 @@ void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
   Inputs in = make_inputs(job, rng, true);
   Family saved{"saved", {}, {}, {}, {}};
   for (const std::vector<int64_t>& shape : saved_shapes(job)) saved.host.emplace_back(saved_dtype(job), shape);
+  // The pack_spikes policy: its packed values in packed_saved (uploaded below), not in saved.
+  std::vector<bool> saved_packed(saved.host.size(), false);
+  for (size_t i = 0; i < saved_packed.size(); ++i) {
+    saved_packed[i] = job.pack_spikes && job.checkpoint_every == 0 && p.backward(true).is_saved_packed(i);
+  }
+  BitFamily packed_saved("packed_saved", job.steps, numel_of(job.shape), job.pack_spikes ? saved_packed : std::vector<bool>(),
+                         job.offset);
   {
     Family outputs = written_family("outputs", job.dtype, repeat(f.num_outputs, seq), all(f.num_outputs, false), 0);
     ForwardBuffers fb;
@@ -501,11 +633,18 @@ void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
     fb.initial_states = in.initial_states.host_views();
     fb.params = in.params.host_views();
     for (HostTensor& o : outputs.host) fb.outputs.push_back(o.view());
-    for (HostTensor& s : saved.host) fb.saved.push_back(s.view());
+    for (size_t i = 0; i < saved.host.size(); ++i) fb.saved.push_back(saved_packed[i] ? TensorView() : saved.host[i].view());
+    fb.packed_saved = packed_saved.host_views();
+    fb.pack_spikes = job.pack_spikes;
     fb.checkpoint_every = job.checkpoint_every;
     cpu::forward(p, fb);
   }
-  for (HostTensor& s : saved.host) saved.device.push_back(std::make_unique<DeviceTensor>(s, job.offset));
+  for (size_t i = 0; i < saved.host.size(); ++i) {
+    saved.device.push_back(saved_packed[i] ? nullptr : std::make_unique<DeviceTensor>(saved.host[i], job.offset));
+  }
+  for (size_t i = 0; i < packed_saved.device.size(); ++i) {
+    if (packed_saved.device[i]) packed_saved.device[i]->upload(packed_saved.host[i]);
+  }
 
   Family grad_outputs = read_grad_family("grad_outputs", rng, job.dtype, f.num_outputs, seq, some(rng, f.num_outputs),
                                          job.grad_output_layouts, job.offset);
@@ -528,6 +667,8 @@ void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
     b.steps = job.steps;
     b.neuron_shape = job.shape;
     b.saved = views(saved);
+    b.packed_saved = gpu ? packed_saved.device_views() : packed_saved.host_views();
+    b.pack_spikes = job.pack_spikes;
     if (job.checkpoint_every > 0) b.inputs = views(in.inputs);
     b.checkpoint_every = job.checkpoint_every;
     b.params = views(in.params);
@@ -562,7 +703,7 @@ void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
   // the forward): the checkpoint segments, or a spike the backward step derives from saved values
   // through a transcendental. Otherwise the saved values come from the CPU and nothing can flip.
   const bool recomputes = job.checkpoint_every > 0 ? has_transcendental_forward(p)
-                                                   : spikes_recomputed_through_transcendentals(p);
+                                                   : spikes_recomputed_through_transcendentals(p, job.pack_spikes);
   const int64_t allowed = recomputes ? flip_allowance(job.steps, report.neurons) : 0;
   EXPECT_LE(static_cast<int64_t>(report.bad_neurons.size()), allowed) << report.text();
 }
@@ -841,6 +982,132 @@ TEST_F(CudaKernels, EdgeShapesZeroAndOneStepsZeroAndOneNeurons) {
   }
   compile_all(jobs);
   for (const Job& j : jobs) run_job(j, rng_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bit-packed spikes: packed outputs and the pack_spikes save policy. scripts/gpu_check.sh runs
+// these (CudaKernels.Packed*) under compute-sanitizer too: a byte written past a row's end, or by
+// a warp whose threads did not all reach a ballot, shows up there.
+
+std::vector<NamedProgram> packed_programs() {
+  builtins::Options soft;
+  soft.v_reset.reset();
+  return {{"if", Program(builtins::if_neuron())},
+          {"lif soft", Program(builtins::lif_neuron(soft))},
+          {"plif", Program(builtins::plif_neuron())},
+          {"adaptive", Program::from_text(kMultiState)},
+          {"ste_lif", testing::test_neuron("ste_lif")},
+          {"two_thresholds", testing::test_neuron("two_thresholds")},
+          {"mixed_outputs", testing::test_neuron("mixed_outputs")}};
+}
+
+// Every spike-valued output packed, full width too or not; the training kinds under pack_spikes
+// or not.
+void make_packed(Job& j, std::mt19937_64& rng) {
+  if (!j.backward) {
+    j.packed_outputs = j.program->packable_outputs();
+    j.packed_only = rng() % 2 == 0;
+  }
+  j.pack_spikes = (j.training || j.backward) && rng() % 4 != 0;
+}
+
+// Against the CPU's bytes and values: N not a multiple of 8 or 32 (row tails, partial warps),
+// N large enough for the vector variant (its last warp partial: that warp takes the scalar path
+// together), N with a partial last vector, misaligned bases; every forward kind and the backward
+// reading spikes saved as bits.
+TEST_F(CudaKernels, PackedOutputsAndSavedBitsEqualTheCpu) {
+  SCOPED_TRACE(trace());
+  const std::vector<NamedProgram> programs = packed_programs();
+  std::vector<Job> jobs;
+  size_t variant = 0;
+  for (const NamedProgram& np : programs) {
+    for (DType d : {DType::F32, DType::F16, DType::BF16}) {
+      for (int regime = 0; regime < 4; ++regime) {
+        for (Job j : jobs_for(np, d, variant++, 1, 3000)) {
+          make_packed(j, rng_);
+          if (regime >= 2) {
+            j.steps = 1 + static_cast<int64_t>(rng_() % 5);
+            j.shape = {600000 + (regime == 3 ? 1 + static_cast<int64_t>(rng_() % 7) : 0)};
+          }
+          j.offset = regime == 1 || rng_() % 5 == 0 ? 1 : 0;
+          jobs.push_back(j);
+        }
+      }
+    }
+  }
+  compile_all(jobs);
+  for (const Job& j : jobs) run_job(j, rng_);
+}
+
+// T = 0, N = 0 (nothing launched, nothing written), and N around the byte and warp sizes.
+TEST_F(CudaKernels, PackedEdgeShapes) {
+  SCOPED_TRACE(trace());
+  const std::vector<NamedProgram> programs = packed_programs();
+  std::vector<Job> jobs;
+  for (const NamedProgram& np : programs) {
+    for (const auto& [steps, shape] : std::vector<std::pair<int64_t, std::vector<int64_t>>>{
+             {0, {37}}, {5, {0}}, {0, {0}}, {3, {1}}, {2, {7}}, {2, {8}}, {2, {9}}, {3, {31}}, {3, {32}},
+             {3, {33}}, {2, {255}}, {2, {257}}, {4, {3, 0, 5}}, {2, {3, 11}}}) {
+      for (Job j : jobs_for(np, DType::F32, rng_() % 4, 1, 1)) {
+        make_packed(j, rng_);
+        j.dtype = rng_() % 2 ? DType::F16 : DType::F32;
+        j.steps = steps;
+        j.shape = shape;
+        jobs.push_back(j);
+      }
+    }
+  }
+  compile_all(jobs);
+  for (const Job& j : jobs) run_job(j, rng_);
+}
+
+// The vector variant where its last warp is partial (threads without neurons): N just large
+// enough for it on an H200 (132 SMs), not a multiple of the warp's 32 * EPT neurons. Small enough
+// for compute-sanitizer.
+TEST_F(CudaKernels, PackedVectorVariantPartialLastWarp) {
+  SCOPED_TRACE(trace());
+  const std::vector<NamedProgram> programs = packed_programs();
+  std::vector<Job> jobs;
+  for (const NamedProgram& np : programs) {
+    if (np.label != "lif soft" && np.label != "ste_lif" && np.label != "mixed_outputs") continue;
+    for (DType d : {DType::F32, DType::F16}) {
+      for (Job j : jobs_for(np, d, jobs.size(), 1, 1)) {
+        make_packed(j, rng_);
+        j.steps = 3;
+        j.shape = {140000 + 8 * static_cast<int64_t>(rng_() % 4)};
+        jobs.push_back(j);
+      }
+    }
+  }
+  compile_all(jobs);
+  for (const Job& j : jobs) run_job(j, rng_);
+}
+
+// Bad packed buffers are rejected before anything is launched.
+TEST_F(CudaKernels, PackedRejectsBadBuffers) {
+  const Program mixed = testing::test_neuron("mixed_outputs");
+  const int64_t steps = 3, n = 45;
+  DeviceTensor x(DType::F32, {steps, n}), theta(DType::F32, {n}), s(DType::F32, {steps, n});
+  DeviceBytes bits({steps, packed_row_bytes(n)}, 0), short_bits({steps, n / 8}, 0);
+  ForwardBuffers f;
+  f.steps = steps;
+  f.neuron_shape = {n};
+  f.inputs = {x.view()};
+  f.params = {theta.view()};
+  f.outputs = {s.view(), TensorView(), TensorView()};
+  f.packed_outputs = {PackedView(), bits.view(), short_bits.view()};
+  for (const auto& [packed, argument] : std::vector<std::pair<std::vector<PackedView>, std::string>>{
+           {{PackedView(), bits.view(), short_bits.view()}, "packed_outputs[2]"},  // m: not spike-valued
+           {{PackedView(), short_bits.view(), PackedView()}, "packed_outputs[1]"},  // ceil(45 / 8) = 6 bytes a row
+           {{PackedView(), PackedView(), PackedView()}, "outputs[1]"}}) {           // neither form of output 1
+    f.packed_outputs = packed;
+    try {
+      cuda::forward(mixed, f, nullptr, 0);
+      ADD_FAILURE() << "accepted; expected an error naming " << argument;
+    } catch (const ArgumentError& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+    }
+  }
 }
 
 // Checkpoints (checkpoint_every = k): the training forward's checkpoints and the backward's
