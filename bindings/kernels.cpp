@@ -2,9 +2,10 @@
 // (data_ptr: int, dtype code: int, shape: list[int], strides: list[int]) or None when an
 // optional buffer is absent; empty strides mean contiguous (validation says which buffers may have
 // others: only the CPU backward's broadcast sequence gradients). Dtype codes follow
-// spikejit::DType: 0 float32, 1 float64, 2 float16, 3 bfloat16. The GIL is released while a
-// kernel runs. `checkpoint_every` is the save policy of spikejit/buffers.h (0: per step; k:
-// checkpoints, and the backward reads `inputs`).
+// spikejit::DType: 0 float32, 1 float64, 2 float16, 3 bfloat16. Bit-packed buffers (uint8
+// [T, ceil(N / 8)]: `packed_outputs`, `packed_saved`) are (data_ptr, shape, strides) or None. The
+// GIL is released while a kernel runs. `checkpoint_every` and `pack_spikes` are the save policy of
+// spikejit/buffers.h (0: per step; k: checkpoints, and the backward reads `inputs`).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -33,6 +34,26 @@ namespace {
 using Buffer = std::optional<std::tuple<uintptr_t, int, std::vector<int64_t>, std::vector<int64_t>>>;
 using Buffers = std::vector<Buffer>;
 using Shape = std::vector<int64_t>;
+using PackedBuffers = std::vector<std::optional<std::tuple<uintptr_t, std::vector<int64_t>, std::vector<int64_t>>>>;
+
+// The save policy of a training call.
+struct Policy {
+  int64_t checkpoint_every = 0;
+  bool pack_spikes = false;
+};
+
+std::vector<PackedView> to_packed_views(const PackedBuffers& buffers) {
+  std::vector<PackedView> out;
+  for (const auto& b : buffers) {
+    if (!b) {
+      out.emplace_back();
+      continue;
+    }
+    const auto& [data, shape, strides] = *b;
+    out.emplace_back(reinterpret_cast<void*>(data), shape, strides);
+  }
+  return out;
+}
 
 DType dtype_of(int code, const std::string& argument) {
   if (code < 0 || code > static_cast<int>(DType::BF16))
@@ -59,7 +80,8 @@ ForwardBuffers forward_buffers(int64_t steps, const Shape& neuron_shape, const B
                                const Buffers& initial_states, const Buffers& params,
                                const Buffers& outputs, const Buffers& state_seqs,
                                const Buffers& final_states, const Buffers& saved,
-                               int64_t checkpoint_every) {
+                               const PackedBuffers& packed_outputs, const PackedBuffers& packed_saved,
+                               const Policy& policy) {
   ForwardBuffers b;
   b.steps = steps;
   b.neuron_shape = neuron_shape;
@@ -70,20 +92,25 @@ ForwardBuffers forward_buffers(int64_t steps, const Shape& neuron_shape, const B
   b.state_seqs = to_views(state_seqs, "state_seqs");
   b.final_states = to_views(final_states, "final_states");
   b.saved = to_views(saved, "saved");
-  b.checkpoint_every = checkpoint_every;
+  b.packed_outputs = to_packed_views(packed_outputs);
+  b.packed_saved = to_packed_views(packed_saved);
+  b.checkpoint_every = policy.checkpoint_every;
+  b.pack_spikes = policy.pack_spikes;
   return b;
 }
 
 BackwardBuffers backward_buffers(int64_t steps, const Shape& neuron_shape, const Buffers& saved,
-                                 const Buffers& params, const Buffers& grad_outputs,
-                                 const Buffers& grad_state_seqs, const Buffers& grad_final_states,
-                                 const Buffers& grad_inputs, const Buffers& grad_initial_states,
-                                 const Buffers& grad_params, const Buffers& inputs,
-                                 int64_t checkpoint_every) {
+                                 const PackedBuffers& packed_saved, const Buffers& params,
+                                 const Buffers& grad_outputs, const Buffers& grad_state_seqs,
+                                 const Buffers& grad_final_states, const Buffers& grad_inputs,
+                                 const Buffers& grad_initial_states, const Buffers& grad_params,
+                                 const Buffers& inputs, const Policy& policy) {
   BackwardBuffers b;
   b.steps = steps;
   b.neuron_shape = neuron_shape;
   b.saved = to_views(saved, "saved");
+  b.packed_saved = to_packed_views(packed_saved);
+  b.pack_spikes = policy.pack_spikes;
   b.params = to_views(params, "params");
   b.grad_outputs = to_views(grad_outputs, "grad_outputs");
   b.grad_state_seqs = to_views(grad_state_seqs, "grad_state_seqs");
@@ -92,7 +119,7 @@ BackwardBuffers backward_buffers(int64_t steps, const Shape& neuron_shape, const
   b.grad_initial_states = to_views(grad_initial_states, "grad_initial_states");
   b.grad_params = to_views(grad_params, "grad_params");
   b.inputs = to_views(inputs, "inputs");
-  b.checkpoint_every = checkpoint_every;
+  b.checkpoint_every = policy.checkpoint_every;
   return b;
 }
 
@@ -111,9 +138,11 @@ void cpu_forward(const Program& program, int64_t steps, const Shape& neuron_shap
                  const Buffers& inputs, const Buffers& initial_states, const Buffers& params,
                  const Buffers& outputs, const Buffers& state_seqs, const Buffers& final_states,
                  const Buffers& saved, int threads, const std::string& compute,
-                 int64_t checkpoint_every) {
+                 int64_t checkpoint_every, const PackedBuffers& packed_outputs,
+                 const PackedBuffers& packed_saved, bool pack_spikes) {
   ForwardBuffers b = forward_buffers(steps, neuron_shape, inputs, initial_states, params, outputs,
-                                     state_seqs, final_states, saved, checkpoint_every);
+                                     state_seqs, final_states, saved, packed_outputs, packed_saved,
+                                     {checkpoint_every, pack_spikes});
   cpu::Options o = cpu_options(threads, compute);
   nb::gil_scoped_release release;
   cpu::forward(program, b, o);
@@ -124,10 +153,11 @@ void cpu_backward(const Program& program, int64_t steps, const Shape& neuron_sha
                   const Buffers& grad_state_seqs, const Buffers& grad_final_states,
                   const Buffers& grad_inputs, const Buffers& grad_initial_states,
                   const Buffers& grad_params, int threads, const std::string& compute,
-                  const Buffers& inputs, int64_t checkpoint_every) {
-  BackwardBuffers b = backward_buffers(steps, neuron_shape, saved, params, grad_outputs, grad_state_seqs,
-                                       grad_final_states, grad_inputs, grad_initial_states, grad_params,
-                                       inputs, checkpoint_every);
+                  const Buffers& inputs, int64_t checkpoint_every, const PackedBuffers& packed_saved,
+                  bool pack_spikes) {
+  BackwardBuffers b = backward_buffers(steps, neuron_shape, saved, packed_saved, params, grad_outputs,
+                                       grad_state_seqs, grad_final_states, grad_inputs, grad_initial_states,
+                                       grad_params, inputs, {checkpoint_every, pack_spikes});
   cpu::Options o = cpu_options(threads, compute);
   nb::gil_scoped_release release;
   cpu::backward(program, b, o);
@@ -136,9 +166,11 @@ void cpu_backward(const Program& program, int64_t steps, const Shape& neuron_sha
 void cuda_forward(const Program& program, int64_t steps, const Shape& neuron_shape,
                   const Buffers& inputs, const Buffers& initial_states, const Buffers& params,
                   const Buffers& outputs, const Buffers& state_seqs, const Buffers& final_states,
-                  const Buffers& saved, uintptr_t stream, int device, int64_t checkpoint_every) {
+                  const Buffers& saved, uintptr_t stream, int device, int64_t checkpoint_every,
+                  const PackedBuffers& packed_outputs, const PackedBuffers& packed_saved, bool pack_spikes) {
   ForwardBuffers b = forward_buffers(steps, neuron_shape, inputs, initial_states, params, outputs,
-                                     state_seqs, final_states, saved, checkpoint_every);
+                                     state_seqs, final_states, saved, packed_outputs, packed_saved,
+                                     {checkpoint_every, pack_spikes});
   nb::gil_scoped_release release;
   cuda::forward(program, b, reinterpret_cast<void*>(stream), device);
 }
@@ -148,22 +180,23 @@ void cuda_backward(const Program& program, int64_t steps, const Shape& neuron_sh
                    const Buffers& grad_state_seqs, const Buffers& grad_final_states,
                    const Buffers& grad_inputs, const Buffers& grad_initial_states,
                    const Buffers& grad_params, uintptr_t stream, int device,
-                   const Buffers& inputs, int64_t checkpoint_every) {
-  BackwardBuffers b = backward_buffers(steps, neuron_shape, saved, params, grad_outputs, grad_state_seqs,
-                                       grad_final_states, grad_inputs, grad_initial_states, grad_params,
-                                       inputs, checkpoint_every);
+                   const Buffers& inputs, int64_t checkpoint_every, const PackedBuffers& packed_saved,
+                   bool pack_spikes) {
+  BackwardBuffers b = backward_buffers(steps, neuron_shape, saved, packed_saved, params, grad_outputs,
+                                       grad_state_seqs, grad_final_states, grad_inputs, grad_initial_states,
+                                       grad_params, inputs, {checkpoint_every, pack_spikes});
   nb::gil_scoped_release release;
   cuda::backward(program, b, reinterpret_cast<void*>(stream), device);
 }
 
-// [(shape, dtype code, input)] of `saved` for this call and policy (spikejit::saved_layout).
-std::vector<std::tuple<Shape, int, int>> saved_layout_of(const Program& program, int64_t steps,
-                                                   const Shape& neuron_shape, int dtype,
-                                                   int64_t checkpoint_every) {
-  std::vector<std::tuple<Shape, int, int>> out;
+// [(shape, dtype code, input, packed)] of `saved` for this call and policy (spikejit::saved_layout).
+std::vector<std::tuple<Shape, int, int, bool>> saved_layout_of(const Program& program, int64_t steps,
+                                                               const Shape& neuron_shape, int dtype,
+                                                               int64_t checkpoint_every, bool pack_spikes) {
+  std::vector<std::tuple<Shape, int, int, bool>> out;
   const DType storage = dtype_of(dtype, "dtype");
-  for (const SavedBuffer& b : saved_layout(program, steps, neuron_shape, storage, checkpoint_every))
-    out.emplace_back(b.shape, static_cast<int>(b.dtype), b.input);
+  for (const SavedBuffer& b : saved_layout(program, steps, neuron_shape, storage, checkpoint_every, pack_spikes))
+    out.emplace_back(b.shape, static_cast<int>(b.dtype), b.input, b.packed);
   return out;
 }
 
@@ -172,26 +205,30 @@ std::vector<std::tuple<Shape, int, int>> saved_layout_of(const Program& program,
 void bind_kernels(nb::module_& m) {
   m.def("cpu_forward", &cpu_forward, "program"_a, "steps"_a, "neuron_shape"_a, "inputs"_a,
         "initial_states"_a, "params"_a, "outputs"_a, "state_seqs"_a, "final_states"_a, "saved"_a,
-        "threads"_a = 0, "compute"_a = "auto", "checkpoint_every"_a = 0,
+        "threads"_a = 0, "compute"_a = "auto", "checkpoint_every"_a = 0, "packed_outputs"_a = PackedBuffers(),
+        "packed_saved"_a = PackedBuffers(), "pack_spikes"_a = false,
         "Inference (saved empty) or training forward on CPU buffers.");
   m.def("cpu_backward", &cpu_backward, "program"_a, "steps"_a, "neuron_shape"_a, "saved"_a,
         "params"_a, "grad_outputs"_a, "grad_state_seqs"_a, "grad_final_states"_a, "grad_inputs"_a,
         "grad_initial_states"_a, "grad_params"_a, "threads"_a = 0, "compute"_a = "auto",
-        "inputs"_a = Buffers(), "checkpoint_every"_a = 0,
-        "Backward on CPU buffers (checkpoints: also the forward's inputs).");
+        "inputs"_a = Buffers(), "checkpoint_every"_a = 0, "packed_saved"_a = PackedBuffers(),
+        "pack_spikes"_a = false, "Backward on CPU buffers (checkpoints: also the forward's inputs).");
   m.def("cuda_forward", &cuda_forward, "program"_a, "steps"_a, "neuron_shape"_a, "inputs"_a,
         "initial_states"_a, "params"_a, "outputs"_a, "state_seqs"_a, "final_states"_a, "saved"_a,
-        "stream"_a, "device"_a, "checkpoint_every"_a = 0,
+        "stream"_a, "device"_a, "checkpoint_every"_a = 0, "packed_outputs"_a = PackedBuffers(),
+        "packed_saved"_a = PackedBuffers(), "pack_spikes"_a = false,
         "Inference or training forward on device buffers, launched on `stream` (a CUstream).");
   m.def("cuda_backward", &cuda_backward, "program"_a, "steps"_a, "neuron_shape"_a, "saved"_a,
         "params"_a, "grad_outputs"_a, "grad_state_seqs"_a, "grad_final_states"_a, "grad_inputs"_a,
         "grad_initial_states"_a, "grad_params"_a, "stream"_a, "device"_a, "inputs"_a = Buffers(),
-        "checkpoint_every"_a = 0, "Backward on device buffers, launched on `stream` (a CUstream).");
+        "checkpoint_every"_a = 0, "packed_saved"_a = PackedBuffers(), "pack_spikes"_a = false,
+        "Backward on device buffers, launched on `stream` (a CUstream).");
   m.def("saved_layout", &saved_layout_of, "program"_a, "steps"_a, "neuron_shape"_a, "dtype"_a,
-        "checkpoint_every"_a,
-        "[(shape, dtype code, input)] of what the backward reads under the policy (0: per step, "
-        "in `dtype`, `input` >= 0 for a saved input the forward does not write; k: one "
-        "[ceil(T/k), *S] checkpoint per state, compute dtype, input -1).");
+        "checkpoint_every"_a, "pack_spikes"_a = false,
+        "[(shape, dtype code, input, packed)] of what the backward reads under the policy (0: per "
+        "step, in `dtype`, `input` >= 0 for a saved input the forward does not write, `packed`: "
+        "uint8 [T, ceil(N / 8)] bits with pack_spikes; k: one [ceil(T/k), *S] checkpoint per state, "
+        "compute dtype, input -1).");
   m.attr("MAX_CHECKPOINT_EVERY") = kMaxCheckpointEvery;
   m.def(
       "cuda_available",

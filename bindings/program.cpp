@@ -75,10 +75,26 @@ void bind_program(nb::module_& m) {
           "saved_inputs", [](const Program& p) { return p.saved_inputs(); },
           "Per saved value: the index of the input it is (never written by the forward; the "
           "backward reads the input), or -1 for a computed value.")
+      .def(
+          "saved_plan",
+          [](const Program& p, bool pack_spikes) {
+            const ir::Step& step = p.backward(pack_spikes);
+            std::vector<std::tuple<int, bool>> out;
+            for (size_t i = 0; i < step.saved.size(); ++i)
+              out.emplace_back(p.saved_inputs(pack_spikes)[i], step.is_saved_packed(i));
+            return out;
+          },
+          "pack_spikes"_a = false,
+          "Per saved value of the save policy: (the input it is or -1, saved as packed bits).")
+      .def_prop_ro(
+          "packable_outputs", [](const Program& p) { return p.packable_outputs(); },
+          "Per output: whether it is spike-valued (only +0 or 1), so that it may be packed.")
       .def("canonical", &Program::canonical, "The canonical text of the neuron.")
       .def("hash", &Program::hash, "Hex SHA-256 of the canonical text.")
       .def("forward_text", [](const Program& p) { return ir::to_string(p.forward()); })
-      .def("backward_text", [](const Program& p) { return ir::to_string(p.backward()); })
+      .def(
+          "backward_text", [](const Program& p, bool pack_spikes) { return ir::to_string(p.backward(pack_spikes)); },
+          "pack_spikes"_a = false)
       .def("__repr__", [](const Program& p) {
         return "<spikejit._core.Program " + p.neuron().name + " " + p.hash().substr(0, 12) + ">";
       });

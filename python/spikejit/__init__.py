@@ -28,7 +28,8 @@ __all__ = [
     "IFNode", "LIFNode", "ParametricLIFNode", "FlexSN", "FlexSNKernel",
     "multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step", "plif_multi_step",
     "eager_scan", "eager_scan_final_state", "lowerable_scan", "lowerable_scan_final_state",
-    "lowerable_scan_available", "bit_spike_compress", "bit_spike_decompress", "cuda_available",
+    "lowerable_scan_available", "bit_spike_compress", "bit_spike_decompress", "pack_spike_rows",
+    "unpack_spike_rows", "cuda_available",
     "PackedSpikeLinear", "PackedSpikeConv2d", "packed_spikes", "Recompute",
     "surrogate", "registry", "ops",
 ]
@@ -52,3 +53,14 @@ def bit_spike_compress(s):
 def bit_spike_decompress(compressed, shape, dtype=None):
     """The inverse of bit_spike_compress: a 0/1 tensor of `shape` and `dtype` (default uint8)."""
     return ops.bit_spike_decompress(compressed, list(shape), dtype)
+
+
+def pack_spike_rows(s):
+    """[T, *S] spikes -> uint8 [T, ceil(N / 8)]: neuron n of step t at bit n % 8 of byte n // 8 of
+    row t (the layout of packed outputs; for N % 8 == 0, bit_spike_compress of the sequence)."""
+    return ops.pack_spike_rows(s)
+
+
+def unpack_spike_rows(packed, shape, dtype=None):
+    """The inverse of pack_spike_rows: 0/1 spikes of `shape` [T, *S] in `dtype` (default uint8)."""
+    return ops.unpack_spike_rows(packed, list(shape), dtype)

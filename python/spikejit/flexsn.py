@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from . import _core, registry
 from ._trace import UnsupportedOp, captured_tensors, trace_core
 from .functional import run_neuron
-from .ops import check_checkpoint_every
+from .ops import check_checkpoint_every, check_pack_spikes
 from .scan import eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available, \
     lowerable_scan_final_state
 
@@ -104,9 +104,11 @@ class _CompiledCore:
                                  f"neuron shape {list(neuron_shape)}") from None
         return out
 
-    def run(self, inputs, states, store_state_seqs, params=None, checkpoint_every=0):
+    def run(self, inputs, states, store_state_seqs, params=None, checkpoint_every=0, packed_outputs=0,
+            pack_spikes=False):
         return run_neuron(self.handle, self.num_outputs, self.num_states, list(inputs), list(states),
-                          self.runtime_params(inputs[0], params), store_state_seqs, checkpoint_every)
+                          self.runtime_params(inputs[0], params), store_state_seqs, checkpoint_every,
+                          packed_outputs, pack_spikes)
 
 
 def _verify(compiled: _CompiledCore, core: Callable, device: torch.device) -> None:
@@ -169,16 +171,19 @@ class FlexSN(nn.Module):
     `requires_grad` (per input and state: False detaches it), `step_mode` ('m': inputs [T, *S];
     's': one step), `backend` ('spikejit' — also 'triton'/'inductor' —, 'torch' for an eager
     scan, 'hop' for torch's scan operator), `store_state_seqs`, `example_outputs` (accepted and
-    checked for count; outputs always have the per-step shape of the inputs), `strict`, and
+    checked for count; outputs always have the per-step shape of the inputs), `strict`,
     `checkpoint_every` (the kernels' save policy of training: k >= 1 keeps the states only every
-    k steps and recomputes the rest in the backward; the eager fallback ignores it).
+    k steps and recomputes the rest in the backward; the eager fallback ignores it), `pack_spikes`
+    (save policy: spike-valued values saved as bits; the eager fallback ignores it) and
+    `packed_outputs` (indices of spike-valued outputs returned as uint8 bit rows [T, ceil(N/8)],
+    which carry no gradient; needs the compiled kernels and step_mode 'm').
     """
 
     def __init__(self, core: Callable, num_inputs: int, num_states: int, num_outputs: int,
                  example_inputs: Optional[Sequence[Tensor]] = None, requires_grad: Optional[Sequence[bool]] = None,
                  step_mode: str = "m", backend: str = "spikejit", store_state_seqs: bool = False,
                  example_outputs: Optional[Sequence[Tensor]] = None, strict: bool = False,
-                 checkpoint_every: int = 0):
+                 checkpoint_every: int = 0, pack_spikes: bool = False, packed_outputs: Sequence[int] = ()):
         super().__init__()
         if not callable(core):
             raise TypeError(f"core: expected a callable, got {type(core).__name__}")
@@ -204,11 +209,14 @@ class FlexSN(nn.Module):
         self.store_state_seqs = bool(store_state_seqs)
         self.strict = bool(strict)
         self.checkpoint_every = check_checkpoint_every(checkpoint_every)
+        self.pack_spikes = check_pack_spikes(pack_spikes, self.checkpoint_every)
         self.fallback_reason = None
         self._compiled = None
         self._finalizer = None
         if backend in KERNEL_BACKENDS:
             self._compile(example_inputs)
+        self._packed_mask = self._check_packed_outputs(packed_outputs)
+        self.packed_outputs = tuple(i for i in range(num_outputs) if self._packed_mask >> i & 1)
         self.states = None
         self.state_seqs = None
 
@@ -239,6 +247,26 @@ class FlexSN(nn.Module):
             return
         self._compiled = compiled
         self._finalizer = registry.attach_owner(self, compiled.handle)
+
+    def _check_packed_outputs(self, packed_outputs) -> int:
+        """The bit mask of `packed_outputs` (indices of spike-valued outputs)."""
+        indices = list(packed_outputs)
+        if not indices:
+            return 0
+        for i in indices:
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.num_outputs:
+                raise ValueError(f"packed_outputs: expected output indices 0..{self.num_outputs - 1}, got {i!r}")
+        if self.step_mode != "m":
+            raise ValueError("packed_outputs: bit rows [T, ceil(N/8)] are for step_mode='m'")
+        if self._compiled is None:
+            raise ValueError(f"packed_outputs: needs the compiled kernels, but the core runs as "
+                             f"{'an eager scan: ' + self.fallback_reason if self.fallback_reason else self.backend}")
+        packable = self._compiled.program.packable_outputs
+        for i in indices:
+            if not packable[i]:
+                raise ValueError(f"packed_outputs: output {i} is not spike-valued (spike(), a comparison, "
+                                 f"float(bool), 0/1 products: see Program.packable_outputs)")
+        return sum(1 << i for i in set(indices))
 
     @property
     def handle(self) -> Optional[int]:
@@ -334,7 +362,9 @@ class FlexSN(nn.Module):
         if self._compiled is not None:
             init = [None] * self.num_states if states is None else states
             outputs, finals, seqs = self._compiled.run(inputs, init, self.store_state_seqs,
-                                                       checkpoint_every=self.checkpoint_every)
+                                                       checkpoint_every=self.checkpoint_every,
+                                                       packed_outputs=self._packed_mask,
+                                                       pack_spikes=self.pack_spikes)
             return list(outputs), list(finals), (list(seqs) if seqs is not None else None)
         use_hop = self.backend == "hop" and lowerable_scan_available()
         if self.store_state_seqs:

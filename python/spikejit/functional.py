@@ -17,6 +17,10 @@ the soft reset. Every function runs the fused kernels (CPU executor or CUDA) thr
 Every function also takes `checkpoint_every` (keyword, default 0): the save policy of training.
 0 saves per step; k >= 1 saves the state only every k steps and recomputes the steps between in
 the backward (saved memory O(T/k), plus a reference to x_seq, which the backward reads).
+
+`packed_spikes=True` (keyword) returns s_seq as bit rows, uint8 [T, ceil(N/8)] with N =
+prod(S) (spikejit.unpack_spike_rows gives [T, *S] back): 1/8 of uint8 spikes, 1/32 of float32.
+Such spikes carry no gradient (the state still does).
 """
 import threading
 from typing import Optional
@@ -99,20 +103,24 @@ def _needs_grad(tensors) -> bool:
 
 
 def run_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_states, params,
-               store_state_seqs: bool, checkpoint_every: int = 0):
+               store_state_seqs: bool, checkpoint_every: int = 0, packed_outputs: int = 0,
+               pack_spikes: bool = False):
     """Runs a registered neuron over [T, *S] inputs; None in `init_states` means the state's
     declared default. Returns (outputs, final_states,
     state_seqs or None), taking the training op (with autograd) when a gradient is needed;
-    `checkpoint_every` is its save policy (see spikejit.ops)."""
+    `checkpoint_every` and `pack_spikes` are its save policy, `packed_outputs` (bit i: output i)
+    the outputs returned as uint8 bit rows (see spikejit.ops)."""
     ops.check_checkpoint_every(checkpoint_every)  # also where inference leaves it unused
+    ops.check_pack_spikes(pack_spikes, checkpoint_every)
     init_states = ops.initial_states(handle, init_states, inputs[0])
     if _needs_grad(list(inputs) + init_states + list(params)):
-        results = ops.run_training(handle, inputs, init_states, params, store_state_seqs, checkpoint_every)
+        results = ops.run_training(handle, inputs, init_states, params, store_state_seqs, checkpoint_every,
+                                   packed_outputs, pack_spikes)
         outputs = results[:num_outputs]
         finals = results[num_outputs:num_outputs + num_states]
         seqs = results[num_outputs + num_states:num_outputs + 2 * num_states] if store_state_seqs else None
     else:
-        results = ops.run_inference(handle, inputs, init_states, params, store_state_seqs, True)
+        results = ops.run_inference(handle, inputs, init_states, params, store_state_seqs, True, packed_outputs)
         outputs = results[:num_outputs]
         seqs = results[num_outputs:num_outputs + num_states] if store_state_seqs else None
         finals = results[len(results) - num_states:]
@@ -152,67 +160,79 @@ def _scalar_param(value, name, x_seq):
     return value.reshape(1).to(x_seq.dtype)
 
 
-def _run_builtin(handle, x_seq, v_init, params, store_v_seq, checkpoint_every):
+def _check_flag(name, value):
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    return value
+
+
+def _run_builtin(handle, x_seq, v_init, params, store_v_seq, checkpoint_every, packed_spikes):
+    packed = 1 if _check_flag("packed_spikes", packed_spikes) else 0
     outputs, finals, seqs = run_neuron(handle, 1, 1, [x_seq], [_initial_state(v_init, x_seq)], params,
-                                       store_v_seq, checkpoint_every)
+                                       store_v_seq, checkpoint_every, packed)
     return outputs[0], finals[0], (seqs[0] if store_v_seq else None)
 
 
 def if_multi_step(x_seq: Tensor, v: Optional[Tensor] = None, v_threshold: float = 1.0,
                   v_reset: Optional[float] = 0.0, surrogate_function=None, detach_reset: bool = False,
-                  store_v_seq: bool = False, checkpoint_every: int = 0):
+                  store_v_seq: bool = False, checkpoint_every: int = 0, packed_spikes: bool = False):
     """IF over [T, *S]: (s_seq, v_last, v_seq or None)."""
     _check_sequence(x_seq)
     name, params = _surrogate.resolve(surrogate_function)
     handle = builtin_handle("if", v_threshold, v_reset, detach_reset, name, params)
-    return _run_builtin(handle, x_seq, v, [], store_v_seq, checkpoint_every)
+    return _run_builtin(handle, x_seq, v, [], store_v_seq, checkpoint_every, packed_spikes)
 
 
 def lif_multi_step(x_seq: Tensor, v: Optional[Tensor] = None, tau: float = 2.0, decay_input: bool = True,
                    v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, surrogate_function=None,
-                   detach_reset: bool = False, store_v_seq: bool = False, checkpoint_every: int = 0):
+                   detach_reset: bool = False, store_v_seq: bool = False, checkpoint_every: int = 0,
+                   packed_spikes: bool = False):
     """LIF over [T, *S]: (s_seq, v_last, v_seq or None)."""
     _check_sequence(x_seq)
     name, params = _surrogate.resolve(surrogate_function)
     handle = builtin_handle("lif", v_threshold, v_reset, detach_reset, name, params, decay_input, tau)
-    return _run_builtin(handle, x_seq, v, [], store_v_seq, checkpoint_every)
+    return _run_builtin(handle, x_seq, v, [], store_v_seq, checkpoint_every, packed_spikes)
 
 
 def plif_multi_step(x_seq: Tensor, v: Optional[Tensor], w: Tensor, decay_input: bool = True,
                     v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, surrogate_function=None,
-                    detach_reset: bool = False, store_v_seq: bool = False, checkpoint_every: int = 0):
+                    detach_reset: bool = False, store_v_seq: bool = False, checkpoint_every: int = 0,
+                    packed_spikes: bool = False):
     """Parametric LIF over [T, *S] with learnable w, 1/tau = sigmoid(w): (s_seq, v_last, v_seq or None)."""
     _check_sequence(x_seq)
     name, params = _surrogate.resolve(surrogate_function)
     handle = builtin_handle("plif", v_threshold, v_reset, detach_reset, name, params, decay_input)
-    return _run_builtin(handle, x_seq, v, [_scalar_param(w, "w", x_seq)], store_v_seq, checkpoint_every)
+    return _run_builtin(handle, x_seq, v, [_scalar_param(w, "w", x_seq)], store_v_seq, checkpoint_every,
+                        packed_spikes)
 
 
 def multistep_if(x_seq: Tensor, v_init: Optional[Tensor], v_threshold: float = 1.0,
                  v_reset: Optional[float] = 0.0, detach_reset: bool = False, surrogate_function=None,
-                 store_v_seq: bool = True, checkpoint_every: int = 0):
+                 store_v_seq: bool = True, checkpoint_every: int = 0, packed_spikes: bool = False):
     """Seed contract: (s_seq, v_seq) when store_v_seq, else (s_seq, v_last)."""
     s_seq, v_last, v_seq = if_multi_step(x_seq, v_init, v_threshold, v_reset, surrogate_function,
-                                         detach_reset, store_v_seq, checkpoint_every)
+                                         detach_reset, store_v_seq, checkpoint_every, packed_spikes)
     return s_seq, (v_seq if store_v_seq else v_last)
 
 
 def multistep_lif(x_seq: Tensor, v_init: Optional[Tensor], decay_input: bool = True, tau: float = 2.0,
                   v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, detach_reset: bool = False,
-                  surrogate_function=None, store_v_seq: bool = True, checkpoint_every: int = 0):
+                  surrogate_function=None, store_v_seq: bool = True, checkpoint_every: int = 0,
+                  packed_spikes: bool = False):
     """Seed contract: (s_seq, v_seq) when store_v_seq, else (s_seq, v_last)."""
     s_seq, v_last, v_seq = lif_multi_step(x_seq, v_init, tau, decay_input, v_threshold, v_reset,
-                                          surrogate_function, detach_reset, store_v_seq, checkpoint_every)
+                                          surrogate_function, detach_reset, store_v_seq, checkpoint_every,
+                                          packed_spikes)
     return s_seq, (v_seq if store_v_seq else v_last)
 
 
 def multistep_plif(x_seq: Tensor, v_init: Optional[Tensor], r_tau: Tensor, decay_input: bool = True,
                    v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, detach_reset: bool = False,
-                   surrogate_function=None, checkpoint_every: int = 0):
+                   surrogate_function=None, checkpoint_every: int = 0, packed_spikes: bool = False):
     """Seed contract: r_tau = 1/tau (a one-element tensor, gradient included); returns (s_seq, v_seq)."""
     _check_sequence(x_seq)
     name, params = _surrogate.resolve(surrogate_function)
     handle = builtin_handle("plif_r", v_threshold, v_reset, detach_reset, name, params, decay_input)
     s_seq, _, v_seq = _run_builtin(handle, x_seq, v_init, [_scalar_param(r_tau, "r_tau", x_seq)], True,
-                                   checkpoint_every)
+                                   checkpoint_every, packed_spikes)
     return s_seq, v_seq

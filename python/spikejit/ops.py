@@ -1,22 +1,33 @@
 """The custom ops of spikejit, registered with torch.library in the namespace `spikejit`.
 
-    spikejit::neuron_inference(handle, inputs, init_states, params, store_state_seqs, final_state)
+    spikejit::neuron_inference(handle, inputs, init_states, params, store_state_seqs, final_state,
+                               packed_outputs=0)
         init_states: [] (every state starts at its declared default) or one tensor per state
         -> [*outputs, *state_seqs (if store_state_seqs), *final_states (if final_state)]
-    spikejit::neuron_forward(handle, inputs, init_states, params, store_state_seqs, checkpoint_every=0)
+    spikejit::neuron_forward(handle, inputs, init_states, params, store_state_seqs, checkpoint_every=0,
+                             packed_outputs=0, pack_spikes=False)
         -> [*outputs, *final_states, *state_seqs (if store_state_seqs), *saved]     (has autograd)
         saved: the computed saved values; a saved value that is an input (program.saved_inputs)
         is not written, and autograd passes the input itself to the backward
     spikejit::neuron_backward(handle, seq_shape, dtype, device, saved, params,
-                              grad_outputs, grad_final_states, grad_state_seqs, checkpoint_every=0)
+                              grad_outputs, grad_final_states, grad_state_seqs, checkpoint_every=0,
+                              pack_spikes=False)
         -> [*grad_inputs, *grad_initial_states, *grad_params]
     spikejit::spike(x, surrogate, params) -> Heaviside(x), backward grad * surrogate'(x)
     spikejit::bit_spike_compress(s) / spikejit::bit_spike_decompress(c, shape, dtype=None)
+    spikejit::pack_spike_rows(s) / spikejit::unpack_spike_rows(packed, shape, dtype=None)
 
 `checkpoint_every` is the save policy of training: 0 saves what the backward needs per step
 ([T, *S] tensors); k >= 1 saves only one checkpoint per state every k steps ([ceil(T/k), *S],
 float32, or float64 for float64 inputs) and the backward recomputes the steps between them from
 the inputs: its `saved` is then [*checkpoints, *inputs] (autograd keeps the inputs alive).
+`pack_spikes` (per step only) saves spike-valued values as bits, uint8 [T, ceil(N/8)] tensors
+(Program.saved_plan(True) says which), choosing what to save with them at 1/16 of a value.
+
+Bit rows: a [T, *S] spike sequence as uint8 [T, ceil(N/8)] (N = prod(S)), neuron n of step t at
+bit n % 8 of byte n // 8 of row t; for N % 8 == 0 that is bit_spike_compress of the sequence.
+`packed_outputs` (bit i: output i; only outputs in Program.packable_outputs) returns those
+outputs as bit rows instead of [T, *S] values; they carry no gradient.
 
 `handle` names a program in `spikejit.registry`. Sequences are [T, *S], states and per-neuron
 parameters [*S], scalar parameters [] or [1]; every tensor of one call has one dtype and one
@@ -39,7 +50,7 @@ DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloa
 class _Counts:
     """The declaration counts of a program, read once per handle (hot path)."""
 
-    __slots__ = ("inputs", "states", "outputs", "params", "state_defaults", "saved")
+    __slots__ = ("inputs", "states", "outputs", "params", "state_defaults", "packable", "plans")
 
     def __init__(self, program):
         self.inputs = program.num_inputs
@@ -47,7 +58,8 @@ class _Counts:
         self.outputs = program.num_outputs
         self.params = [kind for _, kind, _ in program.params]
         self.state_defaults = program.state_defaults
-        self.saved = None  # derived on first training use (runs autodiff)
+        self.packable = program.packable_outputs
+        self.plans = {}  # pack_spikes -> [(input or -1, packed)], on first training use (autodiff)
 
 
 def _counts(handle: int):
@@ -84,26 +96,64 @@ def check_checkpoint_every(checkpoint_every) -> int:
     return checkpoint_every
 
 
-def _num_saved(program, counts) -> int:
+def check_pack_spikes(pack_spikes, checkpoint_every: int = 0) -> bool:
+    """The pack_spikes policy as a bool (per step only: not with checkpoints)."""
+    if not isinstance(pack_spikes, bool):
+        raise TypeError(f"pack_spikes: expected a bool, got {type(pack_spikes).__name__}")
+    if pack_spikes and checkpoint_every:
+        raise ValueError(f"pack_spikes: expected False with checkpoints (packed spikes are a per-step policy), "
+                         f"got True with checkpoint_every = {checkpoint_every}")
+    return pack_spikes
+
+
+def _plan(program, counts, pack_spikes: bool):
+    """Per saved value of the policy: (the input it is or -1, saved as bits)."""
+    plan = counts.plans.get(pack_spikes)
+    if plan is None:
+        plan = counts.plans[pack_spikes] = program.saved_plan(pack_spikes)
+    return plan
+
+
+def _num_saved(program, counts, pack_spikes: bool = False) -> int:
     """How many tensors the backward reads per step (saved inputs included)."""
-    if counts.saved is None:
-        counts.saved = program.saved_inputs
-    return len(counts.saved)
+    return len(_plan(program, counts, pack_spikes))
 
 
-def backward_saved(handle: int, saved, inputs) -> List[Tensor]:
+def backward_saved(handle: int, saved, inputs, pack_spikes: bool = False) -> List[Tensor]:
     """neuron_backward's per-step `saved` from neuron_forward's `saved` and the forward's inputs."""
     program, counts = _counts(handle)
-    _num_saved(program, counts)
-    return _all_saved(counts, saved, inputs)
+    return _all_saved(_plan(program, counts, pack_spikes), saved, inputs)
 
 
-def _all_saved(counts, computed, inputs):
+def _all_saved(plan, computed, inputs):
     """The backward's per-step `saved` list: the forward's computed saved values, with each saved
-    input (see Program.saved_inputs) taken from `inputs`. After a training forward (which reads
-    counts.saved)."""
+    input (see Program.saved_inputs) taken from `inputs`."""
     rest = iter(computed)
-    return [inputs[j] if j >= 0 else next(rest) for j in counts.saved]
+    return [inputs[j] if j >= 0 else next(rest) for j, _ in plan]
+
+
+def _row_bytes(neurons):
+    return (neurons + 7) // 8
+
+
+def _neurons(seq_shape):
+    n = 1
+    for d in seq_shape[1:]:
+        n = n * d
+    return n
+
+
+def check_packed_outputs(counts, packed_outputs) -> int:
+    """The `packed_outputs` bit mask, checked: bits of outputs that are spike-valued only."""
+    if isinstance(packed_outputs, bool) or not isinstance(packed_outputs, int) or packed_outputs < 0:
+        raise TypeError(f"packed_outputs: expected a bit mask (an int >= 0; bit i: output i), got {packed_outputs!r}")
+    if packed_outputs >> counts.outputs:
+        raise ValueError(f"packed_outputs: expected bits of the {counts.outputs} outputs, got {packed_outputs:#x}")
+    for i in range(counts.outputs):
+        if packed_outputs >> i & 1 and not counts.packable[i]:
+            raise ValueError(f"packed_outputs: output {i} is not spike-valued (spike(), a comparison, float(bool), "
+                             f"0/1 products: see Program.packable_outputs), so it cannot be packed")
+    return packed_outputs
 
 
 def _describe(t: Tensor) -> str:
@@ -158,6 +208,19 @@ def _specs(tensors):
             for t in tensors]
 
 
+def _packed_specs(tensors):
+    """(data_ptr, shape, strides) per bit-row tensor, None when absent."""
+    return [None if t is None else (t.data_ptr(), list(t.shape), [] if t.is_contiguous() else list(t.stride()))
+            for t in tensors]
+
+
+def _split_by_mask(tensors, packed):
+    """(full-width entries, bit-row entries) of a list whose entries `packed[i]` are bit rows."""
+    if not any(packed):
+        return list(tensors), []
+    return ([None if p else t for t, p in zip(tensors, packed)], [t if p else None for t, p in zip(tensors, packed)])
+
+
 def _contiguous(tensors):
     return [t if t is None or t.is_contiguous() else t.contiguous() for t in tensors]
 
@@ -184,27 +247,30 @@ def _current_stream(device) -> int:
 
 
 def _launch_forward(program, device, seq_shape, inputs, init_states, params, outputs, state_seqs,
-                    final_states, saved, checkpoint_every=0):
+                    final_states, saved, checkpoint_every=0, packed_outputs=(), packed_saved=(), pack_spikes=False):
     """`inputs`, `init_states` and `params` must stay referenced by the caller until this returns
     (the kernels read them through raw pointers)."""
     args = (program, seq_shape[0], seq_shape[1:], _specs(inputs), _specs(init_states), _specs(params),
             _specs(outputs), _specs(state_seqs), _specs(final_states), _specs(saved))
+    policy = dict(checkpoint_every=checkpoint_every, packed_outputs=_packed_specs(packed_outputs),
+                  packed_saved=_packed_specs(packed_saved), pack_spikes=pack_spikes)
     if device.type == "cpu":
-        _core.cpu_forward(*args, threads=torch.get_num_threads(), checkpoint_every=checkpoint_every)
+        _core.cpu_forward(*args, threads=torch.get_num_threads(), **policy)
     elif device.type == "cuda":
         stream = _current_stream(device)
-        _core.cuda_forward(*args, stream=stream, device=device.index, checkpoint_every=checkpoint_every)
+        _core.cuda_forward(*args, stream=stream, device=device.index, **policy)
     else:
         raise ValueError(f"inputs[0]: expected a CPU or CUDA tensor, got one on {device}")
 
 
 def _launch_backward(program, device, seq_shape, saved, params, grad_outputs, grad_state_seqs,
                      grad_final_states, grad_inputs, grad_initial_states, grad_params, inputs=(),
-                     checkpoint_every=0):
+                     checkpoint_every=0, packed_saved=(), pack_spikes=False):
     args = (program, seq_shape[0], seq_shape[1:], _specs(saved), _specs(params), _specs(grad_outputs),
             _specs(grad_state_seqs), _specs(grad_final_states), _specs(grad_inputs),
             _specs(grad_initial_states), _specs(grad_params))
-    policy = dict(inputs=_specs(inputs), checkpoint_every=checkpoint_every)
+    policy = dict(inputs=_specs(inputs), checkpoint_every=checkpoint_every,
+                  packed_saved=_packed_specs(packed_saved), pack_spikes=pack_spikes)
     if device.type == "cpu":
         _core.cpu_backward(*args, threads=torch.get_num_threads(), **policy)
     elif device.type == "cuda":
@@ -218,55 +284,80 @@ def _launch_backward(program, device, seq_shape, saved, params, grad_outputs, gr
 # Implementations (plain functions: the custom ops and the eager fast path both call them)
 
 
-def _inference_buffers(counts, inputs, init_states, params, store_state_seqs, final_state):
+def _output_buffers(counts, x, seq_shape, packed_outputs):
+    """Empty outputs: [T, *S] values, or uint8 [T, ceil(N/8)] bit rows where packed."""
+    rows = [seq_shape[0], _row_bytes(_neurons(seq_shape))]
+    return [x.new_empty(rows, dtype=torch.uint8) if packed_outputs >> i & 1 else x.new_empty(seq_shape)
+            for i in range(counts.outputs)]
+
+
+def _packed_flags(counts, packed_outputs):
+    return [bool(packed_outputs >> i & 1) for i in range(counts.outputs)]
+
+
+def _inference_buffers(counts, inputs, init_states, params, store_state_seqs, final_state, packed_outputs):
     seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
     x = inputs[0]
-    outputs = [x.new_empty(seq_shape) for _ in range(counts.outputs)]
+    outputs = _output_buffers(counts, x, seq_shape, check_packed_outputs(counts, packed_outputs))
     state_seqs = [x.new_empty(seq_shape) for _ in range(counts.states)] if store_state_seqs else []
     final_states = [x.new_empty(neuron_shape) for _ in range(counts.states)] if final_state else []
     return seq_shape, outputs, state_seqs, final_states
 
 
-def inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool):
+def inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool,
+              packed_outputs: int = 0):
     """[*outputs, *state_seqs (if store_state_seqs), *final_states (if final_state)]."""
     program, counts = _counts(handle)
     seq_shape, outputs, state_seqs, final_states = _inference_buffers(
-        counts, inputs, init_states, params, store_state_seqs, final_state)
+        counts, inputs, init_states, params, store_state_seqs, final_state, packed_outputs)
+    full, bits = _split_by_mask(outputs, _packed_flags(counts, packed_outputs))
     _launch_forward(program, inputs[0].device, seq_shape, _contiguous(inputs), _contiguous(init_states),
-                    _contiguous(params), outputs, state_seqs, final_states, [])
+                    _contiguous(params), full, state_seqs, final_states, [], packed_outputs=bits)
     return outputs + state_seqs + final_states
 
 
-def saved_buffers(program, counts, x: Tensor, seq_shape, checkpoint_every: int) -> List[Tensor]:
+def saved_buffers(program, counts, x: Tensor, seq_shape, checkpoint_every: int, pack_spikes: bool = False) -> List[Tensor]:
     """Empty tensors for what the training forward saves (the layout of _core.saved_layout,
     computed here so that a symbolic T stays symbolic): per step, one [T, *S] tensor per saved
-    value in x's dtype; with checkpoints, one [ceil(T/k), *S] per state in the compute dtype."""
+    value in x's dtype (with pack_spikes, uint8 [T, ceil(N/8)] bit rows where the plan packs);
+    with checkpoints, one [ceil(T/k), *S] per state in the compute dtype."""
     if checkpoint_every == 0:
-        _num_saved(program, counts)
-        return [x.new_empty(seq_shape) for j in counts.saved if j < 0]  # inputs are not copied
+        rows = [seq_shape[0], _row_bytes(_neurons(seq_shape))]
+        return [x.new_empty(rows, dtype=torch.uint8) if packed else x.new_empty(seq_shape)
+                for j, packed in _plan(program, counts, pack_spikes) if j < 0]  # inputs are not copied
     rows = (seq_shape[0] + checkpoint_every - 1) // checkpoint_every
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     return [x.new_empty([rows, *seq_shape[1:]], dtype=dtype) for _ in range(counts.states)]
 
 
-def _training_buffers(program, counts, inputs, init_states, params, store_state_seqs, checkpoint_every):
+def _training_buffers(program, counts, inputs, init_states, params, store_state_seqs, checkpoint_every,
+                      packed_outputs, pack_spikes):
     seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
     x = inputs[0]
-    outputs = [x.new_empty(seq_shape) for _ in range(counts.outputs)]
+    outputs = _output_buffers(counts, x, seq_shape, check_packed_outputs(counts, packed_outputs))
     final_states = [x.new_empty(neuron_shape) for _ in range(counts.states)]
     state_seqs = [x.new_empty(seq_shape) for _ in range(counts.states)] if store_state_seqs else []
-    saved = saved_buffers(program, counts, x, seq_shape, check_checkpoint_every(checkpoint_every))
+    checkpoint_every = check_checkpoint_every(checkpoint_every)
+    saved = saved_buffers(program, counts, x, seq_shape, checkpoint_every, check_pack_spikes(pack_spikes, checkpoint_every))
     return seq_shape, outputs, final_states, state_seqs, saved
 
 
-def training_forward(handle: int, inputs, init_states, params, store_state_seqs: bool, checkpoint_every: int = 0):
-    """[*outputs, *final_states, *state_seqs (if store_state_seqs), *saved]."""
+def training_forward(handle: int, inputs, init_states, params, store_state_seqs: bool, checkpoint_every: int = 0,
+                     packed_outputs: int = 0, pack_spikes: bool = False):
+    """[*outputs, *final_states, *state_seqs (if store_state_seqs), *saved]; packed outputs and
+    packed saved values are uint8 bit rows."""
     program, counts = _counts(handle)
     seq_shape, outputs, final_states, state_seqs, saved = _training_buffers(
-        program, counts, inputs, init_states, params, store_state_seqs, checkpoint_every)
-    launched = saved if checkpoint_every else _all_saved(counts, saved, [None] * counts.inputs)
+        program, counts, inputs, init_states, params, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes)
+    full_outputs, bit_outputs = _split_by_mask(outputs, _packed_flags(counts, packed_outputs))
+    full_saved, bit_saved = saved, []
+    if not checkpoint_every:
+        plan = _plan(program, counts, pack_spikes)
+        full_saved, bit_saved = _split_by_mask(_all_saved(plan, saved, [None] * counts.inputs),
+                                               [packed for _, packed in plan])
     _launch_forward(program, inputs[0].device, seq_shape, _contiguous(inputs), _contiguous(init_states),
-                    _contiguous(params), outputs, state_seqs, final_states, launched, checkpoint_every)
+                    _contiguous(params), full_outputs, state_seqs, final_states, full_saved, checkpoint_every,
+                    bit_outputs, bit_saved, pack_spikes)
     return outputs + final_states + state_seqs + saved
 
 
@@ -302,13 +393,22 @@ def _backward_results(counts, seq_shape, dtype, device, params, grad_outputs, gr
     return grad_inputs, grad_states, grad_params
 
 
-def _split_saved(program, counts, seq_shape, dtype, device, saved, checkpoint_every):
-    """(saved buffers, inputs) of a backward call: per step, `saved` is what the forward saved;
-    with checkpoints, one checkpoint per state followed by the forward's inputs."""
+def _split_saved(program, counts, seq_shape, dtype, device, saved, checkpoint_every, pack_spikes):
+    """(saved buffers, bit-row saved buffers, inputs) of a backward call: per step, `saved` is what
+    the forward saved (uint8 [T, ceil(N/8)] bit rows where pack_spikes packs); with checkpoints,
+    one checkpoint per state followed by the forward's inputs."""
     if checkpoint_every == 0:
-        if len(saved) != _num_saved(program, counts):
-            raise ValueError(f"saved: expected {len(counts.saved)} tensors (one per saved value), got {len(saved)}")
-        return saved, []
+        plan = _plan(program, counts, check_pack_spikes(pack_spikes))
+        if len(saved) != len(plan):
+            raise ValueError(f"saved: expected {len(plan)} tensors (one per saved value), got {len(saved)}")
+        rows = [seq_shape[0], _row_bytes(_neurons(seq_shape))]
+        for i, (t, (_, packed)) in enumerate(zip(saved, plan)):
+            if packed and (t.dtype != torch.uint8 or list(t.shape) != rows or t.device != device):
+                raise ValueError(f"saved[{i}]: expected the spikes saved as bits, uint8{rows} (T, ceil(N/8)) "
+                                 f"on {device}, got {_describe(t)}")
+        full, bits = _split_by_mask(saved, [packed for _, packed in plan])
+        return full, bits, []
+    check_pack_spikes(pack_spikes, checkpoint_every)
     expected = counts.states + counts.inputs
     if len(saved) != expected:
         raise ValueError(f"saved: expected {expected} tensors with checkpoint_every = {checkpoint_every} "
@@ -322,23 +422,24 @@ def _split_saved(program, counts, seq_shape, dtype, device, saved, checkpoint_ev
             raise ValueError(f"saved[{i}]: expected an input of shape {list(seq_shape)}, got {_describe(x)}")
         if x.dtype != dtype or x.device != device:
             raise TypeError(f"saved[{i}]: expected an input of {dtype} on {device}, got {_describe(x)}")
-    return checkpoints, inputs
+    return checkpoints, [], inputs
 
 
 def training_backward(handle: int, seq_shape, dtype, device, saved, params, grad_outputs,
-                      grad_final_states, grad_state_seqs, checkpoint_every: int = 0, wanted=None):
+                      grad_final_states, grad_state_seqs, checkpoint_every: int = 0, pack_spikes: bool = False,
+                      wanted=None):
     """[*grad_inputs, *grad_initial_states, *grad_params]; None gradients count as zeros.
     `wanted` (eager path only; None: all) holds one bool per result: the unwanted ones are None
     and nothing is allocated or stored for them."""
     program, counts = _counts(handle)
-    saved, inputs = _split_saved(program, counts, seq_shape, dtype, device, saved,
-                                 check_checkpoint_every(checkpoint_every))
+    saved, bits, inputs = _split_saved(program, counts, seq_shape, dtype, device, saved,
+                                       check_checkpoint_every(checkpoint_every), pack_spikes)
     grad_inputs, grad_states, grad_params = _backward_results(
         counts, seq_shape, dtype, device, params, grad_outputs, grad_final_states, grad_state_seqs, wanted)
     _launch_backward(program, device, seq_shape, _contiguous(saved), _contiguous(params),
                      _sequence_grads(grad_outputs), _sequence_grads(grad_state_seqs),
                      _contiguous(grad_final_states), grad_inputs, grad_states, grad_params,
-                     _contiguous(inputs), checkpoint_every)
+                     _contiguous(inputs), checkpoint_every, _contiguous(bits), pack_spikes)
     return grad_inputs + grad_states + grad_params
 
 
@@ -361,29 +462,33 @@ class _ActiveReference:
 
 @torch.library.custom_op("spikejit::neuron_inference", mutates_args=())
 def neuron_inference(handle: int, inputs: List[Tensor], init_states: List[Tensor],
-                     params: List[Tensor], store_state_seqs: bool, final_state: bool) -> List[Tensor]:
-    return inference(handle, inputs, init_states, params, store_state_seqs, final_state)
+                     params: List[Tensor], store_state_seqs: bool, final_state: bool,
+                     packed_outputs: int = 0) -> List[Tensor]:
+    return inference(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs)
 
 
 @neuron_inference.register_fake
-def _(handle, inputs, init_states, params, store_state_seqs, final_state):
+def _(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs=0):
     _, counts = _counts(handle)
     _, outputs, state_seqs, final_states = _inference_buffers(
-        counts, inputs, init_states, params, store_state_seqs, final_state)
+        counts, inputs, init_states, params, store_state_seqs, final_state, packed_outputs)
     return outputs + state_seqs + final_states
 
 
 @torch.library.custom_op("spikejit::neuron_forward", mutates_args=())
 def neuron_forward(handle: int, inputs: List[Tensor], init_states: List[Tensor],
-                   params: List[Tensor], store_state_seqs: bool, checkpoint_every: int = 0) -> List[Tensor]:
-    return training_forward(handle, inputs, init_states, params, store_state_seqs, checkpoint_every)
+                   params: List[Tensor], store_state_seqs: bool, checkpoint_every: int = 0,
+                   packed_outputs: int = 0, pack_spikes: bool = False) -> List[Tensor]:
+    return training_forward(handle, inputs, init_states, params, store_state_seqs, checkpoint_every,
+                            packed_outputs, pack_spikes)
 
 
 @neuron_forward.register_fake
-def _(handle, inputs, init_states, params, store_state_seqs, checkpoint_every=0):
+def _(handle, inputs, init_states, params, store_state_seqs, checkpoint_every=0, packed_outputs=0,
+      pack_spikes=False):
     program, counts = _counts(handle)
     _, outputs, final_states, state_seqs, saved = _training_buffers(
-        program, counts, inputs, init_states, params, store_state_seqs, checkpoint_every)
+        program, counts, inputs, init_states, params, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes)
     return outputs + final_states + state_seqs + saved
 
 
@@ -391,30 +496,32 @@ def _(handle, inputs, init_states, params, store_state_seqs, checkpoint_every=0)
 def neuron_backward(handle: int, seq_shape: List[int], dtype: torch.dtype, device: torch.device,
                     saved: List[Tensor], params: List[Tensor], grad_outputs: List[Optional[Tensor]],
                     grad_final_states: List[Optional[Tensor]],
-                    grad_state_seqs: List[Optional[Tensor]], checkpoint_every: int = 0) -> List[Tensor]:
+                    grad_state_seqs: List[Optional[Tensor]], checkpoint_every: int = 0,
+                    pack_spikes: bool = False) -> List[Tensor]:
     return training_backward(handle, seq_shape, dtype, device, saved, params, grad_outputs,
-                             grad_final_states, grad_state_seqs, checkpoint_every)
+                             grad_final_states, grad_state_seqs, checkpoint_every, pack_spikes)
 
 
 @neuron_backward.register_fake
 def _(handle, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states, grad_state_seqs,
-      checkpoint_every=0):
+      checkpoint_every=0, pack_spikes=False):
     program, counts = _counts(handle)
-    _split_saved(program, counts, seq_shape, dtype, device, saved, check_checkpoint_every(checkpoint_every))
+    _split_saved(program, counts, seq_shape, dtype, device, saved, check_checkpoint_every(checkpoint_every),
+                 pack_spikes)
     grad_inputs, grad_states, grad_params = _backward_results(
         counts, seq_shape, dtype, device, params, grad_outputs, grad_final_states, grad_state_seqs)
     return grad_inputs + grad_states + grad_params
 
 
-def _save_for_backward(ctx, counts, saved, inputs, params, checkpoint_every):
+def _save_for_backward(ctx, program, counts, saved, inputs, params, checkpoint_every, pack_spikes):
     """Keeps what the backward reads: the saved tensors (per step with the saved inputs in their
     places; with checkpoints, then the inputs) and the params."""
     if checkpoint_every:
         saved = list(saved) + list(inputs)
     else:
-        saved = _all_saved(counts, saved, inputs)
+        saved = _all_saved(_plan(program, counts, pack_spikes), saved, inputs)
     ctx.save_for_backward(*saved, *params)
-    ctx.num_saved, ctx.checkpoint_every = len(saved), checkpoint_every
+    ctx.num_saved, ctx.checkpoint_every, ctx.pack_spikes = len(saved), checkpoint_every, pack_spikes
 
 
 def _saved_for_backward(ctx):
@@ -423,11 +530,17 @@ def _saved_for_backward(ctx):
     return list(tensors[:ctx.num_saved]), list(tensors[ctx.num_saved:])
 
 
+def _grad_outputs(grads, counts, packed_outputs):
+    """The outputs' gradients; none for packed outputs (bit rows carry none; autograd may still
+    hand over a uint8 tangent for them)."""
+    return [None if packed_outputs >> i & 1 else g for i, g in enumerate(grads[:counts.outputs])]
+
+
 def _setup_forward(ctx, inputs, output):
-    handle, xs, init_states, params, store_state_seqs, checkpoint_every = inputs
-    _, counts = _counts(handle)
+    handle, xs, init_states, params, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes = inputs
+    program, counts = _counts(handle)
     first_saved = counts.outputs + counts.states * (2 if store_state_seqs else 1)
-    _save_for_backward(ctx, counts, output[first_saved:], xs, params, checkpoint_every)
+    _save_for_backward(ctx, program, counts, output[first_saved:], xs, params, checkpoint_every, pack_spikes)
     ctx.handle = handle
     ctx.active_reference = _ActiveReference(handle)
     ctx.counts = counts
@@ -436,22 +549,24 @@ def _setup_forward(ctx, inputs, output):
     ctx.dtype = xs[0].dtype
     ctx.device = xs[0].device
     ctx.states_given = len(init_states) > 0
+    ctx.packed_outputs = packed_outputs
 
 
 def _backward_forward(ctx, grads):
     counts = ctx.counts
     ns, no, ni = counts.states, counts.outputs, counts.inputs
     saved, params = _saved_for_backward(ctx)
-    grad_outputs = list(grads[:no])
+    grad_outputs = _grad_outputs(grads, counts, ctx.packed_outputs)
     grad_final_states = list(grads[no:no + ns])
     grad_state_seqs = list(grads[no + ns:no + 2 * ns]) if ctx.store_state_seqs else []
     results = torch.ops.spikejit.neuron_backward(
         ctx.handle, ctx.seq_shape, ctx.dtype, ctx.device, saved, params, grad_outputs,
-        grad_final_states, grad_state_seqs, ctx.checkpoint_every)
+        grad_final_states, grad_state_seqs, ctx.checkpoint_every, ctx.pack_spikes)
     grad_states = results[ni:ni + ns] if ctx.states_given else []
-    # The dispatcher drops arguments equal to their defaults (checkpoint_every = 0): one gradient
-    # (None) per argument the op was called with.
-    return (None, results[:ni], grad_states, results[ni + ns:], None, None)[:len(ctx.needs_input_grad)]
+    # The dispatcher drops arguments equal to their defaults (checkpoint_every = 0, ...): one
+    # gradient (None) per argument the op was called with.
+    return (None, results[:ni], grad_states, results[ni + ns:], None, None, None,
+            None)[:len(ctx.needs_input_grad)]
 
 
 torch.library.register_autograd("spikejit::neuron_forward", _backward_forward, setup_context=_setup_forward)
@@ -465,21 +580,25 @@ torch.library.register_autograd("spikejit::neuron_forward", _backward_forward, s
 
 class _Training(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, handle, store_state_seqs, checkpoint_every, num_inputs, num_states, *tensors):
+    def forward(ctx, handle, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes, num_inputs,
+                num_states, *tensors):
         inputs = list(tensors[:num_inputs])
         init_states = list(tensors[num_inputs:num_inputs + num_states])
         params = list(tensors[num_inputs + num_states:])
-        results = training_forward(handle, inputs, init_states, params, store_state_seqs, checkpoint_every)
+        results = training_forward(handle, inputs, init_states, params, store_state_seqs, checkpoint_every,
+                                   packed_outputs, pack_spikes)
         # Unused outputs (often the final state) get None, not a tensor of zeros: the kernels
-        # read an absent gradient as zero without allocating, filling and reading one.
+        # read an absent gradient as zero without allocating, filling and reading one. (Packed
+        # outputs, uint8, carry no gradient: theirs is None too.)
         ctx.set_materialize_grads(False)
-        _, counts = _counts(handle)
+        program, counts = _counts(handle)
         first_saved = counts.outputs + counts.states * (2 if store_state_seqs else 1)
-        _save_for_backward(ctx, counts, results[first_saved:], inputs, params, checkpoint_every)
+        _save_for_backward(ctx, program, counts, results[first_saved:], inputs, params, checkpoint_every, pack_spikes)
         ctx.handle, ctx.counts, ctx.store_state_seqs = handle, counts, store_state_seqs
         ctx.active_reference = _ActiveReference(handle)
         ctx.seq_shape, ctx.dtype, ctx.device = list(inputs[0].shape), inputs[0].dtype, inputs[0].device
         ctx.num_states_given = num_states
+        ctx.packed_outputs = packed_outputs
         return tuple(results[:first_saved])
 
     @staticmethod
@@ -490,14 +609,15 @@ class _Training(torch.autograd.Function):
         grad_state_seqs = list(grads[no + ns:no + 2 * ns]) if ctx.store_state_seqs else []
         # Only the gradients autograd asks for: none for inputs without requires_grad (e.g. data),
         # none for initial states that were not given.
-        needs = ctx.needs_input_grad[5:]
+        needs = ctx.needs_input_grad[7:]
         given = ctx.num_states_given
         wanted = needs[:ni] + (needs[ni:ni + ns] if given else (False,) * ns) + needs[ni + given:]
         results = training_backward(ctx.handle, ctx.seq_shape, ctx.dtype, ctx.device, saved, params,
-                                    list(grads[:no]), list(grads[no:no + ns]), grad_state_seqs,
-                                    ctx.checkpoint_every, wanted)
+                                    _grad_outputs(grads, counts, ctx.packed_outputs), list(grads[no:no + ns]),
+                                    grad_state_seqs,
+                                    ctx.checkpoint_every, ctx.pack_spikes, wanted)
         grad_states = results[ni:ni + ns] if given else []
-        return (None, None, None, None, None, *results[:ni], *grad_states, *results[ni + ns:])
+        return (None,) * 7 + (*results[:ni], *grad_states, *results[ni + ns:])
 
 
 def _eager(*groups) -> bool:
@@ -507,21 +627,24 @@ def _eager(*groups) -> bool:
     return all(type(t) is Tensor or type(t) is torch.nn.Parameter for tensors in groups for t in tensors)
 
 
-def run_training(handle: int, inputs, init_states, params, store_state_seqs: bool, checkpoint_every: int = 0):
+def run_training(handle: int, inputs, init_states, params, store_state_seqs: bool, checkpoint_every: int = 0,
+                 packed_outputs: int = 0, pack_spikes: bool = False):
     """The training forward with autograd: [*outputs, *final_states, *state_seqs (if stored)],
     possibly followed by the saved tensors (callers slice by their counts)."""
     if _eager(inputs, init_states, params):
-        return list(_Training.apply(handle, store_state_seqs, checkpoint_every, len(inputs), len(init_states),
-                                    *inputs, *init_states, *params))
+        return list(_Training.apply(handle, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes,
+                                    len(inputs), len(init_states), *inputs, *init_states, *params))
     return torch.ops.spikejit.neuron_forward(handle, inputs, init_states, params, store_state_seqs,
-                                             checkpoint_every)
+                                             checkpoint_every, packed_outputs, pack_spikes)
 
 
-def run_inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool):
+def run_inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool,
+                  packed_outputs: int = 0):
     """Inference (no autograd): [*outputs, *state_seqs (if stored), *final_states (if asked)]."""
     if _eager(inputs, init_states, params):
-        return inference(handle, inputs, init_states, params, store_state_seqs, final_state)
-    return torch.ops.spikejit.neuron_inference(handle, inputs, init_states, params, store_state_seqs, final_state)
+        return inference(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs)
+    return torch.ops.spikejit.neuron_inference(handle, inputs, init_states, params, store_state_seqs, final_state,
+                                               packed_outputs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -638,3 +761,59 @@ def bit_spike_decompress(compressed: Tensor, shape: List[int], dtype: Optional[t
 @bit_spike_decompress.register_fake
 def _(compressed, shape, dtype=None):
     return _decompressed(compressed, shape, dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bit rows: [T, *S] spikes <-> uint8 [T, ceil(N/8)], the layout of packed outputs and packed saved
+# values (each step's row padded to whole bytes; for N % 8 == 0, bit_spike_compress itself).
+
+
+def _check_sequence_shape(name: str, shape) -> None:
+    if len(shape) < 1 or any(d < 0 for d in shape):
+        raise ValueError(f"{name}: expected a sequence shape [T, *S] with dimensions >= 0, got {list(shape)}")
+
+
+def _unpacked(packed: Tensor, shape, dtype) -> Tensor:
+    """Checks the arguments of unpack_spike_rows; returns the (empty) [T, 8 ceil(N/8)] rows."""
+    dtype = torch.uint8 if dtype is None else dtype
+    _check_spike_dtype("dtype", dtype)
+    _check_sequence_shape("shape", shape)
+    rows = [shape[0], _row_bytes(_neurons(shape))]
+    if packed.dtype != torch.uint8 or list(packed.shape) != rows:
+        raise ValueError(f"packed: expected uint8{rows} ([T, ceil(N/8)] for shape {list(shape)}), got {_describe(packed)}")
+    return torch.empty([rows[0], 8 * rows[1]], dtype=dtype, device=packed.device)
+
+
+@torch.library.custom_op("spikejit::pack_spike_rows", mutates_args=())
+def pack_spike_rows(s: Tensor) -> Tensor:
+    """[T, *S] spikes (nonzero is a spike) -> uint8 [T, ceil(N/8)] bit rows."""
+    _check_spike_dtype("s", s.dtype)
+    _check_sequence_shape("s", list(s.shape))
+    steps, n = s.shape[0], _neurons(list(s.shape))
+    rows = s.reshape(steps, n)
+    if n % 8:
+        rows = torch.cat([rows, rows.new_zeros(steps, 8 - n % 8)], dim=1)
+    packed = torch.empty((steps * _row_bytes(n),), dtype=torch.uint8, device=s.device)
+    _run_bit_kernel("bit_spike_compress", s.device, rows.contiguous().view(-1), packed)
+    return packed.view(steps, _row_bytes(n))
+
+
+@pack_spike_rows.register_fake
+def _(s):
+    _check_spike_dtype("s", s.dtype)
+    _check_sequence_shape("s", list(s.shape))
+    return s.new_empty((s.shape[0], _row_bytes(_neurons(list(s.shape)))), dtype=torch.uint8)
+
+
+@torch.library.custom_op("spikejit::unpack_spike_rows", mutates_args=())
+def unpack_spike_rows(packed: Tensor, shape: List[int], dtype: Optional[torch.dtype] = None) -> Tensor:
+    """uint8 [T, ceil(N/8)] bit rows -> 0/1 spikes of `shape` ([T, *S]) in `dtype` (default uint8)."""
+    rows = _unpacked(packed, shape, dtype)
+    _run_bit_kernel("bit_spike_decompress", packed.device, packed.contiguous().view(-1), rows.view(-1))
+    return rows[:, :_neurons(shape)].contiguous().view(shape)
+
+
+@unpack_spike_rows.register_fake
+def _(packed, shape, dtype=None):
+    _unpacked(packed, shape, dtype)
+    return torch.empty(list(shape), dtype=torch.uint8 if dtype is None else dtype, device=packed.device)

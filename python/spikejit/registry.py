@@ -6,8 +6,8 @@ Lifetime (reference section 3.5): an entry lives while it has an owner (a module
 copy of a module) or an active reference (a training forward whose backward has not run yet).
 When both counts reach zero the entry is removed.
 
-A handle is derived from what the program is (its canonical text, its backward step with the
-values it saves, and the ops' result layout), not from the order of registration: compiled
+A handle is derived from what the program is (its canonical text, its backward steps with the
+values they save, and the ops' result layout), not from the order of registration: compiled
 graphs that torch.compile caches on disk hold handles as constants and are reused by other
 processes, so a handle must mean the same program (and the same number of op results) in every
 process and version. Registering an equal program again adds an owner to its entry.
@@ -21,7 +21,8 @@ from . import _core
 _lock = threading.Lock()
 _entries = {}
 # Bumped when the ops' results for a program change (e.g. which saved values a forward returns).
-_RESULT_LAYOUT = "spikejit-op-results-2"
+# 3: packed outputs and the pack_spikes policy (bit-row outputs and saved values).
+_RESULT_LAYOUT = "spikejit-op-results-3"
 
 
 class _Entry:
@@ -42,8 +43,10 @@ def _as_handle(handle) -> int:
 
 
 def _handle_of(program: "_core.Program") -> int:
-    """63 bits of a hash of the program and its saved values (positive, an int64 in op schemas)."""
-    text = "\n".join((_RESULT_LAYOUT, program.canonical(), program.backward_text(), repr(program.saved_inputs)))
+    """63 bits of a hash of the program and its saved values under both per-step policies
+    (positive, an int64 in op schemas)."""
+    text = "\n".join((_RESULT_LAYOUT, program.canonical(), program.backward_text(), repr(program.saved_inputs),
+                      program.backward_text(True), repr(program.saved_plan(True))))
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
 
 

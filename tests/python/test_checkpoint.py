@@ -157,7 +157,7 @@ def test_saved_layout_matches_the_core():
                     x = torch.empty(0, dtype=dtype)
                     ours = ops.saved_buffers(program, counts, x, [steps, 4, 5], k)
                     core = _core.saved_layout(program, steps, [4, 5], DTYPE_CODES[dtype], k)
-                    written = [(list(s), d) for s, d, input in core if input < 0]  # inputs are not copied
+                    written = [(list(s), d) for s, d, input, _ in core if input < 0]  # inputs are not copied
                     assert [(list(t.shape), DTYPE_CODES[t.dtype]) for t in ours] == written
 
 
