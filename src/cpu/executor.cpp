@@ -300,12 +300,12 @@ void backward_step(BackwardCall& c, Slots<F>& s, int64_t t, int64_t start, int64
         read_leaf(s, leaf.slot, g, row, n);
       }
     } else {  // GradState: the carried gradient plus the direct one of the state sequence
-      const F* carry = s[p.carry_slot[leaf.index]];
+      F* carry = s[p.carry_slot[leaf.index]];
       if (c.grad_state_seqs[leaf.index].present()) {
         load_sequence_lanes(dst, c.grad_state_seqs[leaf.index], t, c.neurons, start, n);
         add_lanes(dst, carry, n);
       } else {
-        copy_lanes(dst, carry, n);
+        s.point(leaf.slot, carry);  // the carry changes only after the step's instructions
       }
     }
   }
@@ -313,7 +313,11 @@ void backward_step(BackwardCall& c, Slots<F>& s, int64_t t, int64_t start, int64
   for (size_t i = 0; i < c.grad_inputs.size(); ++i) {
     if (c.grad_inputs[i].present()) store_lanes(c.grad_inputs[i], row, s[c.grad_input_slots[i]], n);
   }
-  for (int32_t i = 0; i < states; ++i) copy_lanes(s[p.carry_slot[i]], s[c.grad_prev_state_slots[i]], n);
+  for (int32_t i = 0; i < states; ++i) {
+    F* carry = s[p.carry_slot[i]];
+    const F* grad_prev = s[c.grad_prev_state_slots[i]];
+    if (grad_prev != carry) copy_lanes(carry, grad_prev, n);
+  }
   for (int32_t k = 0; k < num_params; ++k) {
     if (c.grad_params[k].present()) add_lanes(s[accumulators + k], s[c.grad_param_slots[k]], n);
   }
