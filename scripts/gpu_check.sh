@@ -155,6 +155,9 @@ if [[ $built -eq 0 && $ONLY != tests ]]; then
   bench_step 130 pybench bench.txt python3 "$ROOT/bench/python/bench_gpu_vs_spikingjelly.py" \
     --budget-s 100 --rep-ms 10 --csv "$OUT/bench_python_gpu.csv"
   bench_step 80 bench-memory bench.txt python3 "$ROOT/bench/python/bench_memory.py"
+  # The host CPU as a 2-core machine (two cores, two threads), then with all its cores.
+  bench_step 40 cpubench-2 bench.txt taskset -c 0,1 python3 "$ROOT/bench/python/bench_cpu_vs_spikingjelly.py" \
+    --threads 2 --reps 20
   bench_step 40 flexbench bench.txt python3 "$ROOT/bench/python/bench_flexsn_vs_builtin.py"
   bench_step 15 bench-bits bench.txt "$BUILD/bench_cuda_compress"
   bench_step 40 cpubench bench.txt python3 "$ROOT/bench/python/bench_cpu_vs_spikingjelly.py" --reps 20

@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/parallel.h"
@@ -25,20 +26,55 @@ constexpr int64_t kBlock = 512;
 static_assert(kBlock % 8 == 0, "packed rows: a block owns whole bytes");
 constexpr size_t kAlignBytes = 64;
 
-// Aligned lane arrays for one block: slot k holds kBlock lanes.
+// Aligned lane arrays for one block: slot k holds kBlock lanes, or points at caller memory for
+// the current step (`point`): a leaf read in place, or a result written in place.
 template <class F>
 class Slots {
  public:
-  explicit Slots(int32_t count) : storage_(new F[count * kBlock + kAlignBytes / sizeof(F)]) {
+  explicit Slots(int32_t count)
+      : storage_(new F[count * kBlock + kAlignBytes / sizeof(F)]), slots_(static_cast<size_t>(count)) {
     const uintptr_t raw = reinterpret_cast<uintptr_t>(storage_.get());
-    base_ = reinterpret_cast<F*>((raw + kAlignBytes - 1) / kAlignBytes * kAlignBytes);
+    F* base = reinterpret_cast<F*>((raw + kAlignBytes - 1) / kAlignBytes * kAlignBytes);
+    for (int32_t k = 0; k < count; ++k) slots_[k] = base + k * kBlock;
   }
-  F* operator[](int32_t slot) const { return base_ + slot * kBlock; }
+  F* operator[](int32_t slot) const { return slots_[slot]; }
+  void point(int32_t slot, F* at) { slots_[slot] = at; }
 
  private:
   std::unique_ptr<F[]> storage_;
-  F* base_;
+  std::vector<F*> slots_;
 };
+
+// Element `offset` of `b` when it holds F (no conversion needed), else null.
+template <class F>
+F* same_type_lanes(const LaneBuffer& b, int64_t offset) {
+  const DType want = std::is_same_v<F, double> ? DType::F64 : DType::F32;
+  return b.dtype == want ? static_cast<F*>(b.data) + offset : nullptr;
+}
+
+// Asks the cache for lanes [offset, offset + n) of the dense sequences in `buffers`, a step
+// ahead of their use: one block's row of a step is a few KiB, too short a run for the hardware
+// prefetchers to pick up before it ends.
+void prefetch_lanes(const std::vector<LaneBuffer>& buffers, int64_t offset, int64_t n) {
+  constexpr int64_t kLine = 64;
+  for (const LaneBuffer& b : buffers) {
+    if (!b.present() || b.same_each_step || b.same_each_neuron) continue;
+    const int64_t size = static_cast<int64_t>(dtype_size(b.dtype));
+    const char* first = static_cast<const char*>(b.data) + offset * size;
+    for (int64_t at = 0; at < n * size; at += kLine) __builtin_prefetch(first + at);
+  }
+}
+
+// A leaf's lanes at `offset`: read in place when the buffer holds F (leaf slots are never
+// written), else converted into the slot's own lanes.
+template <class F>
+void read_leaf(Slots<F>& s, int32_t slot, const LaneBuffer& b, int64_t offset, int64_t n) {
+  if (F* at = same_type_lanes<F>(b, offset)) {
+    s.point(slot, at);
+  } else {
+    load_lanes(s[slot], b, offset, n);
+  }
+}
 
 std::vector<LaneBuffer> lane_buffers(const std::vector<TensorView>& views, size_t count) {
   std::vector<LaneBuffer> out(count);
@@ -143,10 +179,10 @@ Slots<F> forward_slots(const LaneProgram& p) {
 // and the checkpoint recomputation of the backward both run this, so they agree bit for bit.
 template <class F, class Results>
 void forward_step(const LaneProgram& p, const std::vector<LaneBuffer>& inputs,
-                  const std::vector<int32_t>& next_state_slots, const Slots<F>& s, int64_t row,
-                  int64_t n, const Results& results) {
+                  const std::vector<int32_t>& next_state_slots, Slots<F>& s, int64_t row, int64_t n,
+                  const Results& results) {
   const int32_t states = static_cast<int32_t>(p.carry_slot.size());
-  for (const LaneLeaf& leaf : p.step_leaves) load_lanes(s[leaf.slot], inputs[leaf.index], row, n);
+  for (const LaneLeaf& leaf : p.step_leaves) read_leaf(s, leaf.slot, inputs[leaf.index], row, n);
   run_instrs(p, s, n);
   results();
   if (p.states_need_staging) {
@@ -170,16 +206,41 @@ struct ForwardCall {
   std::vector<LaneBuffer> inputs, initial_states, params, outputs, state_seqs, final_states, saved;
   PackedRows packed_outputs, packed_saved;
   std::vector<int32_t> output_slots, next_state_slots, saved_slots;
+  // Outputs and saved values the step's instructions write straight into the caller's buffer.
+  std::vector<bool> output_in_place, saved_in_place;
   int64_t checkpoint_every = 0;       // > 0: `checkpoints` instead of `saved`
   std::vector<LaneBuffer> checkpoints;  // per state, [ceil(T/k), N] in the compute type F
 };
+
+// Results computed by an instruction into a slot of their own (kept for the whole step, so no
+// other value reuses it) can be written in place when their buffer holds the compute type; a
+// slot that holds two results is written in place for the first.
+void mark_in_place_results(const ir::Step& step, const std::vector<ir::ValueId>& saved_nodes, DType compute,
+                           ForwardCall* c) {
+  std::vector<bool> taken(static_cast<size_t>(c->program.num_slots), false);
+  for (int32_t slot : c->program.carry_slot) taken[slot] = true;
+  auto mark = [&](const std::vector<ir::ValueId>& nodes, const std::vector<LaneBuffer>& buffers,
+                  std::vector<bool>* in_place) {
+    in_place->assign(buffers.size(), false);
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const int32_t slot = c->program.node_slot[nodes[i]];
+      if (!buffers[i].present() || buffers[i].dtype != compute || ir::is_leaf(step.nodes[nodes[i]].op) ||
+          taken[slot])
+        continue;
+      taken[slot] = true;
+      (*in_place)[i] = true;
+    }
+  };
+  mark(step.outputs, c->outputs, &c->output_in_place);
+  mark(saved_nodes, c->saved, &c->saved_in_place);
+}
 
 template <class F>
 void forward_block(const ForwardCall& c, int64_t block) {
   const LaneProgram& p = c.program;
   const int64_t start = block * kBlock, n = std::min(kBlock, c.neurons - start);
   const int32_t states = static_cast<int32_t>(p.carry_slot.size());
-  const Slots<F> s = forward_slots<F>(p);
+  Slots<F> s = forward_slots<F>(p);
   fill_constants(p, c.params, c.param_kinds, s, start, n);
   for (int32_t i = 0; i < states; ++i) {
     if (c.initial_states[i].present()) {
@@ -190,20 +251,29 @@ void forward_block(const ForwardCall& c, int64_t block) {
   }
   for (int64_t t = 0; t < c.steps; ++t) {
     const int64_t row = t * c.neurons + start;
+    if (t + 1 < c.steps) {
+      for (const auto* buffers : {&c.inputs, &c.outputs, &c.saved}) prefetch_lanes(*buffers, row + c.neurons, n);
+    }
     if (c.checkpoint_every > 0 && t % c.checkpoint_every == 0) {
       const int64_t at = t / c.checkpoint_every * c.neurons + start;
       for (int32_t i = 0; i < states; ++i) store_lanes(c.checkpoints[i], at, s[p.carry_slot[i]], n);
     }
+    for (size_t i = 0; i < c.outputs.size(); ++i) {
+      if (c.output_in_place[i]) s.point(c.output_slots[i], same_type_lanes<F>(c.outputs[i], row));
+    }
+    for (size_t i = 0; i < c.saved.size(); ++i) {
+      if (c.saved_in_place[i]) s.point(c.saved_slots[i], same_type_lanes<F>(c.saved[i], row));
+    }
     forward_step(p, c.inputs, c.next_state_slots, s, row, n, [&] {
       for (size_t i = 0; i < c.outputs.size(); ++i) {
-        if (c.outputs[i].present()) store_lanes(c.outputs[i], row, s[c.output_slots[i]], n);
+        if (c.outputs[i].present() && !c.output_in_place[i]) store_lanes(c.outputs[i], row, s[c.output_slots[i]], n);
         if (c.packed_outputs.data[i]) pack_lanes(c.packed_outputs.at(i, t, start), s[c.output_slots[i]], n);
       }
       for (int32_t i = 0; i < states; ++i) {
         if (c.state_seqs[i].present()) store_lanes(c.state_seqs[i], row, s[c.next_state_slots[i]], n);
       }
-      for (size_t i = 0; i < c.saved.size(); ++i) {
-        if (c.saved[i].present()) store_lanes(c.saved[i], row, s[c.saved_slots[i]], n);  // not inputs
+      for (size_t i = 0; i < c.saved.size(); ++i) {  // absent: an input (not written) or packed
+        if (c.saved[i].present() && !c.saved_in_place[i]) store_lanes(c.saved[i], row, s[c.saved_slots[i]], n);
         if (c.packed_saved.data[i]) pack_lanes(c.packed_saved.at(i, t, start), s[c.saved_slots[i]], n);
       }
     });
@@ -232,9 +302,9 @@ struct BackwardCall {
   std::vector<int32_t> forward_next_state_slots, forward_saved_slots;
 };
 
-// One reverse step at `t`: `load_saved(dst, index)` fills a saved value's lanes.
+// One reverse step at `t`: `load_saved(slot, index, row)` fills (or points) a saved value's slot.
 template <class F, class LoadSaved>
-void backward_step(BackwardCall& c, const Slots<F>& s, int64_t t, int64_t start, int64_t n,
+void backward_step(BackwardCall& c, Slots<F>& s, int64_t t, int64_t start, int64_t n,
                    const LoadSaved& load_saved) {
   const LaneProgram& p = c.program;
   const int32_t states = static_cast<int32_t>(p.carry_slot.size());
@@ -244,17 +314,22 @@ void backward_step(BackwardCall& c, const Slots<F>& s, int64_t t, int64_t start,
   for (const LaneLeaf& leaf : p.step_leaves) {
     F* dst = s[leaf.slot];
     if (leaf.op == ir::Op::Saved) {
-      load_saved(dst, leaf.index);
+      load_saved(leaf.slot, leaf.index, row);
     } else if (leaf.op == ir::Op::GradOutput) {
       const LaneBuffer& g = c.grad_outputs[leaf.index];
-      if (g.present() && !g.same_each_step) load_sequence_lanes(dst, g, t, c.neurons, start, n);
+      if (!g.present() || g.same_each_step) continue;  // loaded once per block
+      if (g.same_each_neuron) {
+        load_sequence_lanes(dst, g, t, c.neurons, start, n);
+      } else {
+        read_leaf(s, leaf.slot, g, row, n);
+      }
     } else {  // GradState: the carried gradient plus the direct one of the state sequence
-      const F* carry = s[p.carry_slot[leaf.index]];
+      F* carry = s[p.carry_slot[leaf.index]];
       if (c.grad_state_seqs[leaf.index].present()) {
         load_sequence_lanes(dst, c.grad_state_seqs[leaf.index], t, c.neurons, start, n);
         add_lanes(dst, carry, n);
       } else {
-        copy_lanes(dst, carry, n);
+        s.point(leaf.slot, carry);  // the carry changes only after the step's instructions
       }
     }
   }
@@ -262,7 +337,11 @@ void backward_step(BackwardCall& c, const Slots<F>& s, int64_t t, int64_t start,
   for (size_t i = 0; i < c.grad_inputs.size(); ++i) {
     if (c.grad_inputs[i].present()) store_lanes(c.grad_inputs[i], row, s[c.grad_input_slots[i]], n);
   }
-  for (int32_t i = 0; i < states; ++i) copy_lanes(s[p.carry_slot[i]], s[c.grad_prev_state_slots[i]], n);
+  for (int32_t i = 0; i < states; ++i) {
+    F* carry = s[p.carry_slot[i]];
+    const F* grad_prev = s[c.grad_prev_state_slots[i]];
+    if (grad_prev != carry) copy_lanes(carry, grad_prev, n);
+  }
   for (int32_t k = 0; k < num_params; ++k) {
     if (c.grad_params[k].present()) add_lanes(s[accumulators + k], s[c.grad_param_slots[k]], n);
   }
@@ -272,12 +351,12 @@ void backward_step(BackwardCall& c, const Slots<F>& s, int64_t t, int64_t start,
 // values (kept in F, never rounded to a storage dtype) from its checkpoint; then the reverse
 // steps read them. The steps run in the same order as without checkpoints.
 template <class F>
-void backward_segments(BackwardCall& c, const Slots<F>& s, int64_t start, int64_t n) {
+void backward_segments(BackwardCall& c, Slots<F>& s, int64_t start, int64_t n) {
   const LaneProgram& fp = c.forward;
   const int64_t k = c.checkpoint_every, T = c.steps, N = c.neurons;
   const int32_t states = static_cast<int32_t>(fp.carry_slot.size());
   const int32_t saved = static_cast<int32_t>(c.forward_saved_slots.size());
-  const Slots<F> fs = forward_slots<F>(fp);
+  Slots<F> fs = forward_slots<F>(fp);
   fill_constants(fp, c.params, c.param_kinds, fs, start, n);
   const Slots<F> values(static_cast<int32_t>(std::min(k, T)) * saved);  // [step in segment][saved]
   for (int64_t seg = (T + k - 1) / k - 1; seg >= 0; --seg) {
@@ -294,7 +373,7 @@ void backward_segments(BackwardCall& c, const Slots<F>& s, int64_t start, int64_
     for (int64_t u = len - 1; u >= 0; --u) {
       const int32_t at = static_cast<int32_t>(u) * saved;
       backward_step(c, s, first + u, start, n,
-                    [&](F* dst, int32_t index) { copy_lanes(dst, values[at + index], n); });
+                    [&](int32_t slot, int32_t index, int64_t) { s.point(slot, values[at + index]); });
     }
   }
 }
@@ -306,7 +385,7 @@ void backward_block(BackwardCall& c, int64_t block) {
   const int32_t states = static_cast<int32_t>(p.carry_slot.size());
   const int32_t num_params = static_cast<int32_t>(c.param_kinds.size());
   const int32_t accumulators = p.num_slots;  // one per parameter
-  const Slots<F> s(p.num_slots + num_params);
+  Slots<F> s(p.num_slots + num_params);
   fill_constants(p, c.params, c.param_kinds, s, start, n);
   for (int32_t i = 0; i < states; ++i) {
     if (c.grad_final_states[i].present()) {
@@ -330,12 +409,16 @@ void backward_block(BackwardCall& c, int64_t block) {
     backward_segments(c, s, start, n);
   } else {
     for (int64_t t = c.steps - 1; t >= 0; --t) {
-      backward_step(c, s, t, start, n, [&](F* dst, int32_t index) {
+      if (t > 0) {
+        for (const auto* buffers : {&c.saved, &c.grad_outputs, &c.grad_state_seqs, &c.grad_inputs})
+          prefetch_lanes(*buffers, (t - 1) * c.neurons + start, n);
+      }
+      backward_step(c, s, t, start, n, [&](int32_t slot, int32_t index, int64_t row) {
         const size_t i = static_cast<size_t>(index);
-        if (c.packed_saved.data[i]) {
-          unpack_lanes(dst, c.packed_saved.at(i, t, start), n);
+        if (c.packed_saved.data[i]) {  // unpacked into the slot's own lanes (never pointed elsewhere)
+          unpack_lanes(s[slot], c.packed_saved.at(i, t, start), n);
         } else {
-          load_lanes(dst, c.saved[i], t * c.neurons + start, n);
+          read_leaf(s, slot, c.saved[i], row, n);
         }
       });
     }
@@ -408,6 +491,7 @@ void forward(const Program& program, const ForwardBuffers& b, const Options& opt
   const bool f64 = compute_in_f64(options, any_f64({&b.inputs, &b.initial_states, &b.params, &b.outputs,
                                                     &b.state_seqs, &b.final_states, &b.saved}));
   if (checkpoints) check_checkpoint_dtypes(b.saved, f64);
+  mark_in_place_results(step, saved_nodes, f64 ? DType::F64 : DType::F32, &c);
   parallel_for(block_count(c.neurons), options.threads, [&](int64_t block) {
     if (f64) {
       forward_block<double>(c, block);
