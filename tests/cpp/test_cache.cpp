@@ -22,7 +22,9 @@
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc_api.h"
 #include "spikejit/runtime.h"
+#include "spikejit/codegen.h"
 #include "support/scoped_env.h"
+#include "support/test_neurons.h"
 
 namespace spikejit::runtime {
 namespace {
@@ -143,6 +145,38 @@ TEST_F(CacheTest, KeyChangesWithEveryComponent) {
   std::set<std::string> keys = {key};
   for (const CacheKeyParts& v : variants) keys.insert(cache_key(v));
   EXPECT_EQ(keys.size(), variants.size() + 1);
+}
+
+// Kernels with bit rows (packed outputs, spikes saved as bits) are other binaries: their specs,
+// entries and sources differ, so both the memory key (spec.key()) and the disk key do.
+TEST_F(CacheTest, PackedSpikeKernelsHaveTheirOwnKeys) {
+  const Program two = testing::test_neuron("two_thresholds");
+  const Program mixed = testing::test_neuron("mixed_outputs");
+  std::vector<std::pair<const Program*, codegen::KernelSpec>> specs;
+  for (codegen::KernelKind kind : {codegen::KernelKind::Inference, codegen::KernelKind::TrainingForward}) {
+    codegen::KernelSpec plain;
+    plain.kind = kind;
+    codegen::KernelSpec packed = plain;
+    packed.packed_outputs = {true, true};
+    specs.push_back({&mixed, plain});
+    specs.push_back({&mixed, packed});
+  }
+  for (codegen::KernelKind kind : {codegen::KernelKind::TrainingForward, codegen::KernelKind::Backward}) {
+    codegen::KernelSpec plain;
+    plain.kind = kind;
+    codegen::KernelSpec bits = plain;
+    bits.pack_spikes = true;
+    specs.push_back({&two, plain});
+    specs.push_back({&two, bits});
+  }
+  std::set<std::string> memory_keys, disk_keys;
+  for (const auto& [program, spec] : specs) {
+    const codegen::KernelSource k = codegen::generate(*program, spec);
+    memory_keys.insert(program->hash() + spec.key());
+    disk_keys.insert(cache_key({k.source, k.entry, "sm_90", "13.0", {"--gpu-architecture=sm_90"}}));
+  }
+  EXPECT_EQ(memory_keys.size(), specs.size());
+  EXPECT_EQ(disk_keys.size(), specs.size());
 }
 
 TEST_F(CacheTest, StoreThenLoadLeavesNoTempFiles) {
