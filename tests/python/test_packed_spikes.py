@@ -176,10 +176,9 @@ def test_ops_packed_outputs_errors():
 # The pack_spikes save policy
 
 
-def run_policy(handle, num_outputs, x, params, pack_spikes, cotangents=None):
-    """(outputs, final state, gradients of x, the initial state and params) of one training step."""
-    x = x.detach().clone().requires_grad_()
-    v0 = (random_input(*x.shape[1:], device=x.device, scale=0.3).to(x.dtype) * 0 + 0.1).requires_grad_()
+def run_policy(handle, num_outputs, x, v0, params, pack_spikes, cotangents=None):
+    """(outputs and final state, gradients of x, the initial state and params) of one training step."""
+    x, v0 = x.detach().clone().requires_grad_(), v0.detach().clone().requires_grad_()
     params = [p.detach().clone().requires_grad_() for p in params]
     outputs, finals, _ = run_neuron(handle, num_outputs, 1, [x], [v0], params, False, pack_spikes=pack_spikes)
     results = list(outputs) + list(finals)
@@ -199,11 +198,12 @@ def test_pack_spikes_gradients_equal_the_default_policy(stem, dtype, device):
     program = registry.program(handle)
     assert any(packed for _, packed in program.saved_plan(True))
     outputs = program.num_outputs
-    params = [torch.ones(37, dtype=dtype, device=device)] if program.params else []
+    params = [torch.rand(37, dtype=dtype, device=device) + 0.5] if program.params else []
     for steps in (0, 1, 9):
         x = random_input(steps, 37, device=device, dtype=dtype)
-        want, want_grads, cotangents = run_policy(handle, outputs, x, params, False)
-        got, got_grads, _ = run_policy(handle, outputs, x, params, True, cotangents)
+        v0 = random_input(37, device=device, dtype=dtype, scale=0.3)
+        want, want_grads, cotangents = run_policy(handle, outputs, x, v0, params, False)
+        got, got_grads, _ = run_policy(handle, outputs, x, v0, params, True, cotangents)
         for a, b in zip(want, got):
             assert torch.equal(a, b)
         for a, b in zip(want_grads, got_grads):
