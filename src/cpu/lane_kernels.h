@@ -10,7 +10,8 @@
 #include "spikejit/tensor.h"
 
 // On x86-64 the op loops are compiled for AVX-512, AVX2 and the baseline, picked at load time.
-// (No FMA target: a contracted a * b + c would round differently from the scalar definition.)
+// (AVX-512F brings FMA: executor.cpp is compiled with -ffp-contract=off, see CMakeLists.txt, since a
+// contracted a * b + c would round differently from the scalar definition.)
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define SPIKEJIT_CPU_LANE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
