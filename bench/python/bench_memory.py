@@ -43,13 +43,16 @@ VARIANTS = {
     "spikejit-packed": {"library": "spikejit", "packed": True},
     "spikejit-ckpt8": {"library": "spikejit", "checkpoint_every": 8},
     "spikejit-packed-ckpt8": {"library": "spikejit", "packed": True, "checkpoint_every": 8},
-    "spikejit-recompute": {"library": "spikejit", "recompute": True},
+    "sj-triton-memopt1": {"library": "spikingjelly", "implementation": "triton", "memopt": 1},
+    "sj-triton-memopt4": {"library": "spikingjelly", "implementation": "triton", "memopt": 4},
+    "spikejit-recompute": {"library": "spikejit", "recompute": True, "packed": True},
 }
 
 # sj-cuda needs SpikingJelly built from source; sj-torch's memory is sj-triton's (only slower);
 # checkpoint_every without packing only adds the checkpoints here (LIF's saved h and the input it
 # keeps instead cost the same).
-DEFAULT_VARIANTS = ("sj-triton", "spikejit", "spikejit-packed", "spikejit-packed-ckpt8", "spikejit-recompute")
+DEFAULT_VARIANTS = ("sj-triton", "sj-triton-memopt1", "sj-triton-memopt4", "spikejit", "spikejit-packed",
+                    "spikejit-packed-ckpt8", "spikejit-recompute")
 
 
 def workloads(dry_run):
@@ -93,17 +96,22 @@ def build_vgg(make_neuron, packed, width, recompute=False):
     from torch import nn
     import spikejit
 
-    class Block(nn.Module):
-        def __init__(self, cin, cout, pool, pack):
-            super().__init__()
-            conv = nn.Conv2d(cin, cout, 3, 1, 1)
-            layers = ([nn.AvgPool2d(2)] if pool else []) + [spikejit.packed_spikes(conv) if pack else conv,
-                                                            nn.BatchNorm2d(cout)]
-            self.proj, self.neuron = nn.Sequential(*layers), make_neuron()
+    class PerStep(nn.Sequential):
+        """Its layers on [T, B, ...] with time folded into the batch (SpikingJelly's SeqToANNContainer)."""
 
         def forward(self, x):
             T, B = x.shape[:2]
-            return self.neuron(self.proj(x.flatten(0, 1)).unflatten(0, (T, B)))
+            return super().forward(x.flatten(0, 1)).unflatten(0, (T, B))
+
+    class Block(nn.Sequential):
+        """[AvgPool] Conv BN, then the neuron. A Sequential, so that nothing holds a block's input
+        while its neuron runs (a Recompute block's input then lives only as long as its conv needs it)."""
+
+        def __init__(self, cin, cout, pool, pack):
+            conv = nn.Conv2d(cin, cout, 3, 1, 1)
+            layers = ([nn.AvgPool2d(2)] if pool else []) + [spikejit.packed_spikes(conv) if pack else conv,
+                                                            nn.BatchNorm2d(cout)]
+            super().__init__(PerStep(*layers), make_neuron())
 
     class VGG(nn.Module):
         def __init__(self):
@@ -124,14 +132,18 @@ def build_vgg(make_neuron, packed, width, recompute=False):
             y = self.pool(self.blocks(x).flatten(0, 1)).unflatten(0, (T, B)).flatten(2)
             return self.fc(self.dropout(y)).mean(0)
 
-    return VGG()
+    model = VGG()
+    model.block_type = Block  # what SpikingJelly's memopt may checkpoint
+    return model
 
 
 def build_linear(make_neuron, packed, n, recompute=False):
     from torch import nn
     import spikejit
-    second = nn.Linear(n, n)
-    layers = [nn.Linear(n, n), make_neuron(), spikejit.packed_spikes(second) if packed else second, make_neuron()]
+    first, second = nn.Linear(n, n), nn.Linear(n, n)
+    # Inside a recomputed block the first Linear's input is the block's unpacked input spikes.
+    first = spikejit.packed_spikes(first) if packed and recompute else first
+    layers = [first, make_neuron(), spikejit.packed_spikes(second) if packed else second, make_neuron()]
     if recompute:  # both blocks take spikes (the input is spikes too)
         return nn.Sequential(recomputed(nn.Sequential(*layers[:2]), True, True),
                              recomputed(nn.Sequential(*layers[2:]), True, True))
@@ -148,6 +160,24 @@ def reset_neurons(model):
     for m in model.modules():
         if callable(getattr(m, "reset", None)):
             m.reset()
+
+
+def memory_optimized(model, level, x, workload):
+    """SpikingJelly's memopt search applied to the VGG as its tutorial does (checkpointed blocks,
+    binary inputs compressed, blocks split into projection and neuron, neurons chunked in time)."""
+    if workload != "vgg":
+        raise LookupError("memopt runs on the VGG only (its blocks are the search's targets)")
+    if x.device.type != "cuda" and level > 1:
+        raise LookupError("memopt levels 2-4 measure CUDA memory")
+    from spikingjelly.activation_based import memopt, neuron
+
+    def example(current):
+        reset_neurons(current)
+        return current(x)
+
+    memopt.optimize_memory(model, model.block_type, example, level=level, compress=True,
+                           split_fn=lambda block: (block[0], block[1]),
+                           can_chunk=lambda module: isinstance(module, neuron.BaseNode))
 
 
 def run_workload(name, shape, variant, device, steps):
@@ -169,6 +199,8 @@ def run_workload(name, shape, variant, device, steps):
         loss_of = lambda out: out.mean()  # noqa: E731
     model, x = model.to(device), x.to(device)
     cuda = device.type == "cuda"
+    if variant.get("memopt"):
+        memory_optimized(model, variant["memopt"], x, name)
 
     def step():
         for p in model.parameters():

@@ -32,7 +32,7 @@ from . import _core, ops, registry
 from . import surrogate as _surrogate
 
 __all__ = ["multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step",
-           "plif_multi_step", "builtin_handle", "run_neuron"]
+           "plif_multi_step", "builtin_handle", "run_neuron", "execute_neuron", "neuron_call_hook"]
 
 _cache_lock = threading.Lock()
 _builtin_handles = {}
@@ -96,10 +96,33 @@ def builtin_handle(kind: str, v_threshold: float, v_reset: Optional[float], deta
     return handle
 
 
-def _needs_grad(tensors) -> bool:
+def needs_grad(tensors) -> bool:
+    """Whether a call on these tensors (None: absent) takes the training path."""
     if not torch.is_grad_enabled():
         return False
     return any(t is not None and t.requires_grad for t in tensors)
+
+
+# spikejit.Recompute watches, and in its recomputation steers, the neuron calls of the block it
+# runs (recompute.py). Per thread: the recomputation runs on the autograd engine's thread.
+_call_hooks = threading.local()
+
+
+class neuron_call_hook:
+    """Within `with neuron_call_hook(hook):` every run_neuron call of this thread goes to
+    hook(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
+    checkpoint_every, packed_outputs, pack_spikes), which answers like run_neuron (for example by
+    calling execute_neuron)."""
+
+    def __init__(self, hook):
+        self.hook = hook
+
+    def __enter__(self):
+        self.previous = getattr(_call_hooks, "hook", None)
+        _call_hooks.hook = self.hook
+
+    def __exit__(self, *exc):
+        _call_hooks.hook = self.previous
 
 
 def run_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_states, params,
@@ -110,15 +133,31 @@ def run_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_stat
     state_seqs or None), taking the training op (with autograd) when a gradient is needed;
     `checkpoint_every` and `pack_spikes` are its save policy, `packed_outputs` (bit i: output i)
     the outputs returned as uint8 bit rows (see spikejit.ops)."""
+    hook = None if torch.compiler.is_compiling() else getattr(_call_hooks, "hook", None)
+    if hook is not None:
+        return hook(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
+                    checkpoint_every, packed_outputs, pack_spikes)
+    return execute_neuron(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
+                          checkpoint_every, packed_outputs, pack_spikes)
+
+
+def execute_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_states, params,
+                   store_state_seqs: bool, checkpoint_every: int = 0, packed_outputs: int = 0,
+                   pack_spikes: bool = False, carriers: bool = False):
+    """run_neuron without the hook. `carriers` (training, eager): each packed output is returned as
+    its gradient carrier (see ops.run_training) instead of its bits."""
     ops.check_checkpoint_every(checkpoint_every)  # also where inference leaves it unused
     ops.check_pack_spikes(pack_spikes, checkpoint_every)
     init_states = ops.initial_states(handle, init_states, inputs[0])
-    if _needs_grad(list(inputs) + init_states + list(params)):
+    if needs_grad(list(inputs) + init_states + list(params)):
         results = ops.run_training(handle, inputs, init_states, params, store_state_seqs, checkpoint_every,
-                                   packed_outputs, pack_spikes)
+                                   packed_outputs, pack_spikes, carriers)
         outputs = results[:num_outputs]
         finals = results[num_outputs:num_outputs + num_states]
         seqs = results[num_outputs + num_states:num_outputs + 2 * num_states] if store_state_seqs else None
+        if carriers:
+            carried = iter(results[num_outputs + num_states * (2 if store_state_seqs else 1):])
+            outputs = [next(carried) if packed_outputs >> i & 1 else o for i, o in enumerate(outputs)]
     else:
         results = ops.run_inference(handle, inputs, init_states, params, store_state_seqs, True, packed_outputs)
         outputs = results[:num_outputs]

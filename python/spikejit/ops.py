@@ -156,6 +156,11 @@ def check_packed_outputs(counts, packed_outputs) -> int:
     return packed_outputs
 
 
+def packable_output(handle: int, i: int) -> bool:
+    """Whether output i of the program is spike-valued (may be returned as bit rows)."""
+    return bool(_counts(handle)[1].packable[i])
+
+
 def _describe(t: Tensor) -> str:
     return f"{str(t.dtype).replace('torch.', '')}{list(t.shape)} on {t.device}"
 
@@ -580,7 +585,7 @@ torch.library.register_autograd("spikejit::neuron_forward", _backward_forward, s
 
 class _Training(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, handle, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes, num_inputs,
+    def forward(ctx, handle, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes, carriers, num_inputs,
                 num_states, *tensors):
         inputs = list(tensors[:num_inputs])
         init_states = list(tensors[num_inputs:num_inputs + num_states])
@@ -599,7 +604,11 @@ class _Training(torch.autograd.Function):
         ctx.seq_shape, ctx.dtype, ctx.device = list(inputs[0].shape), inputs[0].dtype, inputs[0].device
         ctx.num_states_given = num_states
         ctx.packed_outputs = packed_outputs
-        return tuple(results[:first_saved])
+        ctx.carriers = carriers
+        returned = tuple(results[:first_saved])
+        if carriers:
+            returned += tuple(_gradient_carrier(inputs[0]) for _ in range(bin(packed_outputs).count("1")))
+        return returned
 
     @staticmethod
     def backward(ctx, *grads):
@@ -609,18 +618,27 @@ class _Training(torch.autograd.Function):
         grad_state_seqs = list(grads[no + ns:no + 2 * ns]) if ctx.store_state_seqs else []
         # Only the gradients autograd asks for: none for inputs without requires_grad (e.g. data),
         # none for initial states that were not given.
-        needs = ctx.needs_input_grad[7:]
+        needs = ctx.needs_input_grad[8:]
         given = ctx.num_states_given
         wanted = needs[:ni] + (needs[ni:ni + ns] if given else (False,) * ns) + needs[ni + given:]
+        grad_outputs = _grad_outputs(grads, counts, ctx.packed_outputs)
+        if ctx.carriers:  # the packed outputs' gradients, as their carriers received them
+            carried = iter(grads[no + ns * (2 if ctx.store_state_seqs else 1):])
+            grad_outputs = [next(carried) if ctx.packed_outputs >> i & 1 else g for i, g in enumerate(grad_outputs)]
         results = training_backward(ctx.handle, ctx.seq_shape, ctx.dtype, ctx.device, saved, params,
-                                    _grad_outputs(grads, counts, ctx.packed_outputs), list(grads[no:no + ns]),
-                                    grad_state_seqs,
+                                    grad_outputs, list(grads[no:no + ns]), grad_state_seqs,
                                     ctx.checkpoint_every, ctx.pack_spikes, wanted)
         grad_states = results[ni:ni + ns] if given else []
-        return (None,) * 7 + (*results[:ni], *grad_states, *results[ni + ns:])
+        return (None,) * 8 + (*results[:ni], *grad_states, *results[ni + ns:])
 
 
-def _eager(*groups) -> bool:
+def _gradient_carrier(x: Tensor) -> Tensor:
+    """A stand-in of x's shape and dtype that stores one NaN (any use of its values shows): what a
+    packed output's gradient arrives on (see run_training's `carriers`)."""
+    return x.new_full((), float("nan")).expand(x.shape)
+
+
+def is_eager(*groups) -> bool:
     """Plain tensors outside compilation and tracing (then the dispatcher can be skipped)."""
     if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
         return False
@@ -628,12 +646,20 @@ def _eager(*groups) -> bool:
 
 
 def run_training(handle: int, inputs, init_states, params, store_state_seqs: bool, checkpoint_every: int = 0,
-                 packed_outputs: int = 0, pack_spikes: bool = False):
+                 packed_outputs: int = 0, pack_spikes: bool = False, carriers: bool = False):
     """The training forward with autograd: [*outputs, *final_states, *state_seqs (if stored)],
-    possibly followed by the saved tensors (callers slice by their counts)."""
-    if _eager(inputs, init_states, params):
+    possibly followed by the saved tensors (callers slice by their counts).
+
+    `carriers` (eager only, see is_eager): then follows one gradient carrier per packed output, a
+    float stand-in of the output's full shape holding no values, whose gradient the backward
+    takes as that output's. A caller that needs an output's gradient but not its values (the
+    spikes a recomputed block returns, spikejit.Recompute) saves the full-width write this way."""
+    if is_eager(inputs, init_states, params):
         return list(_Training.apply(handle, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes,
-                                    len(inputs), len(init_states), *inputs, *init_states, *params))
+                                    carriers, len(inputs), len(init_states), *inputs, *init_states, *params))
+    if carriers:
+        raise ValueError("carriers: expected False inside torch.compile or a tensor subclass (the custom op "
+                         "has no gradient carriers), got True")
     return torch.ops.spikejit.neuron_forward(handle, inputs, init_states, params, store_state_seqs,
                                              checkpoint_every, packed_outputs, pack_spikes)
 
@@ -641,7 +667,7 @@ def run_training(handle: int, inputs, init_states, params, store_state_seqs: boo
 def run_inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool,
                   packed_outputs: int = 0):
     """Inference (no autograd): [*outputs, *state_seqs (if stored), *final_states (if asked)]."""
-    if _eager(inputs, init_states, params):
+    if is_eager(inputs, init_states, params):
         return inference(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs)
     return torch.ops.spikejit.neuron_inference(handle, inputs, init_states, params, store_state_seqs, final_state,
                                                packed_outputs)

@@ -11,6 +11,13 @@ input), at the cost of a second forward pass of each block:
               for conv, bn in ...]           # inputs: the spikes of the block before
     first = spikejit.Recompute(stem, spikes=False)   # raw data in: saved as it is
 
+The recomputation holds little beyond the gradients it computes: the unpacked input lives only
+while a layer needs it (a packed-spike layer, spikejit.packed_spikes, keeps bits), and when the
+block returns its last neuron's spikes as they are (an nn.Sequential ending in a neuron, say),
+that neuron writes them as bits there, since the backward needs only their gradient; for a
+Conv-BN-LIF block that leaves the BN input, the neuron's input and saved values and the two
+gradients as the largest tensors alive.
+
 The recomputation sees the same inputs, parameters, neuron states and random numbers (dropout) as
 the forward, so outputs and gradients are those of the plain module, bit for bit where its ops
 are deterministic. It leaves the module as the forward left it: neuron states and buffers (batch
@@ -23,13 +30,15 @@ as usual): a state carried out of the block is not part of the graph. Outside au
 nothing requiring a gradient) the module just runs. The backward calls the module from Python,
 so torch.compile puts a graph break around a Recompute block (eager mode is what it is for).
 """
-from typing import List, Tuple
+import weakref
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
 from . import ops
 from .flexsn import FlexSN
+from .functional import execute_neuron, needs_grad, neuron_call_hook
 from .neuron import BaseNode
 
 __all__ = ["Recompute"]
@@ -90,6 +99,53 @@ class _RngState:
             torch.cuda.set_rng_state(state.cuda, self.device)
 
 
+class _NeuronCalls:
+    """A neuron_call_hook that counts the block's neuron calls. In the forward it remembers the
+    last one; in the recomputation (`exit_call` set: the index of the call whose only output the
+    block returns) it runs that call with its spikes packed and a gradient carrier in their place:
+    the block's spikes are needed there only for their gradient, which arrives from outside."""
+
+    def __init__(self, exit_call=None):
+        self.count, self.last, self.exit_call, self.carrier = 0, None, exit_call, None
+
+    def __call__(self, handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
+                 checkpoint_every, packed_outputs, pack_spikes):
+        index, self.count = self.count, self.count + 1
+        given = [s for s in init_states if s is not None]
+        exit_here = (index == self.exit_call and needs_grad(list(inputs) + given + list(params))
+                     and ops.is_eager(inputs, given, params))
+        outputs, finals, seqs = execute_neuron(handle, num_outputs, num_states, inputs, init_states, params,
+                                               store_state_seqs, checkpoint_every, 1 if exit_here else packed_outputs,
+                                               pack_spikes, carriers=exit_here)
+        if exit_here:
+            self.carrier = outputs[0]
+        exitable = num_outputs == 1 and packed_outputs == 0 and ops.packable_output(handle, 0)
+        self.last = (index, weakref.ref(outputs[0]) if exitable else None)
+        return outputs, finals, seqs
+
+    def returned_by_last_call(self, y) -> Optional[int]:
+        """The index of the last neuron call if `y` is its only (spike-valued) output, else None."""
+        if self.last is None or self.last[1] is None:
+            return None
+        return self.last[0] if self.last[1]() is y else None
+
+
+class _BlockInput(torch.autograd.Function):
+    """The block's input spikes unpacked for the recomputation, as a node of its graph rather than a
+    leaf held by the backward: the unpacked tensor lives only as long as the layers that read it
+    keep it (a packed-spike layer keeps bits), and its gradient is handed to `sink`."""
+
+    @staticmethod
+    def forward(ctx, anchor, packed, shape, dtype, sink):
+        ctx.sink = sink
+        return ops.bit_spike_decompress(packed, shape, dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.sink.append(grad)
+        return grad.new_zeros(0), None, None, None, None
+
+
 class _RecomputeFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, block, x, *params):
@@ -97,26 +153,39 @@ class _RecomputeFunction(torch.autograd.Function):
         ctx.states_before = _states(block.module)
         ctx.rng = _RngState(x.device)
         ctx.save_for_backward(ops.bit_spike_compress(x) if block.spikes else x)
-        with torch.no_grad():
+        calls = _NeuronCalls()
+        with torch.no_grad(), neuron_call_hook(calls):
             y = block.module(x)
         if not isinstance(y, Tensor):
             raise TypeError(f"module: Recompute expects a module that returns one tensor, got {type(y).__name__}")
+        ctx.exit_call = calls.returned_by_last_call(y)
         return y
 
     @staticmethod
     def backward(ctx, grad_y):
         block = ctx.block
         (saved,) = ctx.saved_tensors
-        x = ops.bit_spike_decompress(saved, list(ctx.shape), ctx.dtype) if block.spikes else saved.detach()
-        x.requires_grad_(ctx.needs_input_grad[1])
+        wants_input = ctx.needs_input_grad[1]
         params = list(ctx.params)
         states_after = _states(block.module)
         buffers_after = [b.clone() for b in block.module.buffers()]
         _restore(ctx.states_before)
+        calls, sink = _NeuronCalls(ctx.exit_call), []
         try:
-            with torch.enable_grad(), ctx.rng:
+            with torch.enable_grad(), ctx.rng, neuron_call_hook(calls):
+                if not block.spikes:  # the saved input itself (alive anyway) as the leaf
+                    x = leaf = saved.detach().requires_grad_(wants_input)
+                elif wants_input:
+                    leaf = torch.empty(0, device=saved.device, requires_grad=True)
+                    x = _BlockInput.apply(leaf, saved, list(ctx.shape), ctx.dtype, sink)
+                else:
+                    x, leaf = ops.bit_spike_decompress(saved, list(ctx.shape), ctx.dtype), None
                 y = block.module(x)
-            wanted = ([x] if x.requires_grad else []) + params
+            del x  # from here on only the graph keeps what it needs of the input
+            if calls.carrier is not None and y is not calls.carrier:
+                raise RuntimeError("module: the recomputation returned another tensor than the forward did (a "
+                                   "module must take the same path in both)")
+            wanted = ([leaf] if wants_input else []) + params
             grads = list(torch.autograd.grad(y, wanted, grad_y, allow_unused=True)) if wanted else []
         finally:
             # After the gradients: batch norm's backward reads the running statistics it was given.
@@ -124,7 +193,10 @@ class _RecomputeFunction(torch.autograd.Function):
             with torch.no_grad():
                 for b, value in zip(block.module.buffers(), buffers_after):
                     b.copy_(value)
-        grad_x = grads.pop(0) if x.requires_grad else None
+        grad_x = None
+        if wants_input:
+            grad_leaf = grads.pop(0)
+            grad_x = grad_leaf if not block.spikes else (sink[0] if sink else None)
         grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
         return (None, grad_x, *grads)
 

@@ -54,7 +54,7 @@ def assert_same(got, expected):
 
 def reset(model):
     for m in model.modules():
-        if isinstance(m, spikejit.LIFNode):
+        if isinstance(m, (spikejit.neuron.BaseNode, spikejit.FlexSN)):
             m.reset()
 
 
@@ -154,3 +154,76 @@ def test_errors_name_the_argument():
 
     with pytest.raises(TypeError, match="module: Recompute expects a module that returns one tensor"):
         spikejit.Recompute(Pair())(torch.randn(2, 4, requires_grad=True))
+
+
+class AdaptiveCore(nn.Module):
+    """A FlexSN core with learnable parameters (two states)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tau_w = nn.Parameter(torch.tensor(0.2))
+        self.beta = nn.Parameter(torch.tensor([0.3]))
+
+    def forward(self, x, v, b):
+        h = v + (x - v) * torch.sigmoid(self.tau_w)
+        s = spikejit.surrogate.Sigmoid()(h - 1.0 - self.beta * b)
+        return s, h * (1 - s), b * 0.9 + s
+
+
+class Doubled(nn.Module):
+    """Returns twice the neuron's spikes: not the neuron's own output."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.fc, self.neuron = nn.Linear(n, n), spikejit.LIFNode(step_mode="m")
+
+    def forward(self, x):
+        return self.neuron(self.fc(x)) * 2.0
+
+
+def ending_blocks(n):
+    """(block, whether it returns its last neuron's only output as it is)"""
+    return [
+        (nn.Sequential(nn.Linear(n, n), spikejit.LIFNode(tau=1.5, step_mode="m", store_v_seq=True)), True),
+        (nn.Sequential(nn.Linear(n, n), spikejit.ParametricLIFNode(init_tau=1.7, step_mode="m")), True),
+        (nn.Sequential(nn.Linear(n, n), spikejit.FlexSN(AdaptiveCore(), 1, 2, 1, step_mode="m")), True),
+        (nn.Sequential(nn.Linear(n, n), spikejit.IFNode(step_mode="m"), nn.Linear(n, n)), False),
+        (Doubled(n), False),
+    ]
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("case", range(5))
+def test_a_block_returning_its_neurons_spikes_recomputes_them_packed(device, case):
+    """The recomputation of a block that returns its last neuron's spikes writes them as bits with a
+    gradient carrier in their place (they are needed only for their gradient): same outputs and
+    gradients (PLIF's w and FlexSN core parameters included) as the plain module."""
+    torch.manual_seed(2)
+    n = 12
+    plain, exits = ending_blocks(n)[case]
+    plain = plain.to(device)
+    recomputed = spikejit.Recompute(copy.deepcopy(plain))
+    x = spikes(5, 3, n, device=device)
+    grad = torch.randn(5, 3, n, device=device)
+    y = recomputed(x.detach().requires_grad_())
+    assert (y.grad_fn.exit_call is not None) == exits
+    reset(plain), reset(recomputed)
+    assert_same(step(recomputed, x, grad), step(plain, x, grad))
+
+
+def test_a_module_taking_another_path_in_the_recomputation_is_an_error():
+    class Fickle(nn.Module):
+        """Returns its neuron's spikes on the first call, twice them afterwards."""
+
+        def __init__(self):
+            super().__init__()
+            self.fc, self.neuron, self.calls = nn.Linear(4, 4), spikejit.LIFNode(step_mode="m"), 0
+
+        def forward(self, x):
+            self.calls += 1
+            s = self.neuron(self.fc(x))
+            return s if self.calls == 1 else s * 2.0
+
+    y = spikejit.Recompute(Fickle())(spikes(3, 2, 4).requires_grad_())
+    with pytest.raises(RuntimeError, match="module: the recomputation returned another tensor"):
+        y.sum().backward()
