@@ -176,11 +176,12 @@ def memory_optimized(model, level, x, workload):
         return current(x)
 
     memopt.optimize_memory(model, model.block_type, example, level=level, compress=True,
-                           split_fn=lambda block: (block[0], block[1]),
+                           split_fn=lambda m: (m[0], m[1]) if isinstance(m, model.block_type) else (),
                            can_chunk=lambda module: isinstance(module, neuron.BaseNode))
 
 
-def run_workload(name, shape, variant, device, steps):
+def prepared_step(name, shape, variant, device):
+    """One training step of the workload's model for the variant, as a function."""
     import torch
     from torch import nn
     torch.manual_seed(0)
@@ -198,7 +199,6 @@ def run_workload(name, shape, variant, device, steps):
         x = (torch.rand(shape["T"], shape["B"], shape["n"]) < 0.2).float()
         loss_of = lambda out: out.mean()  # noqa: E731
     model, x = model.to(device), x.to(device)
-    cuda = device.type == "cuda"
     if variant.get("memopt"):
         memory_optimized(model, variant["memopt"], x, name)
 
@@ -208,6 +208,15 @@ def run_workload(name, shape, variant, device, steps):
         reset_neurons(model)
         loss_of(model(x)).backward()
 
+    step.model = model
+    return step
+
+
+def run_workload(name, shape, variant, device, steps):
+    import torch
+    step = prepared_step(name, shape, variant, device)
+    model = step.model
+    cuda = device.type == "cuda"
     step()  # warm-up: kernel compiles, autotuning, cuDNN plans
     step()
     times, baseline, peak = [], None, None
