@@ -5,7 +5,9 @@ A layer after a spiking neuron keeps its input for the weight gradient: a float3
 costs 32 bits a spike, and in a deep SNN trained with BPTT these inputs are a large part of the
 peak memory. These layers compute the same forward and the same gradients, bit for bit, as
 nn.Linear / nn.Conv2d, but save `bit_spike_compress(x)` (uint8, 1/32 of float32, 1/16 of
-float16) and decompress it into the compute dtype in backward:
+float16) and decompress it into the compute dtype in backward. A large input is decompressed a
+chunk of the batch at a time (at most max(16 MiB, the weight's bytes) of it, BACKWARD_CHUNK_BYTES),
+the weight gradient summed over the chunks: then equal to nn's within the rounding of that sum.
 
     fc = spikejit.PackedSpikeLinear(4096, 4096)          # like nn.Linear
     conv = spikejit.PackedSpikeConv2d(64, 128, 3, padding=1)
@@ -24,6 +26,7 @@ sees no graph breaks. Under autocast they cast their operands as autocast casts 
 nn.Conv2d's (and save the spikes packed from the cast input). Without autograd (no_grad, or nothing requiring a gradient) they run the
 plain layer and pack nothing.
 """
+import math
 from typing import List, Optional
 
 import torch
@@ -61,6 +64,30 @@ def _packed(x: Tensor, needed: bool) -> Optional[Tensor]:
 # Linear: y = x W^T + b, x [*, in]
 
 
+# The weight gradient is summed over chunks of the batch (rows of a Linear's input, frames of a
+# Conv2d's) whose unpacked input is at most this large, or at most as large as the weight (each
+# chunk adds a pass over the weight gradient). Unpacking T * B frames at once, with cuDNN's
+# workspace for them, was the largest thing alive in the backward of a recomputed conv block
+# (spikejit.Recompute).
+BACKWARD_CHUNK_BYTES = 16 << 20
+
+
+def _rows_per_chunk(row_elements: int, dtype: torch.dtype, rows: int, weight: Tensor) -> int:
+    """Rows (frames) per backward chunk: within the chunk bytes, and a whole number of packed bytes
+    (a chunk starts on a byte of the packed input)."""
+    unit = 8 // math.gcd(row_elements, 8)
+    limit = max(BACKWARD_CHUNK_BYTES, weight.numel() * weight.element_size())
+    fit = limit // max(1, row_elements * (torch.finfo(dtype).bits // 8))
+    return min(rows, max(unit, fit // unit * unit))
+
+
+def _unpacked_rows(packed: Tensor, first: int, count: int, row_shape, dtype) -> Tensor:
+    """Rows [first, first + count) of a packed [rows, *row_shape] input, as [count, *row_shape]."""
+    row_elements = math.prod(row_shape)
+    start, end = first * row_elements, (first + count) * row_elements
+    return torch.ops.spikejit.bit_spike_decompress(packed[start // 8:(end + 7) // 8], [count, *row_shape], dtype)
+
+
 @torch.library.custom_op("spikejit::packed_spike_linear", mutates_args=())
 def packed_spike_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
     return F.linear(x, weight, bias)
@@ -88,8 +115,19 @@ def _backward_linear(ctx, grad):
     if ctx.needs_input_grad[0]:
         grad_x = grad_2d.mm(weight).view(ctx.x_shape)
     if ctx.needs_input_grad[1]:
-        x_2d = torch.ops.spikejit.bit_spike_decompress(packed, [grad_2d.shape[0], weight.shape[1]], ctx.x_dtype)
-        grad_weight = grad_2d.t().mm(x_2d)
+        rows, features = grad_2d.shape[0], weight.shape[1]
+        step = _rows_per_chunk(features, ctx.x_dtype, rows, weight)
+        wide = weight.dtype in (torch.float32, torch.float64)  # else: summed in float32
+        for first in range(0, rows, step):
+            count = min(step, rows - first)
+            g, x = grad_2d[first:first + count].t(), _unpacked_rows(packed, first, count, [features], ctx.x_dtype)
+            if grad_weight is None:  # one chunk: the product as autograd computes it
+                grad_weight = g.mm(x) if wide or count == rows else g.mm(x).float()
+            elif wide:
+                grad_weight.addmm_(g, x)
+            else:
+                grad_weight.add_(g.mm(x))
+        grad_weight = grad_weight.to(weight.dtype)
     if ctx.needs_input_grad[2]:
         grad_bias = grad_2d.sum(0)
     return grad_x, grad_weight, grad_bias
@@ -155,22 +193,47 @@ def _setup_conv(ctx, inputs, output):
     ctx.conv = (list(stride), list(padding), list(dilation), groups)
 
 
-# The same convolution_backward call autograd makes for nn.Conv2d, on the decompressed input.
+# The convolution_backward call autograd makes for nn.Conv2d, on the decompressed input, chunk by
+# chunk of frames (the weight and bias gradients summed over the chunks, half precision in float32).
 def _backward_conv(ctx, grad):
     packed, weight = ctx.saved_tensors
     stride, padding, dilation, groups = ctx.conv
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
-    if need_w:
-        x = torch.ops.spikejit.bit_spike_decompress(packed, ctx.ordered_shape, ctx.x_dtype)
+    shape = ctx.ordered_shape if not ctx.channels_last else [ctx.ordered_shape[i] for i in (0, 3, 1, 2)]
+    bias_sizes = [weight.shape[0]] if ctx.has_bias else None
+    if not need_w:  # only the input's shape is read
+        x = grad.new_zeros(()).expand(*shape)
+        grad_x, _, grad_b = torch.ops.aten.convolution_backward(
+            grad, x, weight, bias_sizes, stride, padding, dilation, False, [0, 0], groups, [need_x, False, need_b])
+        return grad_x, None, grad_b if ctx.has_bias else None, None, None, None, None
+    frames = shape[0]
+    step = _rows_per_chunk(math.prod(shape[1:]), ctx.x_dtype, frames, weight)
+    grad_x = None
+    if need_x and step < frames:
+        grad_x = torch.empty(shape, dtype=grad.dtype, device=grad.device,
+                             memory_format=torch.channels_last if ctx.channels_last else torch.contiguous_format)
+    grad_w = grad_b = None
+    for first in range(0, frames, step):
+        count = min(step, frames - first)
+        x = _unpacked_rows(packed, first, count, ctx.ordered_shape[1:], ctx.x_dtype)
         if ctx.channels_last:
             x = x.permute(0, 3, 1, 2)
-    else:  # only the shape is read
-        n, c, h, w = ctx.ordered_shape if not ctx.channels_last else [ctx.ordered_shape[i] for i in (0, 3, 1, 2)]
-        x = grad.new_zeros(()).expand(n, c, h, w)
-    bias_sizes = [weight.shape[0]] if ctx.has_bias else None
-    grad_x, grad_w, grad_b = torch.ops.aten.convolution_backward(
-        grad, x, weight, bias_sizes, stride, padding, dilation, False, [0, 0], groups,
-        [need_x, need_w, need_b])
+        part_x, part_w, part_b = torch.ops.aten.convolution_backward(
+            grad[first:first + count], x, weight, bias_sizes, stride, padding, dilation, False, [0, 0], groups,
+            [need_x, True, need_b])
+        del x
+        if count == frames:  # one chunk: the results as they are
+            grad_x, grad_w, grad_b = part_x, part_w, part_b
+            break
+        if need_x:
+            grad_x[first:first + count].copy_(part_x)
+        wide = torch.promote_types(part_w.dtype, torch.float32)  # half precision: summed in float32
+        grad_w = part_w.to(wide) if grad_w is None else grad_w.add_(part_w)
+        if need_b:
+            grad_b = part_b.to(wide) if grad_b is None else grad_b.add_(part_b)
+    if step < frames:
+        grad_w = grad_w.to(weight.dtype)
+        grad_b = grad_b.to(weight.dtype) if need_b else None
     return grad_x, grad_w, grad_b if ctx.has_bias else None, None, None, None, None
 
 

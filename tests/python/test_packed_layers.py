@@ -108,6 +108,44 @@ def test_conv_gradients_equal_nn_conv2d(case, device):
         assert_same(grads_of(packed, x_cl, grad), grads_of(reference, x_cl, grad))
 
 
+def assert_close_sum(got, expected):
+    """Equal within the rounding of a sum taken in other chunks (float32 accumulation)."""
+    assert len(got) == len(expected)
+    for i, (a, b) in enumerate(zip(got, expected)):
+        if b is None:
+            assert a is None, f"item {i}"
+            continue
+        assert a.dtype == b.dtype and a.shape == b.shape, f"item {i}"
+        eps = torch.finfo(b.dtype).eps
+        scale = b.abs().max().item() if b.numel() else 0.0
+        torch.testing.assert_close(a, b, rtol=16 * eps, atol=16 * eps * scale, msg=f"item {i}")
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_backward_in_chunks_of_the_batch(device, monkeypatch):
+    """Past BACKWARD_CHUNK_BYTES of unpacked input (here a few rows), the weight gradient is
+    summed over chunks of rows / frames, each starting on a byte of the packed input: the
+    gradients of nn.Linear / nn.Conv2d within the rounding of that sum, the input's exactly
+    where the layer computes it chunk by chunk."""
+    monkeypatch.setattr(spikejit.nn, "BACKWARD_CHUNK_BYTES", 3 * 37 * 4)  # fewer bytes than the weight
+    for dtype in cpu_or_cuda_dtypes(device):
+        reference = nn.Linear(37, 5, device=device, dtype=dtype)  # 37 * 5 weights: chunks of 8 rows
+        packed = spikejit.packed_spikes(reference)
+        x = spikes(3, 23, 37, device=device, dtype=dtype)
+        grad = torch.randn(3, 23, 5, device=device, dtype=dtype)
+        assert_close_sum(grads_of(packed, x, grad), grads_of(reference, x, grad))
+    monkeypatch.setattr(spikejit.nn, "BACKWARD_CHUNK_BYTES", 2 * 3 * 7 * 5 * 4)  # 2 frames; 8 for bytes
+    for dtype in cpu_or_cuda_dtypes(device):
+        reference = nn.Conv2d(3, 6, 3, padding=1, device=device, dtype=dtype)
+        packed = spikejit.packed_spikes(reference)
+        x = spikes(19, 3, 7, 5, device=device, dtype=dtype)  # 105 elements a frame: chunks of 8 frames
+        grad = torch.randn(19, 6, 7, 5, device=device, dtype=dtype)
+        assert_close_sum(grads_of(packed, x, grad), grads_of(reference, x, grad))
+        x_cl = x.contiguous(memory_format=torch.channels_last)
+        assert_close_sum(grads_of(packed, x_cl, grad), grads_of(reference, x_cl, grad))
+    assert spikejit.nn._rows_per_chunk(105, torch.float32, 19, reference.weight) == 8
+
+
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 def test_conv_unbatched_multistep_and_frozen_inputs(device):
     reference = nn.Conv2d(3, 5, 3, padding=1, device=device)
