@@ -130,6 +130,19 @@ class _NeuronCalls:
         return self.last[0] if self.last[1]() is y else None
 
 
+def _call_releasing(module: nn.Module, make_input):
+    """module(make_input()); a plain nn.Sequential (its own forward, no hooks) runs layer by layer
+    here, since module(x) would hold x (its call's arguments) until the last layer returned."""
+    plain = (isinstance(module, nn.Sequential) and type(module).forward is nn.Sequential.forward
+             and not (module._forward_hooks or module._forward_pre_hooks))
+    if not plain:
+        return module(make_input())
+    value = make_input()
+    for layer in module:
+        value = layer(value)
+    return value
+
+
 class _BlockInput(torch.autograd.Function):
     """The block's input spikes unpacked for the recomputation, as a node of its graph rather than a
     leaf held by the backward: the unpacked tensor lives only as long as the layers that read it
@@ -173,15 +186,18 @@ class _RecomputeFunction(torch.autograd.Function):
         calls, sink = _NeuronCalls(ctx.exit_call), []
         try:
             with torch.enable_grad(), ctx.rng, neuron_call_hook(calls):
+                # No local keeps the unpacked input: it lives as long as the module needs it.
                 if not block.spikes:  # the saved input itself (alive anyway) as the leaf
-                    x = leaf = saved.detach().requires_grad_(wants_input)
+                    leaf = saved.detach().requires_grad_(wants_input)
+                    y = _call_releasing(block.module, lambda: leaf)
                 elif wants_input:
                     leaf = torch.empty(0, device=saved.device, requires_grad=True)
-                    x = _BlockInput.apply(leaf, saved, list(ctx.shape), ctx.dtype, sink)
+                    y = _call_releasing(block.module,
+                                        lambda: _BlockInput.apply(leaf, saved, list(ctx.shape), ctx.dtype, sink))
                 else:
-                    x, leaf = ops.bit_spike_decompress(saved, list(ctx.shape), ctx.dtype), None
-                y = block.module(x)
-            del x  # from here on only the graph keeps what it needs of the input
+                    leaf = None
+                    y = _call_releasing(block.module,
+                                        lambda: ops.bit_spike_decompress(saved, list(ctx.shape), ctx.dtype))
             if calls.carrier is not None and y is not calls.carrier:
                 raise RuntimeError("module: the recomputation returned another tensor than the forward did (a "
                                    "module must take the same path in both)")

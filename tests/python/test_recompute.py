@@ -2,6 +2,7 @@
 module, bit for bit on the CPU (within rounding on CUDA, where cuDNN may pick other algorithms);
 only the packed input saved; clear errors for what a recomputed block cannot do."""
 import copy
+import weakref
 
 import pytest
 import torch
@@ -227,3 +228,27 @@ def test_a_module_taking_another_path_in_the_recomputation_is_an_error():
     y = spikejit.Recompute(Fickle())(spikes(3, 2, 4).requires_grad_())
     with pytest.raises(RuntimeError, match="module: the recomputation returned another tensor"):
         y.sum().backward()
+
+
+class PerStep(nn.Sequential):
+    """Its layers on [T, B, ...] with time folded into the batch."""
+
+    def forward(self, x):
+        T, B = x.shape[:2]
+        return super().forward(x.flatten(0, 1)).unflatten(0, (T, B))
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_the_unpacked_input_is_freed_before_the_neuron_runs(packed):
+    """In the recomputation of an nn.Sequential block, nothing but its layers holds the unpacked
+    input: after a packed-spike conv (which keeps bits) it is gone when the neuron runs; after a
+    plain conv (which keeps its input) it is not."""
+    conv = nn.Conv2d(4, 6, 3, padding=1)
+    block = nn.Sequential(PerStep(spikejit.packed_spikes(conv) if packed else conv, nn.BatchNorm2d(6)),
+                          spikejit.LIFNode(step_mode="m"))
+    inputs, alive = [], []
+    block[0].register_forward_pre_hook(lambda m, args: inputs.append(weakref.ref(args[0])))
+    block[1].register_forward_pre_hook(lambda m, args: alive.append(inputs[-1]() is not None))
+    x = spikes(3, 2, 4, 5, 5).requires_grad_()
+    spikejit.Recompute(block)(x).sum().backward()
+    assert alive == [True, not packed]  # the forward's input is x itself; then the recomputation's
