@@ -1,6 +1,12 @@
 // A small persistent thread pool. Every parallel_for call is a job; the calling thread works on
 // its own job too, so a call always makes progress even when every worker is busy (nested or
 // concurrent calls from several threads are safe).
+//
+// When the process has an OpenMP runtime loaded (PyTorch's libgomp; libiomp5 exports the same
+// GOMP_ entry points), a job runs on that runtime's threads instead. Its workers spin for a while
+// after each parallel region of the host (libgomp's default: about 300 000 spins, milliseconds):
+// a pool of our own would share the cores with them, and on a machine with few cores lose a third
+// or more of every call interleaved with PyTorch ops. SPIKEJIT_OPENMP=0 keeps the own pool.
 #include "common/parallel.h"
 
 #include <algorithm>
@@ -17,7 +23,13 @@
 #include <pthread.h>
 #endif
 #if defined(__linux__)
+#include <dlfcn.h>
+#include <link.h>
 #include <sched.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
 #endif
 
 namespace spikejit {
@@ -119,6 +131,49 @@ ThreadPool& pool() {
   return *g_pool;
 }
 
+// GOMP_parallel(fn, data, num_threads, flags): runs fn(data) on a team of num_threads threads,
+// the caller included, and returns when all are done.
+using OpenMpParallel = void (*)(void (*)(void*), void*, unsigned, unsigned);
+OpenMpParallel g_openmp = nullptr;
+
+#if defined(__linux__)
+// GOMP_parallel of an OpenMP runtime already loaded into the process, or null.
+OpenMpParallel loaded_openmp() {
+  const char* setting = std::getenv("SPIKEJIT_OPENMP");
+  if (setting != nullptr && std::strcmp(setting, "0") == 0) return nullptr;
+  std::string path;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) -> int {
+        const char* name = info->dlpi_name;
+        if (name == nullptr || (std::strstr(name, "libgomp") == nullptr && std::strstr(name, "libiomp") == nullptr))
+          return 0;
+        *static_cast<std::string*>(out) = name;
+        return 1;
+      },
+      &path);
+  if (path.empty()) return nullptr;
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);  // a reference to the loaded copy
+  return handle == nullptr ? nullptr : reinterpret_cast<OpenMpParallel>(dlsym(handle, "GOMP_parallel"));
+}
+#else
+OpenMpParallel loaded_openmp() { return nullptr; }
+#endif
+
+// A process forked after this library was loaded never uses the OpenMP runtime: libgomp may
+// hang in a child whose parent ran a parallel region.
+std::atomic<bool> g_forked{false};
+#if defined(__unix__) || defined(__APPLE__)
+const bool g_fork_handler = (pthread_atfork(nullptr, nullptr, [] { g_forked.store(true); }), true);
+#endif
+
+// The runtime to run jobs on, looked up on the first parallel call (by then the host has loaded
+// its libraries).
+OpenMpParallel openmp() {
+  static std::once_flag once;
+  std::call_once(once, [] { g_openmp = loaded_openmp(); });
+  return g_forked.load() ? nullptr : g_openmp;
+}
+
 }  // namespace
 
 void parallel_for(int64_t count, int threads, const std::function<void(int64_t)>& body) {
@@ -135,6 +190,11 @@ void parallel_for(int64_t count, int threads, const std::function<void(int64_t)>
   auto job = std::make_shared<Job>();
   job->body = &body;
   job->count = count;
+  if (OpenMpParallel parallel = openmp()) {
+    parallel([](void* j) { static_cast<Job*>(j)->work(); }, job.get(), static_cast<unsigned>(helpers + 1), 0);
+    if (job->error) std::rethrow_exception(job->error);
+    return;
+  }
   pool().submit(job, helpers);
   job->work();
   job->wait();
