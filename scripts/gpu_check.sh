@@ -154,7 +154,7 @@ if [[ $built -eq 0 && $ONLY != tests ]]; then
   bench_step 90 bench bench.txt "$BUILD/bench_cuda_neurons" --csv "$OUT/bench_cuda_neurons.csv"
   bench_step 100 pybench bench.txt python3 "$ROOT/bench/python/bench_gpu_vs_spikingjelly.py" \
     --budget-s 75 --rep-ms 10 --csv "$OUT/bench_python_gpu.csv"
-  bench_step 120 bench-memory bench.txt python3 "$ROOT/bench/python/bench_memory.py"
+  bench_step 150 bench-memory bench.txt python3 "$ROOT/bench/python/bench_memory.py"
   bench_step 40 flexbench bench.txt python3 "$ROOT/bench/python/bench_flexsn_vs_builtin.py"
   # The host CPU as a 2-core machine (two cores, two threads), like the machines CI runs on.
   bench_step 40 cpubench bench.txt taskset -c 0,1 python3 "$ROOT/bench/python/bench_cpu_vs_spikingjelly.py" \

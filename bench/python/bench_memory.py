@@ -1,6 +1,8 @@
 """Training memory and step time, side by side in one run: SpikingJelly's LIF implementations
-against spikejit (default, with packed-spike layers, with checkpoint_every where LIFNode has it,
-and with every block a spikejit.Recompute block) on two workloads:
+(plain, and with its memopt search, optimize_memory at levels 1 and 4, configured as its
+tutorial) against spikejit (default, with packed-spike layers, with checkpoint_every where
+LIFNode has it, and with every block a spikejit.Recompute block with packed-spike layers inside;
+no search) on two workloads:
 
   (a) vgg: the spiking VGG of SpikingJelly's memopt tutorial (CIFAR10-DVS, 8 Conv-BN-LIF blocks,
       average pooling before blocks 3, 5, 7 and at the end, dropout, a linear classifier; LIF with

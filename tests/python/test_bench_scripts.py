@@ -36,3 +36,39 @@ def test_gpu_bench_dry_runs(script):
 def test_profile_step_runs_on_the_cpu():
     out = run_bench("profile_step.py", "--device", "cpu", "--calls", "20", "--bursts", "1", "--top", "3")
     assert "µs per step (host)" in out and "cProfile" in out, out
+
+
+def test_memory_bench_runs_spikingjellys_memopt_on_the_vgg():
+    """The sj-triton-memopt variants on the CPU (SpikingJelly's torch implementation; level 1, as
+    levels 2-4 measure CUDA memory): the search applies to the VGG's blocks and the step runs."""
+    pytest.importorskip("spikingjelly")
+    import torch
+    sys.path.insert(0, str(BENCH))
+    try:
+        import bench_memory
+        step = bench_memory.prepared_step("vgg", bench_memory.workloads(True)["vgg"],
+                                          {"library": "spikingjelly", "implementation": "torch", "memopt": 1},
+                                          torch.device("cpu"))
+        step()
+        wrapped = [type(m).__name__ for m in step.model.blocks.children()]
+        assert all("Checkpoint" in name for name in wrapped), wrapped
+        with pytest.raises(LookupError, match="memopt runs on the VGG only"):
+            bench_memory.prepared_step("linear-64", bench_memory.workloads(True)["linear-64"],
+                                       {"library": "spikingjelly", "implementation": "torch", "memopt": 1},
+                                       torch.device("cpu"))
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_profile_memory_replays_the_allocator_history():
+    sys.path.insert(0, str(BENCH))
+    try:
+        from profile_memory import live_at_peak
+    finally:
+        sys.path.remove(str(BENCH))
+    trace = [{"action": "alloc", "addr": 1, "size": 10}, {"action": "alloc", "addr": 2, "size": 30},
+             {"action": "free_requested", "addr": 1}, {"action": "free_completed", "addr": 1},
+             {"action": "alloc", "addr": 3, "size": 5}, {"action": "free_requested", "addr": 2},
+             {"action": "alloc", "addr": 4, "size": 20}]
+    peak, alive = live_at_peak(trace)
+    assert peak == 40 and sorted(alive) == [1, 2]
