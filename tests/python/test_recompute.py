@@ -10,6 +10,7 @@ from torch import nn
 
 import spikejit
 from conftest import device_params
+from test_flexsn import AdaptiveCore  # a FlexSN core with learnable parameters (two states)
 
 
 def spikes(*shape, device="cpu", p=0.3):
@@ -155,20 +156,6 @@ def test_errors_name_the_argument():
 
     with pytest.raises(TypeError, match="module: Recompute expects a module that returns one tensor"):
         spikejit.Recompute(Pair())(torch.randn(2, 4, requires_grad=True))
-
-
-class AdaptiveCore(nn.Module):
-    """A FlexSN core with learnable parameters (two states)."""
-
-    def __init__(self):
-        super().__init__()
-        self.tau_w = nn.Parameter(torch.tensor(0.2))
-        self.beta = nn.Parameter(torch.tensor([0.3]))
-
-    def forward(self, x, v, b):
-        h = v + (x - v) * torch.sigmoid(self.tau_w)
-        s = spikejit.surrogate.Sigmoid()(h - 1.0 - self.beta * b)
-        return s, h * (1 - s), b * 0.9 + s
 
 
 class Doubled(nn.Module):
