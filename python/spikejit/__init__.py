@@ -47,12 +47,12 @@ def cuda_unavailable_reason() -> str:
 
 def bit_spike_compress(s):
     """Spikes -> uint8[ceil(n / 8)]: element 8j+i of the flattened input at bit i of byte j."""
-    return ops.bit_spike_compress(s)
+    return ops.compress_spikes(s)
 
 
 def bit_spike_decompress(compressed, shape, dtype=None):
     """The inverse of bit_spike_compress: a 0/1 tensor of `shape` and `dtype` (default uint8)."""
-    return ops.bit_spike_decompress(compressed, list(shape), dtype)
+    return ops.decompress_spikes(compressed, shape, dtype)
 
 
 def pack_spike_rows(s):

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import ops  # noqa: F401  (registers spikejit::bit_spike_compress / decompress)
+from . import ops  # also registers spikejit::bit_spike_compress / decompress
 
 __all__ = ["PackedSpikeLinear", "PackedSpikeConv2d", "packed_spikes"]
 
@@ -57,7 +57,7 @@ def _autocast(x: Tensor, weight: Tensor, bias: Optional[Tensor]):
 
 
 def _packed(x: Tensor, needed: bool) -> Optional[Tensor]:
-    return torch.ops.spikejit.bit_spike_compress(x) if needed else None
+    return ops.compress_spikes(x) if needed else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,7 +85,7 @@ def _unpacked_rows(packed: Tensor, first: int, count: int, row_shape, dtype) -> 
     """Rows [first, first + count) of a packed [rows, *row_shape] input, as [count, *row_shape]."""
     row_elements = math.prod(row_shape)
     start, end = first * row_elements, (first + count) * row_elements
-    return torch.ops.spikejit.bit_spike_decompress(packed[start // 8:(end + 7) // 8], [count, *row_shape], dtype)
+    return ops.decompress_spikes(packed[start // 8:(end + 7) // 8], [count, *row_shape], dtype)
 
 
 @torch.library.custom_op("spikejit::packed_spike_linear", mutates_args=())
@@ -136,6 +136,27 @@ def _backward_linear(ctx, grad):
 torch.library.register_autograd("spikejit::packed_spike_linear", _backward_linear, setup_context=_setup_linear)
 
 
+# Eager fast paths: outside torch.compile / tracing, plain tensors skip the custom-op dispatch
+# (its autograd wrapper costs hundreds of microseconds a call, and a spiking network's step is
+# often host-bound). Same setup and backward as the ops; graphs see the ops.
+class _EagerLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        y = F.linear(x, weight, bias)
+        _setup_linear(ctx, (x, weight, bias), y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _backward_linear(ctx, grad)
+
+
+def _linear(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+    if ops.is_eager([x, weight], [] if bias is None else [bias]):
+        return _EagerLinear.apply(x, weight, bias)
+    return torch.ops.spikejit.packed_spike_linear(x, weight, bias)
+
+
 class PackedSpikeLinear(nn.Linear):
     """nn.Linear for spike inputs [*, in_features] that saves them packed for backward."""
 
@@ -149,7 +170,7 @@ class PackedSpikeLinear(nn.Linear):
             _check_spikes(x)
         if not _needs_autograd(x, self.weight, self.bias):
             return F.linear(x, self.weight, self.bias)
-        return torch.ops.spikejit.packed_spike_linear(*_autocast(x, self.weight, self.bias))
+        return _linear(*_autocast(x, self.weight, self.bias))
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, check_spikes: bool = False) -> "PackedSpikeLinear":
@@ -240,6 +261,24 @@ def _backward_conv(ctx, grad):
 torch.library.register_autograd("spikejit::packed_spike_conv2d", _backward_conv, setup_context=_setup_conv)
 
 
+class _EagerConv(torch.autograd.Function):  # see _EagerLinear
+    @staticmethod
+    def forward(ctx, x, weight, bias, stride, padding, dilation, groups):
+        y = F.conv2d(x, weight, bias, stride, padding, dilation, groups)
+        _setup_conv(ctx, (x, weight, bias, stride, padding, dilation, groups), y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _backward_conv(ctx, grad)
+
+
+def _conv(x: Tensor, weight: Tensor, bias: Optional[Tensor], stride, padding, dilation, groups) -> Tensor:
+    if ops.is_eager([x, weight], [] if bias is None else [bias]):
+        return _EagerConv.apply(x, weight, bias, stride, padding, dilation, groups)
+    return torch.ops.spikejit.packed_spike_conv2d(x, weight, bias, stride, padding, dilation, groups)
+
+
 def _explicit_padding(conv: nn.Conv2d) -> List[int]:
     if not isinstance(conv.padding, str):
         return list(conv.padding)
@@ -284,7 +323,7 @@ class PackedSpikeConv2d(nn.Conv2d):
         if not _needs_autograd(x, self.weight, self.bias):
             return F.conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
         x, weight, bias = _autocast(x, self.weight, self.bias)
-        return torch.ops.spikejit.packed_spike_conv2d(x, weight, bias, list(self.stride), padding,
+        return _conv(x, weight, bias, list(self.stride), padding,
                                                       list(self.dilation), self.groups)
 
     @classmethod

@@ -151,7 +151,7 @@ class _BlockInput(torch.autograd.Function):
     @staticmethod
     def forward(ctx, anchor, packed, shape, dtype, sink):
         ctx.sink = sink
-        return ops.bit_spike_decompress(packed, shape, dtype)
+        return ops.decompress_spikes(packed, shape, dtype)
 
     @staticmethod
     def backward(ctx, grad):
@@ -165,7 +165,7 @@ class _RecomputeFunction(torch.autograd.Function):
         ctx.block, ctx.shape, ctx.dtype, ctx.params = block, x.shape, x.dtype, params
         ctx.states_before = _states(block.module)
         ctx.rng = _RngState(x.device)
-        ctx.save_for_backward(ops.bit_spike_compress(x) if block.spikes else x)
+        ctx.save_for_backward(ops.compress_spikes(x) if block.spikes else x)
         calls = _NeuronCalls()
         with torch.no_grad(), neuron_call_hook(calls):
             y = block.module(x)
@@ -197,7 +197,7 @@ class _RecomputeFunction(torch.autograd.Function):
                 else:
                     leaf = None
                     y = _call_releasing(block.module,
-                                        lambda: ops.bit_spike_decompress(saved, list(ctx.shape), ctx.dtype))
+                                        lambda: ops.decompress_spikes(saved, ctx.shape, ctx.dtype))
             if calls.carrier is not None and y is not calls.carrier:
                 raise RuntimeError("module: the recomputation returned another tensor than the forward did (a "
                                    "module must take the same path in both)")
