@@ -156,8 +156,8 @@ def execute_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_
         finals = results[num_outputs:num_outputs + num_states]
         seqs = results[num_outputs + num_states:num_outputs + 2 * num_states] if store_state_seqs else None
         if carriers:
-            carried = iter(results[num_outputs + num_states * (2 if store_state_seqs else 1):])
-            outputs = [next(carried) if packed_outputs >> i & 1 else o for i, o in enumerate(outputs)]
+            outputs = ops.with_carriers(outputs, results[num_outputs + num_states * (2 if store_state_seqs else 1):],
+                                        packed_outputs)
     else:
         results = ops.run_inference(handle, inputs, init_states, params, store_state_seqs, True, packed_outputs)
         outputs = results[:num_outputs]

@@ -117,17 +117,19 @@ def _backward_linear(ctx, grad):
     if ctx.needs_input_grad[1]:
         rows, features = grad_2d.shape[0], weight.shape[1]
         step = _rows_per_chunk(features, ctx.x_dtype, rows, weight)
-        wide = weight.dtype in (torch.float32, torch.float64)  # else: summed in float32
-        for first in range(0, rows, step):
-            count = min(step, rows - first)
-            g, x = grad_2d[first:first + count].t(), _unpacked_rows(packed, first, count, [features], ctx.x_dtype)
-            if grad_weight is None:  # one chunk: the product as autograd computes it
-                grad_weight = g.mm(x) if wide or count == rows else g.mm(x).float()
-            elif wide:
-                grad_weight.addmm_(g, x)
-            else:
-                grad_weight.add_(g.mm(x))
-        grad_weight = grad_weight.to(weight.dtype)
+        if step >= rows:  # one chunk: the product as autograd computes it
+            grad_weight = grad_2d.t().mm(_unpacked_rows(packed, 0, rows, [features], ctx.x_dtype))
+        else:  # float32 / float64 summed in place; half precision summed in float32
+            wide = weight.dtype in (torch.float32, torch.float64)
+            grad_weight = torch.zeros_like(weight, dtype=weight.dtype if wide else torch.float32)
+            for first in range(0, rows, step):
+                count = min(step, rows - first)
+                g, x = grad_2d[first:first + count].t(), _unpacked_rows(packed, first, count, [features], ctx.x_dtype)
+                if wide:
+                    grad_weight.addmm_(g, x)
+                else:
+                    grad_weight.add_(g.mm(x))
+            grad_weight = grad_weight.to(weight.dtype)
     if ctx.needs_input_grad[2]:
         grad_bias = grad_2d.sum(0)
     return grad_x, grad_weight, grad_bias
@@ -229,32 +231,35 @@ def _backward_conv(ctx, grad):
         return grad_x, None, grad_b if ctx.has_bias else None, None, None, None, None
     frames = shape[0]
     step = _rows_per_chunk(math.prod(shape[1:]), ctx.x_dtype, frames, weight)
-    grad_x = None
-    if need_x and step < frames:
-        grad_x = torch.empty(shape, dtype=grad.dtype, device=grad.device,
-                             memory_format=torch.channels_last if ctx.channels_last else torch.contiguous_format)
-    grad_w = grad_b = None
-    for first in range(0, frames, step):
-        count = min(step, frames - first)
+
+    def backward_of(first, count, need_x):
         x = _unpacked_rows(packed, first, count, ctx.ordered_shape[1:], ctx.x_dtype)
         if ctx.channels_last:
             x = x.permute(0, 3, 1, 2)
-        part_x, part_w, part_b = torch.ops.aten.convolution_backward(
+        return torch.ops.aten.convolution_backward(
             grad[first:first + count], x, weight, bias_sizes, stride, padding, dilation, False, [0, 0], groups,
             [need_x, True, need_b])
-        del x
-        if count == frames:  # one chunk: the results as they are
-            grad_x, grad_w, grad_b = part_x, part_w, part_b
-            break
+
+    if step >= frames:  # one chunk: the call autograd makes
+        grad_x, grad_w, grad_b = backward_of(0, frames, need_x)
+        return grad_x, grad_w, grad_b if ctx.has_bias else None, None, None, None, None
+    grad_x = None
+    if need_x:
+        grad_x = torch.empty(shape, dtype=grad.dtype, device=grad.device,
+                             memory_format=torch.channels_last if ctx.channels_last else torch.contiguous_format)
+    wide = torch.promote_types(weight.dtype, torch.float32)  # half precision: summed in float32
+    grad_w = torch.zeros_like(weight, dtype=wide)
+    grad_b = torch.zeros(weight.shape[0], dtype=wide, device=weight.device) if need_b else None
+    for first in range(0, frames, step):
+        count = min(step, frames - first)
+        part_x, part_w, part_b = backward_of(first, count, need_x)
         if need_x:
             grad_x[first:first + count].copy_(part_x)
-        wide = torch.promote_types(part_w.dtype, torch.float32)  # half precision: summed in float32
-        grad_w = part_w.to(wide) if grad_w is None else grad_w.add_(part_w)
+        grad_w.add_(part_w)
         if need_b:
-            grad_b = part_b.to(wide) if grad_b is None else grad_b.add_(part_b)
-    if step < frames:
-        grad_w = grad_w.to(weight.dtype)
-        grad_b = grad_b.to(weight.dtype) if need_b else None
+            grad_b.add_(part_b)
+    grad_w = grad_w.to(weight.dtype)
+    grad_b = grad_b.to(weight.dtype) if need_b else None
     return grad_x, grad_w, grad_b if ctx.has_bias else None, None, None, None, None
 
 

@@ -623,13 +623,20 @@ class _Training(torch.autograd.Function):
         wanted = needs[:ni] + (needs[ni:ni + ns] if given else (False,) * ns) + needs[ni + given:]
         grad_outputs = _grad_outputs(grads, counts, ctx.packed_outputs)
         if ctx.carriers:  # the packed outputs' gradients, as their carriers received them
-            carried = iter(grads[no + ns * (2 if ctx.store_state_seqs else 1):])
-            grad_outputs = [next(carried) if ctx.packed_outputs >> i & 1 else g for i, g in enumerate(grad_outputs)]
+            grad_outputs = with_carriers(grad_outputs, grads[no + ns * (2 if ctx.store_state_seqs else 1):],
+                                         ctx.packed_outputs)
         results = training_backward(ctx.handle, ctx.seq_shape, ctx.dtype, ctx.device, saved, params,
                                     grad_outputs, list(grads[no:no + ns]), grad_state_seqs,
                                     ctx.checkpoint_every, ctx.pack_spikes, wanted)
         grad_states = results[ni:ni + ns] if given else []
         return (None,) * 8 + (*results[:ni], *grad_states, *results[ni + ns:])
+
+
+def with_carriers(per_output, carriers, packed_outputs: int) -> list:
+    """`per_output` (one entry per output) with each packed output's entry replaced by the next of
+    `carriers` (what follows the outputs, final states and state sequences with carriers=True)."""
+    carried = iter(carriers)
+    return [next(carried) if packed_outputs >> i & 1 else v for i, v in enumerate(per_output)]
 
 
 def _gradient_carrier(x: Tensor) -> Tensor:

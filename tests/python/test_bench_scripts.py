@@ -41,8 +41,7 @@ def test_profile_step_runs_on_the_cpu():
 def test_memory_bench_runs_spikingjellys_memopt_on_the_vgg():
     """The sj-triton-memopt variants on the CPU (SpikingJelly's torch implementation; level 1, as
     levels 2-4 measure CUDA memory): the search applies to the VGG's blocks and the step runs."""
-    pytest.importorskip("spikingjelly")
-    import torch
+    import torch  # SpikingJelly is a test requirement (tests/python/requirements.txt): no skip
     sys.path.insert(0, str(BENCH))
     try:
         import bench_memory
