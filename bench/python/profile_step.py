@@ -5,8 +5,11 @@
 A step is what the benchmarks time: forward, y.sum().backward(), reset. At small sizes the GPU
 waits for the host, so the host microseconds per step are the step time. Printed: host µs per
 step (mean over bursts without synchronising, best burst) for spikejit and, when installed,
-SpikingJelly's module on the same device; then the Python functions that take the most time
-(cProfile, sorted by own time) and the PyTorch operators seen by torch.profiler.
+SpikingJelly's module on the same device; the host time of each phase of a step (forward, sum,
+the engine until the neuron's backward starts, that backward, the rest), with and without
+autograd's device threads, beside a trivial autograd.Function that allocates the same tensors
+and launches nothing (the floor of any custom op); then the Python functions that take the most
+time (cProfile, sorted by own time) and the PyTorch operators seen by torch.profiler.
 """
 import argparse
 import cProfile
@@ -65,6 +68,89 @@ def host_us(step, device, calls, bursts):
     return best
 
 
+class _Trivial(torch.autograd.Function):
+    """The allocations of a LIF training call (s, h, the final v; grad x) and nothing else."""
+
+    @staticmethod
+    def forward(ctx, x):
+        s, h, v = x.new_empty(x.shape), x.new_empty(x.shape), x.new_empty(x.shape[1:])
+        ctx.save_for_backward(h)
+        return s, v
+
+    @staticmethod
+    def backward(ctx, grad_s, grad_v):
+        _phase_stamps["enter"] = time.perf_counter()
+        (h,) = ctx.saved_tensors
+        grad = torch.empty_like(h)
+        _phase_stamps["exit"] = time.perf_counter()
+        return grad
+
+
+_phase_stamps = {}
+
+
+def _stamped(backward):
+    def wrapper(ctx, *grads):
+        _phase_stamps["enter"] = time.perf_counter()
+        result = backward(ctx, *grads)
+        _phase_stamps["exit"] = time.perf_counter()
+        return result
+    return staticmethod(wrapper)
+
+
+def phase_us(forward, device, steps=100, warmup=30):
+    """Mean host µs of each phase of `steps` training steps (forward(), then .sum().backward())."""
+    phases = dict.fromkeys(("forward", "sum", "to backward", "backward", "after", "step"), 0.0)
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        y = forward()
+        t1 = time.perf_counter()
+        total = y.sum()
+        t2 = time.perf_counter()
+        total.backward()
+        t3 = time.perf_counter()
+        del y, total
+        if i >= warmup:
+            for name, value in (("forward", t1 - t0), ("sum", t2 - t1), ("to backward", _phase_stamps["enter"] - t2),
+                                ("backward", _phase_stamps["exit"] - _phase_stamps["enter"]),
+                                ("after", t3 - _phase_stamps["exit"]), ("step", t3 - t0)):
+                phases[name] += value
+    synchronize(device)
+    return {name: value / steps * 1e6 for name, value in phases.items()}
+
+
+def print_phases(node, x, device):
+    """The phases of a step of `node` and of _Trivial, with and without autograd's device threads
+    (on CUDA the engine runs the backward on a thread of its own; Python work there and on the
+    calling thread then pays the hand-offs between them)."""
+    from spikejit import ops
+    original = ops._Training.backward
+    ops._Training.backward = _stamped(original)
+    try:
+        def ours():
+            x.grad = None
+            y = node(x)
+            node.reset()
+            return y
+
+        def trivial():
+            x.grad = None
+            return _Trivial.apply(x)[0]
+
+        rows = []
+        for threads in (True, False):
+            with torch.autograd.set_multithreading_enabled(threads):
+                for name, forward in (("spikejit", ours), ("trivial Function", trivial)):
+                    rows.append((name, "yes" if threads else "no", phase_us(forward, device)))
+    finally:
+        ops._Training.backward = original
+    names = list(rows[0][2])
+    print("| step | engine threads | " + " | ".join(f"{n} µs" for n in names) + " |")
+    print("|---|---|" + "---|" * len(names))
+    for name, threads, phases in rows:
+        print(f"| {name} | {threads} | " + " | ".join(f"{phases[n]:.1f}" for n in names) + " |")
+
+
 def main(argv=None):
     args = parse_args(argv)
     device = torch.device(args.device)
@@ -79,6 +165,9 @@ def main(argv=None):
               f"{host_us(theirs, device, args.calls, args.bursts):.1f} µs per step (host)")
     except ImportError as error:
         print(f"SpikingJelly: not installed ({error})")
+
+    print("\n## Host time of the phases of a step (mean of 100 steps)\n")
+    print_phases(spikejit_node(args.neuron, device, torch.float32), x, device)
 
     profile = cProfile.Profile()
     profile.enable()

@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <string>
 
 #include "spikejit/error.h"
@@ -22,28 +21,6 @@ std::string leaf_read(const ir::Step& step, ir::ValueId id, const char* array, c
   }
   const std::string read = std::string(array) + "[" + std::to_string(n.index) + "]";
   return n.type == ir::Type::Bool ? "(" + read + " != (real)0)" : read;
-}
-
-// True when `value` (as the compute type) is a power of two whose reciprocal is a normal number.
-bool exact_reciprocal(double value, bool f64, double* reciprocal) {
-  const double v = f64 ? value : static_cast<double>(static_cast<float>(value));
-  if (!std::isfinite(v) || v == 0.0) return false;
-  int exponent = 0;
-  if (std::fabs(std::frexp(v, &exponent)) != 0.5) return false;
-  const double r = 1.0 / v;
-  const double lo = f64 ? std::numeric_limits<double>::min() : std::numeric_limits<float>::min();
-  const double hi = f64 ? std::numeric_limits<double>::max() : std::numeric_limits<float>::max();
-  if (std::fabs(v) < lo || std::fabs(r) < lo || std::fabs(r) > hi) return false;
-  *reciprocal = r;
-  return true;
-}
-
-// Dividing by a power of two is multiplying by its exact reciprocal: the same result, bit for
-// bit, without the division sequence (LIF's `/ tau` with tau = 2, for instance).
-bool divides_by_power_of_two(const ir::Step& step, const ir::Node& n, bool f64, double* reciprocal) {
-  if (n.op != Op::Div) return false;
-  const ir::Node& d = step.nodes[n.args[1]];
-  return d.op == Op::Literal && d.type == ir::Type::Float && exact_reciprocal(d.value, f64, reciprocal);
 }
 
 std::string call(const char* fn, const std::vector<std::string>& args) {
@@ -73,11 +50,7 @@ std::string expression(const ir::Step& step, ir::ValueId id, const StepLeaves& l
     case Op::Add: return call("sj_add", {a, b});
     case Op::Sub: return call("sj_sub", {a, b});
     case Op::Mul: return call("sj_mul", {a, b});
-    case Op::Div: {
-      double r = 0.0;
-      if (divides_by_power_of_two(step, n, f64, &r)) return call("sj_mul", {a, real_literal(r, f64)});
-      return call("sj_div", {a, b});
-    }
+    case Op::Div: return call("sj_div", {a, b});
     case Op::Neg: return "-" + a;
     case Op::Reciprocal: return call("sj_reciprocal", {a});
     case Op::Fmod: return call("sj_fmod", {a, b});
@@ -146,7 +119,7 @@ std::string real_literal(double value, bool f64) {
 
 namespace {
 
-std::vector<char> needed_nodes(const ir::Step& step, const std::vector<StepResults>& results, bool f64) {
+std::vector<char> needed_nodes(const ir::Step& step, const std::vector<StepResults>& results) {
   const ir::ValueId count = static_cast<ir::ValueId>(step.nodes.size());
   std::vector<char> needed(step.nodes.size(), 0);
   for (const StepResults& r : results) {
@@ -158,10 +131,10 @@ std::vector<char> needed_nodes(const ir::Step& step, const std::vector<StepResul
   for (ir::ValueId id = count - 1; id >= 0; --id) {
     if (!needed[id]) continue;
     const ir::Node& n = step.nodes[id];
-    for (int k = 0; k < ir::op_info(n.op).arity; ++k) check_id(step, n.args[k], id);
-    double unused;
-    const int arity = divides_by_power_of_two(step, n, f64, &unused) ? 1 : ir::op_info(n.op).arity;
-    for (int k = 0; k < arity; ++k) needed[n.args[k]] = 1;
+    for (int k = 0; k < ir::op_info(n.op).arity; ++k) {
+      check_id(step, n.args[k], id);
+      needed[n.args[k]] = 1;
+    }
   }
   return needed;
 }
@@ -183,7 +156,7 @@ int op_cost(Op op) {
 }  // namespace
 
 int step_cost(const ir::Step& step, const std::vector<StepResults>& results) {
-  const std::vector<char> needed = needed_nodes(step, results, false);
+  const std::vector<char> needed = needed_nodes(step, results);
   int cost = 0;
   for (size_t id = 0; id < needed.size(); ++id) {
     if (needed[id]) cost += op_cost(step.nodes[id].op);
@@ -194,7 +167,7 @@ int step_cost(const ir::Step& step, const std::vector<StepResults>& results) {
 std::string emit_step_statements(const ir::Step& step, const StepLeaves& leaves,
                                  const std::vector<StepResults>& results, bool f64) {
   const ir::ValueId count = static_cast<ir::ValueId>(step.nodes.size());
-  const std::vector<char> needed = needed_nodes(step, results, f64);
+  const std::vector<char> needed = needed_nodes(step, results);
   std::string out;
   for (ir::ValueId id = 0; id < count; ++id) {
     if (!needed[id]) continue;
