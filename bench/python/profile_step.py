@@ -102,6 +102,7 @@ def phase_us(forward, device, steps=100, warmup=30):
     """Mean host µs of each phase of `steps` training steps (forward(), then .sum().backward())."""
     phases = dict.fromkeys(("forward", "sum", "to backward", "backward", "after", "step"), 0.0)
     for i in range(warmup + steps):
+        _phase_stamps.clear()  # a backward that did not stamp this step fails below, not reuses old times
         t0 = time.perf_counter()
         y = forward()
         t1 = time.perf_counter()

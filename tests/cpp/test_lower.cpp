@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "ir/scalar_ops.h"
 #include "spikejit/builder.h"
 #include "spikejit/error.h"
-#include "ir/scalar_ops.h"
 #include "spikejit/ir.h"
 #include "support/random_seed.h"
 #include "support/step_eval.h"
@@ -149,20 +149,40 @@ TEST(Simplify, KeepsOnlyIdentitiesExactInIeee) {
   for (size_t i = 1; i < s.outputs.size(); ++i) EXPECT_EQ(s.nodes[s.outputs[i]].op, Op::Input) << i;
 }
 
+// x / d and x * (1 / d) have the same bits for random bit patterns x and the divisors the
+// rewrite below accepts (NaN results: any NaN).
+template <class F, class Bits>
+void expect_division_is_reciprocal_product(std::mt19937_64& bits) {
+  for (int i = 0; i < 200000; ++i) {
+    const Bits pattern = static_cast<Bits>(bits());
+    F x;
+    std::memcpy(&x, &pattern, sizeof x);
+    for (F d : {F(2), F(-0.25), F(0x1p126), F(0x1p-126)}) {
+      const F q = ir::apply_op<F>(Op::Div, x, d, F(0));
+      const F p = ir::apply_op<F>(Op::Mul, x, F(1) / d, F(0));
+      EXPECT_TRUE(std::memcmp(&q, &p, sizeof q) == 0 || (std::isnan(q) && std::isnan(p)))
+          << x << " / " << d << " = " << q << ", * (1 / d) = " << p;
+    }
+  }
+}
+
 TEST(Simplify, DividesByPowersOfTwoAsMultiplicationsByTheirReciprocals) {
   ir::Step s;
   s.num_inputs = 1;
   s.nodes = {leaf(Op::Input, 0), lit(2.0),           lit(-0.25),         lit(3.0),
-             lit(0x1p127),       lit(0x1p126),       op(Op::Div, 0, 1),  // x / 2 -> x * 0.5
+             lit(0x1p127),       lit(0x1p126),       lit(0.0),           lit(INFINITY),
+             op(Op::Div, 0, 1),                      // x / 2 -> x * 0.5
              op(Op::Div, 0, 2),                      // x / -0.25 -> x * -4
              op(Op::Div, 0, 3),                      // x / 3: 1/3 is inexact, kept
              op(Op::Div, 0, 4),                      // x / 2^127: 2^-127 is no normal float, kept
-             op(Op::Div, 0, 5)};                     // x / 2^126 -> x * 2^-126
-  s.outputs = {6, 7, 8, 9, 10};
+             op(Op::Div, 0, 5),                      // x / 2^126 -> x * 2^-126
+             op(Op::Div, 0, 6),                      // x / 0: kept
+             op(Op::Div, 0, 7)};                     // x / inf: kept
+  s.outputs = {8, 9, 10, 11, 12, 13, 14};
   ir::simplify(s);
   SCOPED_TRACE(ir::to_string(s));
-  const Op want[] = {Op::Mul, Op::Mul, Op::Div, Op::Div, Op::Mul};
-  const double reciprocal[] = {0.5, -4.0, 0.0, 0.0, 0x1p-126};
+  const Op want[] = {Op::Mul, Op::Mul, Op::Div, Op::Div, Op::Mul, Op::Div, Op::Div};
+  const double reciprocal[] = {0.5, -4.0, 0.0, 0.0, 0x1p-126, 0.0, 0.0};
   for (size_t i = 0; i < s.outputs.size(); ++i) {
     const ir::Node& n = s.nodes[s.outputs[i]];
     EXPECT_EQ(n.op, want[i]) << i;
@@ -171,21 +191,13 @@ TEST(Simplify, DividesByPowersOfTwoAsMultiplicationsByTheirReciprocals) {
     }
   }
 
-  // The rewrite's premise, on float32 bit patterns of every class (denormals, infinities, NaN).
+  // The rewrite's premise in both compute types, on bit patterns of every class (denormals,
+  // infinities, NaN).
   SeededRng rng;
   SCOPED_TRACE(rng.trace());
-  std::mt19937 bits(static_cast<uint32_t>(rng.integer(0, 1 << 30)));
-  for (int i = 0; i < 200000; ++i) {
-    const uint32_t pattern = bits();
-    float x;
-    std::memcpy(&x, &pattern, sizeof x);
-    for (float d : {2.0f, -0.25f, 0x1p126f, 0x1p-126f}) {
-      const float q = ir::apply_op<float>(Op::Div, x, d, 0.0f);
-      const float p = ir::apply_op<float>(Op::Mul, x, 1.0f / d, 0.0f);
-      EXPECT_TRUE(std::memcmp(&q, &p, sizeof q) == 0 || (std::isnan(q) && std::isnan(p)))
-          << x << " / " << d << " = " << q << ", * (1 / d) = " << p;
-    }
-  }
+  std::mt19937_64 bits(static_cast<uint64_t>(rng.integer(0, 1 << 30)));
+  expect_division_is_reciprocal_product<float, uint32_t>(bits);
+  expect_division_is_reciprocal_product<double, uint64_t>(bits);
 }
 
 TEST(Simplify, MergesDuplicatesRemovesDeadCodeAndRemapsEveryResult) {

@@ -36,6 +36,8 @@ def test_gpu_bench_dry_runs(script):
 def test_profile_step_runs_on_the_cpu():
     out = run_bench("profile_step.py", "--device", "cpu", "--calls", "20", "--bursts", "1", "--top", "3")
     assert "µs per step (host)" in out and "cProfile" in out, out
+    for row in ("| spikejit | yes |", "| trivial Function | yes |", "| spikejit | no |", "| trivial Function | no |"):
+        assert row in out, out
 
 
 def test_memory_bench_runs_spikingjellys_memopt_on_the_vgg():
