@@ -18,6 +18,9 @@ else CUDA events (median). % of copy BW: the minimal bytes (infer: x + s; train:
 grad s, h, grad x backward) over the time, against a 1 GiB device-to-device copy of this run.
 Host overhead: microseconds per call seen from Python over many calls without synchronising
 (small N, no CUDA graphs). SpikingJelly's torch loop runs only at N = 4 194 304 (as in the anchor).
+`--checkpoint-every 0 8` also times spikejit's training with a checkpoint every 8 steps (the
+backward recomputes the steps between from x: fewer bytes than saving h per step) beside the
+first policy given, which is the one compared with SpikingJelly.
 Stops measuring when --budget-s is used up and says what it left out.
 """
 import argparse
@@ -59,8 +62,13 @@ def parse_args(argv=None):
     parser.add_argument("--calls", type=int, default=300, help="calls per host-overhead measurement")
     parser.add_argument("--budget-s", type=float, default=160.0,
                         help="wall-time budget; cases left when it is spent are skipped and listed")
+    parser.add_argument("--checkpoint-every", type=int, nargs="+", default=[0], metavar="K",
+                        help="spikejit's training save policies to time (0: per step, k: a checkpoint every "
+                             "k steps, recomputed in the backward); the first is the one compared")
     parser.add_argument("--worker", choices=SJ_BACKENDS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if any(k < 0 for k in args.checkpoint_every):
+        parser.error(f"--checkpoint-every: expected intervals >= 0, got {args.checkpoint_every}")
     if args.rep_ms <= 0 or args.warmup_ms < 0:
         parser.error(f"--rep-ms / --warmup-ms: expected > 0 / >= 0, got {args.rep_ms} / {args.warmup_ms}")
     if args.calls < 1:
@@ -83,10 +91,25 @@ def sizes_of(args):
 
 
 def cases(args, implementation):
-    """(neuron, dtype, mode, T, N) to measure; SpikingJelly's torch loop only at the large N."""
+    """(neuron, dtype, mode, T, N) to measure; SpikingJelly's torch loop only at the large N, other
+    save policies of spikejit only in training (inference saves nothing)."""
     large = max(n for _, n in sizes_of(args))
     return [(kind, dtype, mode, T, N) for kind in args.neurons for dtype in args.dtypes for T, N in sizes_of(args)
-            for mode in MODES if implementation != "SJ torch" or N == large]
+            for mode in MODES if (implementation != "SJ torch" or N == large)
+            and (not implementation.startswith("spikejit ") or mode == "train")]
+
+
+def policy_name(checkpoint_every):
+    """The implementation name of a spikejit save policy (the first one given is "spikejit")."""
+    return f"spikejit checkpoint_every={checkpoint_every}"
+
+
+def policy_node(checkpoint_every):
+    def make_node(kind, device, dtype):
+        node = spikejit_node(kind, device, dtype)
+        node.checkpoint_every = checkpoint_every
+        return node
+    return make_node
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,7 +208,7 @@ def steps_for(node, x):
 def measure(implementation, make_node, device, args, deadline, emit):
     """Times every case of `implementation`; emit(row) for each result or skip. The host overhead
     first: it takes seconds, and it is what limits the small cases."""
-    for kind in args.neurons:
+    for kind in args.neurons if not implementation.startswith("spikejit ") else ():
         for mode in MODES:
             row = {"implementation": implementation, "neuron": kind, "dtype": "fp32", "mode": mode,
                    "T": OVERHEAD_SIZE[0], "N": OVERHEAD_SIZE[1], "section": "host overhead"}
@@ -327,7 +350,7 @@ def report(args, device, bandwidth, rows, unavailable):
     for implementation, why in unavailable:
         print(f"- {implementation}: not run: {why}")
     live = [b for b in (f"SJ {b}" for b in args.sj_backends) if b not in dict(unavailable)]
-    columns = live + ["SJ cupy (reference file)"]
+    columns = [policy_name(k) for k in args.checkpoint_every[1:]] + live + ["SJ cupy (reference file)"]
     headers = ["neuron", "dtype", "mode", "T", "N", "spikejit ms", "% of copy BW"]
     for c in columns:
         headers += [f"{c} ms", "speed-up"]
@@ -390,7 +413,10 @@ def main(argv=None):
     bandwidth = copy_bandwidth(device, args)
     rows = []
     # spikejit first and alone in this process's GPU memory; then each SpikingJelly worker.
-    measure("spikejit", spikejit_node, device, args, deadline, rows.append)
+    first, *others = args.checkpoint_every
+    measure("spikejit", policy_node(first), device, args, deadline, rows.append)
+    for k in others:
+        measure(policy_name(k), policy_node(k), device, args, deadline, rows.append)
     if device.type == "cuda":
         torch.cuda.empty_cache()
     for backend in [b for b in SJ_BACKENDS if b in args.sj_backends]:
