@@ -103,13 +103,13 @@ def first_touch(shape, reps=10):
 def executor_steps(node, x):
     """spikejit's C++ executor alone on preallocated buffers: (training, inference) steps that do
     the work of the module calls (the sum()'s gradient is one value broadcast over [T, N])."""
-    from spikejit import _core, ops
-    program, counts = ops._counts(node._program_handle)
+    from spikejit import _core, _kernel_calls as calls
+    program, counts = calls.program_counts(node._program_handle)
     T, N = x.shape
     x = x.detach()
     s, v_last, grad_x = torch.empty_like(x), torch.empty(N), torch.empty_like(x)
-    saved = [torch.empty_like(x) for _ in range(ops._num_saved(program, counts))]
-    spec = ops._specs
+    saved = [torch.empty_like(x) for _ in range(len(calls.saved_plan(program, counts, False)))]
+    spec = calls.buffer_specs
 
     def forward(with_saved):
         _core.cpu_forward(program, T, [N], spec([x]), [], [], spec([s]), [], spec([v_last]),

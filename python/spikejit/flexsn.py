@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from . import _core, registry
 from ._trace import UnsupportedOp, captured_tensors, trace_core
 from .functional import run_neuron
-from .ops import check_checkpoint_every, check_pack_spikes
+from ._kernel_calls import check_checkpoint_every, check_pack_spikes
 from .scan import eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available, \
     lowerable_scan_final_state
 

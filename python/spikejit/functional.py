@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from . import _core, ops, registry
+from ._kernel_calls import check_checkpoint_every, check_pack_spikes, initial_states
 from . import surrogate as _surrogate
 
 __all__ = ["multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step",
@@ -146,9 +147,9 @@ def execute_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_
                    pack_spikes: bool = False, carriers: bool = False):
     """run_neuron without the hook. `carriers` (training, eager): each packed output is returned as
     its gradient carrier (see ops.run_training) instead of its bits."""
-    ops.check_checkpoint_every(checkpoint_every)  # also where inference leaves it unused
-    ops.check_pack_spikes(pack_spikes, checkpoint_every)
-    init_states = ops.initial_states(handle, init_states, inputs[0])
+    check_checkpoint_every(checkpoint_every)  # also where inference leaves it unused
+    check_pack_spikes(pack_spikes, checkpoint_every)
+    init_states = initial_states(handle, init_states, inputs[0])
     if needs_grad(list(inputs) + init_states + list(params)):
         results = ops.run_training(handle, inputs, init_states, params, store_state_seqs, checkpoint_every,
                                    packed_outputs, pack_spikes, carriers)

@@ -19,12 +19,13 @@ from torch import Tensor, nn
 
 from . import surrogate as _surrogate
 from .functional import builtin_handle, run_neuron
-from .ops import check_checkpoint_every
+from ._kernel_calls import check_checkpoint_every
 
 __all__ = ["BaseNode", "IFNode", "LIFNode", "ParametricLIFNode"]
 
 BACKENDS = ("spikejit", "torch", "cupy", "triton", "inductor")
 _STATE_NAMES = frozenset({"v", "v_seq"})
+_PLAIN_STATE_TYPES = (Tensor, float, type(None))
 
 
 def _check_float(name, value, allow_none=False):
@@ -76,8 +77,11 @@ class BaseNode(nn.Module):
     def __setattr__(self, name, value):
         # The state is assigned on every call. Once it is a plain attribute (in __dict__, so no
         # parameter, buffer or submodule of that name exists), nn.Module.__setattr__ would end in
-        # the same dict store for anything but a Parameter or Module; skip its checks.
-        if name in _STATE_NAMES and name in self.__dict__ and not isinstance(value, (nn.Parameter, nn.Module)):
+        # the same dict store for anything but a Parameter or Module; skip its checks. (The usual
+        # values are told by their exact type first: isinstance against Parameter goes through
+        # its metaclass, a microsecond a call.)
+        if name in _STATE_NAMES and name in self.__dict__ and (
+                type(value) in _PLAIN_STATE_TYPES or not isinstance(value, (nn.Parameter, nn.Module))):
             self.__dict__[name] = value
             return
         super().__setattr__(name, value)

@@ -36,7 +36,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from . import ops
+from . import _kernel_calls, ops
 from .flexsn import FlexSN
 from .functional import execute_neuron, needs_grad, neuron_call_hook
 from .neuron import BaseNode
@@ -119,7 +119,7 @@ class _NeuronCalls:
                                                pack_spikes, carriers=exit_here)
         if exit_here:
             self.carrier = outputs[0]
-        exitable = num_outputs == 1 and packed_outputs == 0 and ops.packable_output(handle, 0)
+        exitable = num_outputs == 1 and packed_outputs == 0 and _kernel_calls.packable_output(handle, 0)
         self.last = (index, weakref.ref(outputs[0]) if exitable else None)
         return outputs, finals, seqs
 

@@ -10,7 +10,7 @@ import torch._dynamo
 from torch import nn
 
 import spikejit
-from spikejit import _core, ops
+from spikejit import _core, _kernel_calls
 from conftest import device_params, random_input, require_cuda
 from spikejit.functional import builtin_handle
 
@@ -150,12 +150,12 @@ def test_saved_layout_matches_the_core():
                 registry_program(builtin_handle("plif", 1.0, None, True, "atan", (2.0,), False)),
                 adaptive_flexsn(0, 8)[0].program]
     for program in programs:
-        counts = ops._Counts(program)
+        counts = _kernel_calls.Counts(program)
         for dtype in DTYPE_CODES:
             for steps in (0, 1, 9, 10):
                 for k in (0, 1, 3, 10, 256):
                     x = torch.empty(0, dtype=dtype)
-                    ours = ops.saved_buffers(program, counts, x, [steps, 4, 5], k)
+                    ours = _kernel_calls.saved_buffers(program, counts, x, [steps, 4, 5], k)
                     core = _core.saved_layout(program, steps, [4, 5], DTYPE_CODES[dtype], k)
                     written = [(list(s), d) for s, d, input, _ in core if input < 0]  # inputs are not copied
                     assert [(list(t.shape), DTYPE_CODES[t.dtype]) for t in ours] == written

@@ -53,7 +53,7 @@ def opcheck_cases(device):
         (torch.ops.spikejit.bit_spike_decompress.default,
          (spikejit.bit_spike_compress((x > 0.5).float()), [6, 4, 5])),
     ]
-    saved = spikejit.ops.backward_saved(PLIF(), torch.ops.spikejit.neuron_forward(PLIF(), [x], [v0], [w], False)[2:], [x])
+    saved = spikejit._kernel_calls.backward_saved(PLIF(), torch.ops.spikejit.neuron_forward(PLIF(), [x], [v0], [w], False)[2:], [x])
     cases.append((torch.ops.spikejit.neuron_backward.default,
                   (PLIF(), [6, 4, 5], x.dtype, x.device, saved, [w], [torch.randn_like(x)],
                    [torch.randn_like(v0)], [])))
@@ -73,7 +73,7 @@ def test_opcheck(index, device):
 def test_missing_gradients_equal_zeros(device):
     x = random_input(5, 7, device=device)
     w = torch.tensor([0.3], device=device)
-    saved = spikejit.ops.backward_saved(PLIF(), torch.ops.spikejit.neuron_forward(PLIF(), [x], [], [w], True)[3:], [x])
+    saved = spikejit._kernel_calls.backward_saved(PLIF(), torch.ops.spikejit.neuron_forward(PLIF(), [x], [], [w], True)[3:], [x])
     g = torch.randn_like(x)
     with_none = torch.ops.spikejit.neuron_backward(PLIF(), [5, 7], x.dtype, x.device, saved, [w], [g], [None], [None])
     with_zeros = torch.ops.spikejit.neuron_backward(PLIF(), [5, 7], x.dtype, x.device, saved, [w], [g],

@@ -12,7 +12,7 @@ import torch
 
 import spikejit
 from conftest import device_params, random_input
-from spikejit import _core, ops, registry
+from spikejit import _core, _kernel_calls, ops, registry
 from spikejit.functional import builtin_handle, run_neuron
 
 NEURONS = Path(__file__).resolve().parent.parent / "neurons"
@@ -242,8 +242,8 @@ def test_saved_layout_reports_bit_rows():
     assert program.saved_plan(True) == [(-1, True), (-1, True)]
     layout = _core.saved_layout(program, 5, [3, 7], 0, 0, True)
     assert [(list(s), packed) for s, _, _, packed in layout] == [([5, 3], True), ([5, 3], True)]
-    _, counts = ops._counts(handle)
-    ours = ops.saved_buffers(program, counts, torch.empty(0), [5, 3, 7], 0, True)
+    _, counts = _kernel_calls.program_counts(handle)
+    ours = _kernel_calls.saved_buffers(program, counts, torch.empty(0), [5, 3, 7], 0, True)
     assert [(t.dtype, list(t.shape)) for t in ours] == [(torch.uint8, [5, 3])] * 2
 
 

@@ -1,0 +1,512 @@
+"""What the neuron ops do, without torch.library: argument checks, result buffers and kernel
+launches (the C++ executor for CPU tensors, generated kernels on the current stream for CUDA
+tensors). The custom ops in spikejit.ops and the eager fast path both call these.
+
+At small sizes the host is the limit of a training step, so what does not change between calls
+is worked out once: per handle the program's counts (Counts), per handle and save policy a
+TrainingCall (the saved plan, the result layout). A call then checks its tensors, allocates and
+launches. Buffers cross into C++ as (data_ptr, dtype code, shape, strides; () when contiguous).
+"""
+from typing import List
+
+import torch
+from torch import Tensor
+
+from . import _core, registry
+
+DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
+
+
+class Counts:
+    """The declaration counts of a program, read once per handle."""
+
+    __slots__ = ("inputs", "states", "outputs", "params", "state_defaults", "packable", "plans")
+
+    def __init__(self, program):
+        self.inputs = program.num_inputs
+        self.states = program.num_states
+        self.outputs = program.num_outputs
+        self.params = [kind for _, kind, _ in program.params]
+        self.state_defaults = program.state_defaults
+        self.packable = program.packable_outputs
+        self.plans = {}  # pack_spikes -> [(input or -1, packed)], on first training use (autodiff)
+
+
+def _counts_in(program, cache):
+    counts = cache.get("counts")
+    if counts is None:
+        counts = cache["counts"] = Counts(program)
+    return counts
+
+
+def program_counts(handle: int):
+    """(program, Counts) of a live handle."""
+    program, cache = registry.program_and_cache(handle)
+    return program, _counts_in(program, cache)
+
+
+def initial_states(handle: int, states, x_seq: Tensor) -> List[Tensor]:
+    """The `init_states` argument of the ops from a list with None for "the default": [] when
+    every entry is None, else one tensor per state (defaults filled in)."""
+    if all(s is None for s in states):
+        return []
+    if all(s is not None for s in states):
+        return list(states)
+    _, counts = program_counts(handle)
+    if len(states) != counts.states:
+        raise ValueError(f"init_states: expected {counts.states} entries, got {len(states)}")
+    shape = x_seq.shape[1:]
+    return [torch.full(shape, counts.state_defaults[j], dtype=x_seq.dtype, device=x_seq.device) if s is None else s
+            for j, s in enumerate(states)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks of arguments
+
+
+def check_checkpoint_every(checkpoint_every) -> int:
+    """The save policy as an int: 0 (per step) or a checkpoint interval 1..MAX_CHECKPOINT_EVERY."""
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int):
+        raise TypeError(f"checkpoint_every: expected an int (0: save per step, k >= 1: checkpoints every k steps), "
+                        f"got {type(checkpoint_every).__name__}")
+    if not 0 <= checkpoint_every <= _core.MAX_CHECKPOINT_EVERY:
+        raise ValueError(f"checkpoint_every: expected 0 (save per step) or a checkpoint interval from 1 to "
+                         f"{_core.MAX_CHECKPOINT_EVERY}, got {checkpoint_every}")
+    return checkpoint_every
+
+
+def check_pack_spikes(pack_spikes, checkpoint_every: int = 0) -> bool:
+    """The pack_spikes policy as a bool (per step only: not with checkpoints)."""
+    if not isinstance(pack_spikes, bool):
+        raise TypeError(f"pack_spikes: expected a bool, got {type(pack_spikes).__name__}")
+    if pack_spikes and checkpoint_every:
+        raise ValueError(f"pack_spikes: expected False with checkpoints (packed spikes are a per-step policy), "
+                         f"got True with checkpoint_every = {checkpoint_every}")
+    return pack_spikes
+
+
+def check_packed_outputs(counts, packed_outputs) -> int:
+    """The `packed_outputs` bit mask, checked: bits of outputs that are spike-valued only."""
+    if isinstance(packed_outputs, bool) or not isinstance(packed_outputs, int) or packed_outputs < 0:
+        raise TypeError(f"packed_outputs: expected a bit mask (an int >= 0; bit i: output i), got {packed_outputs!r}")
+    if packed_outputs >> counts.outputs:
+        raise ValueError(f"packed_outputs: expected bits of the {counts.outputs} outputs, got {packed_outputs:#x}")
+    for i in range(counts.outputs):
+        if packed_outputs >> i & 1 and not counts.packable[i]:
+            raise ValueError(f"packed_outputs: output {i} is not spike-valued (spike(), a comparison, float(bool), "
+                             f"0/1 products: see Program.packable_outputs), so it cannot be packed")
+    return packed_outputs
+
+
+def packable_output(handle: int, i: int) -> bool:
+    """Whether output i of the program is spike-valued (may be returned as bit rows)."""
+    return bool(program_counts(handle)[1].packable[i])
+
+
+def describe(t: Tensor) -> str:
+    return f"{str(t.dtype).replace('torch.', '')}{list(t.shape)} on {t.device}"
+
+
+def _check_call(counts, inputs, init_states, params):
+    """Validates counts, shapes, dtypes and devices; returns (seq_shape, neuron_shape)."""
+    if counts.inputs == 0:
+        raise ValueError("handle: spikejit ops need a neuron with at least one input (it gives T and S)")
+    if len(inputs) != counts.inputs:
+        raise ValueError(f"inputs: expected {counts.inputs} tensors, got {len(inputs)}")
+    if len(init_states) not in (0, counts.states):
+        raise ValueError(f"init_states: expected 0 or {counts.states} entries, got {len(init_states)}")
+    if len(params) != len(counts.params):
+        raise ValueError(f"params: expected {len(counts.params)} tensors, got {len(params)}")
+    x = inputs[0]
+    if x.dim() < 1:
+        raise ValueError(f"inputs[0]: expected a sequence [T, *S], got {describe(x)}")
+    if x.dtype not in DTYPE_CODES:
+        raise TypeError(f"inputs[0]: expected float32, float64, float16 or bfloat16, got {describe(x)}")
+    if x.dtype == torch.float64 and x.device.type != "cpu":
+        raise TypeError(f"inputs[0]: float64 runs on the CPU only; on {x.device.type} expected float32, "
+                        f"float16 or bfloat16, got {describe(x)}")
+    seq_shape = x.shape
+    neuron_shape = seq_shape[1:]
+
+    def same(t, name, shape):
+        if t.dtype != x.dtype:
+            raise TypeError(f"{name}: expected dtype {x.dtype} (that of inputs[0]), got {describe(t)}")
+        if t.device != x.device:
+            raise ValueError(f"{name}: expected a tensor on {x.device} (that of inputs[0]), got {describe(t)}")
+        if shape is not None and t.shape != shape:
+            raise ValueError(f"{name}: expected shape {list(shape)}, got {describe(t)}")
+
+    for i in range(1, len(inputs)):
+        same(inputs[i], f"inputs[{i}]", seq_shape)
+    for i, t in enumerate(init_states):
+        if t is not None:
+            same(t, f"init_states[{i}]", neuron_shape)
+    for i, (t, kind) in enumerate(zip(params, counts.params)):
+        same(t, f"params[{i}]", neuron_shape if kind == "per_neuron" else None)
+        if kind == "scalar" and (t.dim() > 1 or t.numel() != 1):
+            raise ValueError(f"params[{i}]: expected a scalar parameter of shape [] or [1], got {describe(t)}")
+    return list(seq_shape), list(neuron_shape)
+
+
+def _check_grads(grads, count, name, shape, dtype, device):
+    if len(grads) not in (0, count):
+        raise ValueError(f"{name}: expected 0 or {count} entries, got {len(grads)}")
+    for i, g in enumerate(grads):
+        if g is None:
+            continue
+        if list(g.shape) != shape:
+            raise ValueError(f"{name}[{i}]: expected shape {shape}, got {describe(g)}")
+        if g.dtype != dtype or g.device != device:
+            raise TypeError(f"{name}[{i}]: expected {dtype} on {device}, got {describe(g)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Buffers and launches
+
+
+def row_bytes(neurons):
+    return (neurons + 7) // 8
+
+
+def neurons_of(seq_shape):
+    n = 1
+    for d in seq_shape[1:]:
+        n = n * d
+    return n
+
+
+def buffer_specs(tensors):
+    """(data_ptr, dtype code, shape, strides; () when contiguous) per tensor, None when absent."""
+    if not tensors:  # most groups of a call are empty: no comprehension for them
+        return []
+    return [None if t is None else
+            (t.data_ptr(), DTYPE_CODES[t.dtype], t.shape, () if t.is_contiguous() else t.stride())
+            for t in tensors]
+
+
+def _packed_specs(tensors):
+    """(data_ptr, shape, strides) per bit-row tensor, None when absent."""
+    if not tensors:
+        return []
+    return [None if t is None else (t.data_ptr(), t.shape, () if t.is_contiguous() else t.stride())
+            for t in tensors]
+
+
+def _split_by_mask(tensors, packed):
+    """(full-width entries, bit-row entries) of a list whose entries `packed[i]` are bit rows."""
+    return ([None if p else t for t, p in zip(tensors, packed)], [t if p else None for t, p in zip(tensors, packed)])
+
+
+def _contiguous(tensors):
+    if not tensors:
+        return tensors
+    return [t if t is None or t.is_contiguous() else t.contiguous() for t in tensors]
+
+
+def _reads_in_place(g: Tensor) -> bool:
+    """Whether the backward kernels read this [T, *S] gradient as it is: stride 0 over T and/or
+    over every dimension of S, the rest row-major (SequenceLayout in spikejit/buffers.h). That is
+    the expanded gradient of `y.sum()`, which then needs no [T, *S] copy."""
+    st, shape = g.stride(), g.shape
+    if all(s == 0 or d == 1 for s, d in zip(st[1:], shape[1:])):
+        return shape[0] == 1 or st[0] in (0, 1)
+    return st[0] == 0 and g[0].is_contiguous()
+
+
+def _sequence_grads(grads):
+    if not grads:
+        return grads
+    return [g if g is None or g.is_contiguous() or _reads_in_place(g) else g.contiguous() for g in grads]
+
+
+def current_stream(device) -> int:
+    """The raw CUstream of `device`'s current stream. (What torch.cuda.current_stream(device)
+    .cuda_stream returns, without building a Stream object: tens of microseconds per training
+    step at small sizes, where the host is the limit. Inductor's generated code uses the same call.)"""
+    return torch._C._cuda_getCurrentRawStream(device.index)
+
+
+def _launch_forward(program, device, seq_shape, inputs, init_states, params, outputs, state_seqs,
+                    final_states, saved, checkpoint_every=0, packed_outputs=(), packed_saved=(), pack_spikes=False):
+    """`inputs`, `init_states` and `params` must stay referenced by the caller until this returns
+    (the kernels read them through raw pointers). Arguments go positionally: nanobind matches
+    keywords by name on every call."""
+    specs = buffer_specs
+    args = (program, seq_shape[0], seq_shape[1:], specs(inputs), specs(init_states), specs(params), specs(outputs),
+            specs(state_seqs), specs(final_states), specs(saved))
+    policy = (checkpoint_every, _packed_specs(packed_outputs), _packed_specs(packed_saved), pack_spikes)
+    if device.type == "cuda":
+        _core.cuda_forward(*args, current_stream(device), device.index, *policy)
+    elif device.type == "cpu":
+        _core.cpu_forward(*args, torch.get_num_threads(), "auto", *policy)
+    else:
+        raise ValueError(f"inputs[0]: expected a CPU or CUDA tensor, got one on {device}")
+
+
+def _launch_backward(program, device, seq_shape, saved, params, grad_outputs, grad_state_seqs,
+                     grad_final_states, grad_inputs, grad_initial_states, grad_params, inputs=(),
+                     checkpoint_every=0, packed_saved=(), pack_spikes=False):
+    specs = buffer_specs
+    args = (program, seq_shape[0], seq_shape[1:], specs(saved), specs(params), specs(grad_outputs),
+            specs(grad_state_seqs), specs(grad_final_states), specs(grad_inputs), specs(grad_initial_states),
+            specs(grad_params))
+    policy = (specs(inputs), checkpoint_every, _packed_specs(packed_saved), pack_spikes)
+    if device.type == "cuda":
+        _core.cuda_backward(*args, current_stream(device), device.index, *policy)
+    elif device.type == "cpu":
+        _core.cpu_backward(*args, torch.get_num_threads(), "auto", *policy)
+    else:
+        raise ValueError(f"device: expected a CPU or CUDA device, got {device}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Inference
+
+
+def _output_buffers(counts, x, seq_shape, packed_outputs):
+    """Empty outputs: [T, *S] values, or uint8 [T, ceil(N/8)] bit rows where packed."""
+    if not packed_outputs:
+        return [x.new_empty(seq_shape) for _ in range(counts.outputs)]
+    rows = [seq_shape[0], row_bytes(neurons_of(seq_shape))]
+    return [x.new_empty(rows, dtype=torch.uint8) if packed_outputs >> i & 1 else x.new_empty(seq_shape)
+            for i in range(counts.outputs)]
+
+
+def _packed_flags(counts, packed_outputs):
+    return [bool(packed_outputs >> i & 1) for i in range(counts.outputs)]
+
+
+def inference_buffers(counts, inputs, init_states, params, store_state_seqs, final_state, packed_outputs):
+    """Checks a call; returns (seq_shape, outputs, state_seqs, final_states), empty."""
+    seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
+    x = inputs[0]
+    outputs = _output_buffers(counts, x, seq_shape, check_packed_outputs(counts, packed_outputs))
+    state_seqs = [x.new_empty(seq_shape) for _ in range(counts.states)] if store_state_seqs else []
+    final_states = [x.new_empty(neuron_shape) for _ in range(counts.states)] if final_state else []
+    return seq_shape, outputs, state_seqs, final_states
+
+
+def inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool,
+              packed_outputs: int = 0):
+    """[*outputs, *state_seqs (if store_state_seqs), *final_states (if final_state)]."""
+    program, counts = program_counts(handle)
+    seq_shape, outputs, state_seqs, final_states = inference_buffers(
+        counts, inputs, init_states, params, store_state_seqs, final_state, packed_outputs)
+    full, bits = outputs, ()
+    if packed_outputs:
+        full, bits = _split_by_mask(outputs, _packed_flags(counts, packed_outputs))
+    _launch_forward(program, inputs[0].device, seq_shape, _contiguous(inputs), _contiguous(init_states),
+                    _contiguous(params), full, state_seqs, final_states, (), packed_outputs=bits)
+    return outputs + state_seqs + final_states
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+
+
+def saved_plan(program, counts, pack_spikes: bool):
+    """Per saved value of the per-step policy: (the input it is or -1, saved as bits)."""
+    plan = counts.plans.get(pack_spikes)
+    if plan is None:
+        plan = counts.plans[pack_spikes] = program.saved_plan(pack_spikes)
+    return plan
+
+
+def all_saved(plan, computed, inputs):
+    """The backward's per-step `saved` list: the forward's computed saved values, with each saved
+    input (see Program.saved_inputs) taken from `inputs`."""
+    rest = iter(computed)
+    return [inputs[j] if j >= 0 else next(rest) for j, _ in plan]
+
+
+def backward_saved(handle: int, saved, inputs, pack_spikes: bool = False) -> List[Tensor]:
+    """neuron_backward's per-step `saved` from neuron_forward's `saved` and the forward's inputs."""
+    program, counts = program_counts(handle)
+    return all_saved(saved_plan(program, counts, pack_spikes), saved, inputs)
+
+
+def saved_buffers(program, counts, x: Tensor, seq_shape, checkpoint_every: int, pack_spikes: bool = False) -> List[Tensor]:
+    """Empty tensors for what the training forward saves (the layout of _core.saved_layout,
+    computed here so that a symbolic T stays symbolic): per step, one [T, *S] tensor per saved
+    value in x's dtype (with pack_spikes, uint8 [T, ceil(N/8)] bit rows where the plan packs);
+    with checkpoints, one [ceil(T/k), *S] per state in the compute dtype."""
+    if checkpoint_every == 0:
+        rows = [seq_shape[0], row_bytes(neurons_of(seq_shape))]
+        return [x.new_empty(rows, dtype=torch.uint8) if packed else x.new_empty(seq_shape)
+                for j, packed in saved_plan(program, counts, pack_spikes) if j < 0]  # inputs are not copied
+    rows = (seq_shape[0] + checkpoint_every - 1) // checkpoint_every
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return [x.new_empty([rows, *seq_shape[1:]], dtype=dtype) for _ in range(counts.states)]
+
+
+class TrainingCall:
+    """The training calls of one program under one save policy and result layout.
+
+    forward(inputs, init_states, params) -> [*outputs, *final_states, *state_seqs (if stored), *saved]
+    backward(...) -> [*grad_inputs, *grad_initial_states, *grad_params]
+
+    `saved`: per step, the computed saved values (a saved value that is an input,
+    Program.saved_inputs, is not written; the backward reads the input itself), spike-valued
+    ones as uint8 [T, ceil(N/8)] bit rows under pack_spikes; with checkpoints, one [ceil(T/k), *S]
+    checkpoint per state (the backward then reads them followed by the inputs)."""
+
+    __slots__ = ("handle", "counts", "store_state_seqs", "checkpoint_every", "packed_outputs",
+                 "pack_spikes", "plan", "first_saved", "output_packed", "saved_packed")
+
+    def __init__(self, handle, program, counts, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes):
+        self.handle, self.counts = handle, counts
+        self.store_state_seqs = bool(store_state_seqs)
+        self.checkpoint_every = check_checkpoint_every(checkpoint_every)
+        self.pack_spikes = check_pack_spikes(pack_spikes, checkpoint_every)
+        self.packed_outputs = check_packed_outputs(counts, packed_outputs)
+        self.first_saved = counts.outputs + counts.states * (2 if store_state_seqs else 1)
+        self.output_packed = _packed_flags(counts, packed_outputs) if packed_outputs else None
+        self.plan = None if checkpoint_every else saved_plan(program, counts, pack_spikes)
+        self.saved_packed = None
+        if self.plan is not None and any(packed for _, packed in self.plan):
+            self.saved_packed = [packed for _, packed in self.plan]
+
+    @property
+    def program(self):
+        # Looked up, not held: autograd graphs alive at interpreter exit hold calls, and the
+        # extension's objects must be freed with the registry, before the extension unloads.
+        return registry.program(self.handle)
+
+    def forward_buffers(self, inputs, init_states, params):
+        """Checks a forward call; returns (seq_shape, outputs, final_states, state_seqs, saved), empty."""
+        counts = self.counts
+        seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
+        x = inputs[0]
+        outputs = _output_buffers(counts, x, seq_shape, self.packed_outputs)
+        final_states = [x.new_empty(neuron_shape) for _ in range(counts.states)]
+        state_seqs = [x.new_empty(seq_shape) for _ in range(counts.states)] if self.store_state_seqs else []
+        saved = saved_buffers(self.program, counts, x, seq_shape, self.checkpoint_every, self.pack_spikes)
+        return seq_shape, outputs, final_states, state_seqs, saved
+
+    def forward(self, inputs, init_states, params):
+        counts = self.counts
+        seq_shape, outputs, final_states, state_seqs, saved = self.forward_buffers(inputs, init_states, params)
+        x = inputs[0]
+        full_outputs, bit_outputs = outputs, ()
+        if self.output_packed is not None:
+            full_outputs, bit_outputs = _split_by_mask(outputs, self.output_packed)
+        full_saved, bit_saved = saved, ()
+        if self.plan is not None:
+            full_saved = all_saved(self.plan, saved, [None] * counts.inputs)
+            if self.saved_packed is not None:
+                full_saved, bit_saved = _split_by_mask(full_saved, self.saved_packed)
+        _launch_forward(self.program, x.device, seq_shape, _contiguous(inputs), _contiguous(init_states),
+                        _contiguous(params), full_outputs, state_seqs, final_states, full_saved,
+                        self.checkpoint_every, bit_outputs, bit_saved, self.pack_spikes)
+        return outputs + final_states + state_seqs + saved
+
+    def backward_inputs(self, saved, inputs):
+        """What the backward reads, from the forward's saved results and its inputs: per step the
+        saved values with the saved inputs in their places; with checkpoints, then the inputs."""
+        if self.plan is None:
+            return list(saved) + list(inputs)
+        return all_saved(self.plan, saved, inputs)
+
+    def backward(self, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states,
+                 grad_state_seqs, wanted=None, checked=False):
+        """None gradients count as zeros. `wanted` (None: all) holds one bool per result: the
+        unwanted ones are None and nothing is allocated or stored for them. `checked`: the
+        arguments come from autograd for this call's own forward (shapes, dtypes and devices
+        already hold), so only the custom op checks them."""
+        counts = self.counts
+        if not checked:
+            self._check_backward(seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states,
+                                 grad_state_seqs)
+        bits, inputs = (), ()
+        if self.plan is None:
+            saved, inputs = saved[:counts.states], saved[counts.states:]
+        elif self.saved_packed is not None:
+            saved, bits = _split_by_mask(saved, self.saved_packed)
+        neuron_shape = seq_shape[1:]
+        ni, ns = counts.inputs, counts.states
+        grad_inputs = [torch.empty(seq_shape, dtype=dtype, device=device) if wanted is None or wanted[i] else None
+                       for i in range(ni)]
+        grad_states = [torch.empty(neuron_shape, dtype=dtype, device=device)
+                       if wanted is None or wanted[ni + j] else None for j in range(ns)]
+        grad_params = [torch.empty_like(p) if wanted is None or wanted[ni + ns + k] else None
+                       for k, p in enumerate(params)]
+        _launch_backward(self.program, device, seq_shape, _contiguous(saved), _contiguous(params),
+                         _sequence_grads(grad_outputs), _sequence_grads(grad_state_seqs),
+                         _contiguous(grad_final_states), grad_inputs, grad_states, grad_params,
+                         _contiguous(inputs), self.checkpoint_every, _contiguous(bits), self.pack_spikes)
+        return grad_inputs + grad_states + grad_params
+
+    def backward_buffers(self, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states,
+                       grad_state_seqs):
+        """The backward's results, empty, after its checks (the fake implementation)."""
+        self._check_backward(seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states,
+                             grad_state_seqs)
+        return ([torch.empty(seq_shape, dtype=dtype, device=device) for _ in range(self.counts.inputs)]
+                + [torch.empty(seq_shape[1:], dtype=dtype, device=device) for _ in range(self.counts.states)]
+                + [torch.empty_like(p) for p in params])
+
+    def _check_backward(self, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states,
+                        grad_state_seqs):
+        counts = self.counts
+        seq_shape = list(seq_shape)
+        if dtype not in DTYPE_CODES:
+            raise TypeError(f"dtype: expected float32, float64, float16 or bfloat16, got {dtype}")
+        _check_grads(grad_outputs, counts.outputs, "grad_outputs", seq_shape, dtype, device)
+        _check_grads(grad_final_states, counts.states, "grad_final_states", seq_shape[1:], dtype, device)
+        _check_grads(grad_state_seqs, counts.states, "grad_state_seqs", seq_shape, dtype, device)
+        if len(params) != len(counts.params):
+            raise ValueError(f"params: expected {len(counts.params)} tensors, got {len(params)}")
+        if self.plan is None:
+            self._check_checkpointed(seq_shape, dtype, device, saved)
+            return
+        if len(saved) != len(self.plan):
+            raise ValueError(f"saved: expected {len(self.plan)} tensors (one per saved value), got {len(saved)}")
+        rows = [seq_shape[0], row_bytes(neurons_of(seq_shape))]
+        for i, (t, (_, packed)) in enumerate(zip(saved, self.plan)):
+            if packed and (t.dtype != torch.uint8 or list(t.shape) != rows or t.device != device):
+                raise ValueError(f"saved[{i}]: expected the spikes saved as bits, uint8{rows} (T, ceil(N/8)) "
+                                 f"on {device}, got {describe(t)}")
+
+    def _check_checkpointed(self, seq_shape, dtype, device, saved):
+        counts = self.counts
+        expected = counts.states + counts.inputs
+        if len(saved) != expected:
+            raise ValueError(f"saved: expected {expected} tensors with checkpoint_every = {self.checkpoint_every} "
+                             f"({counts.states} checkpoints, then the {counts.inputs} inputs), got {len(saved)}")
+        for i in range(counts.states):
+            if saved[i].device != device:
+                raise ValueError(f"saved[{i}]: expected a checkpoint on {device}, got {describe(saved[i])}")
+        for i in range(counts.states, expected):
+            x = saved[i]
+            if list(x.shape) != seq_shape:
+                raise ValueError(f"saved[{i}]: expected an input of shape {seq_shape}, got {describe(x)}")
+            if x.dtype != dtype or x.device != device:
+                raise TypeError(f"saved[{i}]: expected an input of {dtype} on {device}, got {describe(x)}")
+
+
+def training_call(handle: int, store_state_seqs: bool, checkpoint_every: int = 0, packed_outputs: int = 0,
+                  pack_spikes: bool = False) -> TrainingCall:
+    """The TrainingCall of a handle and policy, made (and its arguments checked) on first use."""
+    program, cache = registry.program_and_cache(handle)
+    key = (bool(store_state_seqs), checkpoint_every, packed_outputs, pack_spikes)
+    call = cache.get(key)
+    # A key equal to a cached one may still hold a bool where an int belongs (True == 1).
+    if call is None or type(checkpoint_every) is not int or type(packed_outputs) is not int \
+            or type(pack_spikes) is not bool:
+        call = TrainingCall(handle, program, _counts_in(program, cache), store_state_seqs, checkpoint_every,
+                            packed_outputs, pack_spikes)
+        cache[key] = call
+    return call
+
+
+class ActiveReference:
+    """Keeps a program registered while the autograd node that holds it is alive."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: int):
+        registry.retain_active(handle)
+        self.handle = handle
+
+    def __del__(self):
+        registry.release_active(self.handle)
