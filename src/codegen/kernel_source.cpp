@@ -20,8 +20,11 @@ constexpr int kReduceThreads = 256;
 // Registers (32-bit) the prefetch ring may take per thread, and the deepest prefetch.
 constexpr int kRingRegisters = 32;
 constexpr int kMaxDepth = 16;
-// Checkpoint segments are unrolled (values kept in registers) up to this many values per thread.
+// Checkpoint segments are unrolled (values kept in registers) up to this many values per thread,
+// and the next segment's inputs are prefetched up to the second count (H200, LIF fp32: k = 16
+// with its inputs prefetched spilled to local memory and ran at half the speed).
 constexpr int kCheckpointRegisters = 64;
+constexpr int kCheckpointPrefetchRegisters = 128;
 // Above this cost (step_cost) a step function is called instead of inlined.
 constexpr int kInlineStepCost = 120;
 
@@ -221,6 +224,8 @@ std::string constants(const KernelPlan& p) {
   }
   s += "[[maybe_unused]] constexpr int kCheckpointEvery = " + std::to_string(spec.checkpoint_every) + ";\n";
   s += "[[maybe_unused]] constexpr int kCheckpointRegisters = " + std::to_string(kCheckpointRegisters) + ";\n";
+  s += "[[maybe_unused]] constexpr int kCheckpointPrefetchRegisters = " +
+       std::to_string(kCheckpointPrefetchRegisters) + ";\n";
   s += "[[maybe_unused]] constexpr int kReduceThreads = " + std::to_string(kReduceThreads) + ";\n";
   s += "// The values one step function takes and returns.\n"
        "struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA]; };\n"
