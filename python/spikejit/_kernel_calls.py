@@ -235,12 +235,7 @@ def _launch_forward(program, device, seq_shape, inputs, init_states, params, out
     args = (program, seq_shape[0], seq_shape[1:], specs(inputs), specs(init_states), specs(params), specs(outputs),
             specs(state_seqs), specs(final_states), specs(saved))
     policy = (checkpoint_every, _packed_specs(packed_outputs), _packed_specs(packed_saved), pack_spikes)
-    if device.type == "cuda":
-        _core.cuda_forward(*args, current_stream(device), device.index, *policy)
-    elif device.type == "cpu":
-        _core.cpu_forward(*args, torch.get_num_threads(), "auto", *policy)
-    else:
-        raise ValueError(f"inputs[0]: expected a CPU or CUDA tensor, got one on {device}")
+    _launch(device, _core.cuda_forward, _core.cpu_forward, args, policy)
 
 
 def _launch_backward(program, device, seq_shape, saved, params, grad_outputs, grad_state_seqs,
@@ -251,12 +246,17 @@ def _launch_backward(program, device, seq_shape, saved, params, grad_outputs, gr
             specs(grad_state_seqs), specs(grad_final_states), specs(grad_inputs), specs(grad_initial_states),
             specs(grad_params))
     policy = (specs(inputs), checkpoint_every, _packed_specs(packed_saved), pack_spikes)
+    _launch(device, _core.cuda_backward, _core.cpu_backward, args, policy)
+
+
+def _launch(device, cuda_call, cpu_call, args, policy):
+    """cuda_call on the device's current stream, or cpu_call on PyTorch's intra-op threads."""
     if device.type == "cuda":
-        _core.cuda_backward(*args, current_stream(device), device.index, *policy)
+        cuda_call(*args, current_stream(device), device.index, *policy)
     elif device.type == "cpu":
-        _core.cpu_backward(*args, torch.get_num_threads(), "auto", *policy)
+        cpu_call(*args, torch.get_num_threads(), "auto", *policy)
     else:
-        raise ValueError(f"device: expected a CPU or CUDA device, got {device}")
+        raise ValueError(f"device: expected a CPU or CUDA tensor, got one on {device}")
 
 
 # ---------------------------------------------------------------------------------------------
