@@ -792,8 +792,9 @@ TEST(CodegenCompile, Builtins) {
 }
 
 // Checkpoint kernels of the built-ins (default options, as SpikingJelly's modules use them):
-// segments unrolled into registers (small k) and kept in local memory (large k), training
-// forward and backward with and without final-state gradients; the dtypes rotate.
+// segments unrolled into registers (small k) and kept in local memory (large k), the next segment
+// prefetched (k = 16 at one element a thread) or not (k = 16 at 4 or 8), training forward and
+// backward with and without final-state gradients; the dtypes rotate.
 TEST(CodegenCompile, BuiltinCheckpoints) {
   REQUIRE_NVRTC();
   std::vector<std::pair<std::string, KernelSource>> sources;
