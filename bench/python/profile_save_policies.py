@@ -106,6 +106,9 @@ def main():
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (wall time)"
     print(f"# {args.neuron} {args.dtype} training step by save policy on {where}, torch {torch.__version__}\n")
     rows = []
+    # The first case of a process runs slow beyond its warm-up steps (thread pools, the allocator
+    # growing): measured once and dropped.
+    measure(args, device, *args.sizes[0], args.policies[0])
     for steps, neurons in args.sizes:
         per_step = None
         for policy in args.policies:
