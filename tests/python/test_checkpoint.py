@@ -295,6 +295,13 @@ def test_bad_policy_values_are_rejected():
                             checkpoint_every=bad)
     with pytest.raises(ValueError, match="from 1 to 256, got 300"):
         spikejit.if_multi_step(x, checkpoint_every=300)
+    # The per-policy cache of the ops keys True like 1: a bool still fails after an int was cached.
+    lif = builtin_handle("lif", 1.0, 0.0, False, "sigmoid", (4.0,), True, 2.0)
+    spikejit.ops.training_forward(lif, [x.detach()], [], [], False, 1)
+    for name, args in (("checkpoint_every", (True, 0, False)), ("packed_outputs", (0, True, False)),
+                       ("pack_spikes", (0, 0, 1))):
+        with pytest.raises(TypeError, match=name):
+            spikejit.ops.training_forward(lif, [x.detach()], [], [], False, *args)
     # An attribute changed after construction is checked when it is used.
     node = spikejit.IFNode(step_mode="m")
     node.checkpoint_every = -2
