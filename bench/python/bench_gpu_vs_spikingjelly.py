@@ -20,7 +20,8 @@ Host overhead: microseconds per call seen from Python over many calls without sy
 (small N, no CUDA graphs). SpikingJelly's torch loop runs only at N = 4 194 304 (as in the anchor).
 `--checkpoint-every 0 8` also times spikejit's training with a checkpoint every 8 steps (the
 backward recomputes the steps between from x: fewer bytes than saving h per step) beside the
-first policy given, which is the one compared with SpikingJelly.
+first policy given, which is the one compared with SpikingJelly; the column after each such
+policy is its speed-up over the first.
 Stops measuring when --budget-s is used up and says what it left out.
 """
 import argparse
@@ -350,10 +351,14 @@ def report(args, device, bandwidth, rows, unavailable):
     for implementation, why in unavailable:
         print(f"- {implementation}: not run: {why}")
     live = [b for b in (f"SJ {b}" for b in args.sj_backends) if b not in dict(unavailable)]
-    columns = [policy_name(k) for k in args.checkpoint_every[1:]] + live + ["SJ cupy (reference file)"]
+    policies = [policy_name(k) for k in args.checkpoint_every[1:]]
+    columns = policies + live + ["SJ cupy (reference file)"]
     headers = ["neuron", "dtype", "mode", "T", "N", "spikejit ms", "% of copy BW"]
     for c in columns:
-        headers += [f"{c} ms", "speed-up"]
+        headers += [f"{c} ms", "its speed-up" if c in policies else "speed-up"]
+    if policies:
+        print("speed-up: spikejit's over the implementation before it; its speed-up: that save policy's over "
+              "spikejit's first one")
     table = []
     for key in [(k, d, m, T, N) for (k, d, m, T, N) in cases(args, "spikejit")]:
         ours = lookup(rows, "spikejit", key)
@@ -362,7 +367,8 @@ def report(args, device, bandwidth, rows, unavailable):
         line = list(key) + [fmt(ours, 4), fmt(share)]
         for c in columns:
             theirs = lookup(rows, c, key)
-            line += [fmt(theirs, 4), "–" if theirs is None or ours is None else f"{theirs / ours:.2f}x"]
+            ratio = None if theirs is None or ours is None else ours / theirs if c in policies else theirs / ours
+            line += [fmt(theirs, 4), "–" if ratio is None else f"{ratio:.2f}x"]
         table.append(line)
     print()
     print(markdown_table(headers, table))
