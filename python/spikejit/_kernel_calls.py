@@ -325,20 +325,6 @@ def backward_saved(handle: int, saved, inputs, pack_spikes: bool = False) -> Lis
     return all_saved(saved_plan(program, counts, pack_spikes), saved, inputs)
 
 
-def saved_buffers(program, counts, x: Tensor, seq_shape, checkpoint_every: int, pack_spikes: bool = False) -> List[Tensor]:
-    """Empty tensors for what the training forward saves (the layout of _core.saved_layout,
-    computed here so that a symbolic T stays symbolic): per step, one [T, *S] tensor per saved
-    value in x's dtype (with pack_spikes, uint8 [T, ceil(N/8)] bit rows where the plan packs);
-    with checkpoints, one [ceil(T/k), *S] per state in the compute dtype."""
-    if checkpoint_every == 0:
-        rows = [seq_shape[0], row_bytes(neurons_of(seq_shape))]
-        return [x.new_empty(rows, dtype=torch.uint8) if packed else x.new_empty(seq_shape)
-                for j, packed in saved_plan(program, counts, pack_spikes) if j < 0]  # inputs are not copied
-    rows = (seq_shape[0] + checkpoint_every - 1) // checkpoint_every
-    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    return [x.new_empty([rows, *seq_shape[1:]], dtype=dtype) for _ in range(counts.states)]
-
-
 class TrainingCall:
     """The training calls of one program under one save policy and result layout.
 
@@ -380,8 +366,22 @@ class TrainingCall:
         outputs = _output_buffers(counts, x, seq_shape, self.packed_outputs)
         final_states = [x.new_empty(neuron_shape) for _ in range(counts.states)]
         state_seqs = [x.new_empty(seq_shape) for _ in range(counts.states)] if self.store_state_seqs else []
-        saved = saved_buffers(self.program, counts, x, seq_shape, self.checkpoint_every, self.pack_spikes)
+        saved = self.saved_buffers(x, seq_shape)
         return seq_shape, outputs, final_states, state_seqs, saved
+
+    def saved_buffers(self, x: Tensor, seq_shape) -> List[Tensor]:
+        """Empty tensors for what the forward saves (the layout of _core.saved_layout, computed
+        here so that a symbolic T stays symbolic): per step, one [T, *S] tensor per computed saved
+        value in x's dtype (uint8 [T, ceil(N/8)] bit rows where pack_spikes packs); with
+        checkpoints, one [ceil(T/k), *S] per state in the compute dtype."""
+        if self.plan is not None:
+            rows = [seq_shape[0], row_bytes(neurons_of(seq_shape))]
+            return [x.new_empty(rows, dtype=torch.uint8) if packed else x.new_empty(seq_shape)
+                    for j, packed in self.plan if j < 0]  # inputs are not copied
+        k = self.checkpoint_every
+        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+        return [x.new_empty([(seq_shape[0] + k - 1) // k, *seq_shape[1:]], dtype=dtype)
+                for _ in range(self.counts.states)]
 
     def forward(self, inputs, init_states, params):
         counts = self.counts

@@ -146,16 +146,16 @@ def registry_program(handle):
 
 
 def test_saved_layout_matches_the_core():
-    programs = [registry_program(builtin_handle("lif", 1.0, 0.0, False, "sigmoid", (4.0,), True, 2.0)),
-                registry_program(builtin_handle("plif", 1.0, None, True, "atan", (2.0,), False)),
-                adaptive_flexsn(0, 8)[0].program]
-    for program in programs:
-        counts = _kernel_calls.Counts(program)
+    flexsn = adaptive_flexsn(0, 8)[0]  # owns its handle while the test runs
+    handles = [builtin_handle("lif", 1.0, 0.0, False, "sigmoid", (4.0,), True, 2.0),
+               builtin_handle("plif", 1.0, None, True, "atan", (2.0,), False), flexsn.handle]
+    for handle in handles:
+        program = registry_program(handle)
         for dtype in DTYPE_CODES:
             for steps in (0, 1, 9, 10):
                 for k in (0, 1, 3, 10, 256):
                     x = torch.empty(0, dtype=dtype)
-                    ours = _kernel_calls.saved_buffers(program, counts, x, [steps, 4, 5], k)
+                    ours = _kernel_calls.training_call(handle, False, k).saved_buffers(x, [steps, 4, 5])
                     core = _core.saved_layout(program, steps, [4, 5], DTYPE_CODES[dtype], k)
                     written = [(list(s), d) for s, d, input, _ in core if input < 0]  # inputs are not copied
                     assert [(list(t.shape), DTYPE_CODES[t.dtype]) for t in ours] == written
