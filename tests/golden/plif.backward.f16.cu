@@ -572,27 +572,40 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
   backward_init<EPT>(a, n0, count, carry, gacc);
   load_params<EPT, VEC>(a, n0, count, pr);
   const long long segments = (T + K - 1) / K;
-  SegmentRows<EPT, K> next;
-  if (kPrefetch && segments > 0) load_segment<EPT, VEC, K, kUnroll>(a, segments - 1, n0, count, next);
+  // Without prefetching, a segment's inputs are loaded step by step as it is recomputed (held
+  // whole, a long segment's rows would double its local memory).
+  constexpr int kHeldRows = kPrefetch ? K : 1;
+  SegmentRows<EPT, kHeldRows> next;
+  if (kPrefetch && segments > 0) load_segment<EPT, VEC, kHeldRows, kUnroll>(a, segments - 1, n0, count, next);
   for (long long seg = segments - 1; seg >= 0; --seg) {
     const long long s0 = seg * K;
     const int len = T - s0 < K ? (int)(T - s0) : K;
-    SegmentRows<EPT, K> cur;
+    SegmentRows<EPT, kHeldRows> cur;
     if constexpr (kPrefetch) {
       cur = next;
-      if (seg > 0) load_segment<EPT, VEC, K, kUnroll>(a, seg - 1, n0, count, next);
+      if (seg > 0) load_segment<EPT, VEC, kHeldRows, kUnroll>(a, seg - 1, n0, count, next);
     } else {
-      load_segment<EPT, VEC, K, kUnroll>(a, seg, n0, count, cur);
+#pragma unroll
+      for (int i = 0; i < kStates; ++i) real_row_load<EPT>(a.buffers[kSlotSaved + i], seg * N + n0, count, cur.st[i]);
     }
     real ring[K][kSavedA][EPT];
 #pragma unroll kUnroll
     for (int u = 0; u < K; ++u) {
       if (u < len) {
+        Row<EPT> xr[kInputsA];
+#pragma unroll
+        for (int i = 0; i < kInputs; ++i) {
+          if constexpr (kPrefetch) {
+            xr[i] = cur.x[u][i];
+          } else {
+            row_load<EPT, VEC>(a.buffers[kSlotInput + i], (s0 + u) * N + n0, count, xr[i]);
+          }
+        }
 #pragma unroll
         for (int e = 0; e < EPT; ++e) {
           ForwardIn in;
 #pragma unroll
-          for (int i = 0; i < kInputs; ++i) in.x[i] = to_real(cur.x[u][i].v[e]);
+          for (int i = 0; i < kInputs; ++i) in.x[i] = to_real(xr[i].v[e]);
 #pragma unroll
           for (int i = 0; i < kStates; ++i) in.s[i] = cur.st[i][e];
 #pragma unroll
