@@ -18,10 +18,11 @@ else CUDA events (median). % of copy BW: the minimal bytes (infer: x + s; train:
 grad s, h, grad x backward) over the time, against a 1 GiB device-to-device copy of this run.
 Host overhead: microseconds per call seen from Python over many calls without synchronising
 (small N, no CUDA graphs). SpikingJelly's torch loop runs only at N = 4 194 304 (as in the anchor).
-`--checkpoint-every 0 8` also times spikejit's training with a checkpoint every 8 steps (the
-backward recomputes the steps between from x: fewer bytes than saving h per step) beside the
-first policy given, which is the one compared with SpikingJelly; the column after each such
-policy is its speed-up over the first.
+`--checkpoint-every auto 0 8` also times spikejit's training saving per step and with a checkpoint
+every 8 steps (the backward recomputes the steps between from x: fewer bytes than saving h per
+step) beside the first policy given (default: auto, the modules' default), which is the one
+compared with SpikingJelly; the column after each such policy is its speed-up over the first.
+The bytes behind "% of copy BW" are the per-step policy's whatever the policy.
 Stops measuring when --budget-s is used up and says what it left out.
 """
 import argparse
@@ -63,12 +64,13 @@ def parse_args(argv=None):
     parser.add_argument("--calls", type=int, default=300, help="calls per host-overhead measurement")
     parser.add_argument("--budget-s", type=float, default=160.0,
                         help="wall-time budget; cases left when it is spent are skipped and listed")
-    parser.add_argument("--checkpoint-every", type=int, nargs="+", default=[0], metavar="K",
-                        help="spikejit's training save policies to time (0: per step, k: a checkpoint every "
-                             "k steps, recomputed in the backward); the first is the one compared")
+    parser.add_argument("--checkpoint-every", type=save_policy, nargs="+", default=["auto"], metavar="K",
+                        help="spikejit's training save policies to time (auto: the modules' default, 0: per step, "
+                             "k: a checkpoint every k steps, recomputed in the backward); the first is the one "
+                             "compared")
     parser.add_argument("--worker", choices=SJ_BACKENDS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if any(k < 0 for k in args.checkpoint_every):
+    if any(k != "auto" and k < 0 for k in args.checkpoint_every):
         parser.error(f"--checkpoint-every: expected intervals >= 0, got {args.checkpoint_every}")
     if args.rep_ms <= 0 or args.warmup_ms < 0:
         parser.error(f"--rep-ms / --warmup-ms: expected > 0 / >= 0, got {args.rep_ms} / {args.warmup_ms}")
@@ -77,6 +79,10 @@ def parse_args(argv=None):
     if args.budget_s <= 0:
         parser.error(f"--budget-s: expected seconds > 0, got {args.budget_s}")
     return args
+
+
+def save_policy(text):
+    return text if text == "auto" else int(text)
 
 
 def device_of(args):

@@ -1,7 +1,7 @@
 """Where the device time of a training step goes under each of spikejit's save policies.
 
 A step is forward + y.sum().backward() + reset through a module (`--neuron`), as in
-bench_gpu_vs_spikingjelly.py. For each size and policy (0: the forward saves per step;
+bench_gpu_vs_spikingjelly.py (FlexSN2: the sum of both outputs). For each size and policy (0: the forward saves per step;
 k: a checkpoint every k steps, the backward recomputes the steps between) it prints the mean
 device microseconds per step of spikejit's forward kernel, its backward kernel and everything
 else (the sum, its gradient, fills), from torch.profiler's device activity, and the step's
@@ -27,7 +27,8 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--neuron", choices=NEURONS, default="LIF")
+    parser.add_argument("--neuron", choices=NEURONS + ("FlexSN2",), default="LIF",
+                        help="FlexSN2: the reference's FlexSN example (two inputs, two states, two outputs)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
     parser.add_argument("--sizes", nargs="+", default=["4:4194304", "16:4194304", "32:4194304", "64:4194304",
                                                         "256:16384"], metavar="T:N")
@@ -82,14 +83,35 @@ def wall_us(step, steps):
     return (time.perf_counter() - start) / steps * 1e6
 
 
+def modulated_core(x, m, v, a):
+    """The reference's FlexSN example: the second input modulates through a sigmoid."""
+    import spikejit
+    gate = torch.sigmoid(m)
+    h = v + (x * gate - v) / 2.0 - a
+    s = spikejit.surrogate.ATan(alpha=2.0)(h - 1.0)
+    return s, s * gate, h * (1.0 - s), 0.9 * a + 0.1 * s
+
+
+def make_node(kind, device, dtype):
+    """(module, its number of inputs)."""
+    if kind == "FlexSN2":
+        import spikejit
+        node = spikejit.FlexSN(modulated_core, num_inputs=2, num_states=2, num_outputs=2, strict=True)
+        return node.to(device=device, dtype=dtype), 2
+    return spikejit_node(kind, device, dtype), 1
+
+
 def measure(args, device, steps, neurons, policy):
-    node = spikejit_node(args.neuron, device, DTYPES[args.dtype])
+    node, num_inputs = make_node(args.neuron, device, DTYPES[args.dtype])
     node.checkpoint_every = policy
-    x = torch.rand(steps, neurons, device=device, dtype=DTYPES[args.dtype], requires_grad=True)
+    xs = [torch.rand(steps, neurons, device=device, dtype=DTYPES[args.dtype], requires_grad=True)
+          for _ in range(num_inputs)]
 
     def step():
-        x.grad = None
-        node(x).sum().backward()
+        for x in xs:
+            x.grad = None
+        outputs = node(*xs)
+        sum(o.sum() for o in (outputs if isinstance(outputs, (list, tuple)) else [outputs])).backward()
         node.reset()
 
     for _ in range(5):

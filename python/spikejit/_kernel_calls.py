@@ -64,8 +64,19 @@ def initial_states(handle: int, states, x_seq: Tensor) -> List[Tensor]:
 # Checks of arguments
 
 
-def check_checkpoint_every(checkpoint_every) -> int:
-    """The save policy as an int: 0 (per step) or a checkpoint interval 1..MAX_CHECKPOINT_EVERY."""
+def check_checkpoint_every(checkpoint_every):
+    """The save policy as given by a user: "auto" (chosen per call by resolve_checkpoint_every), 0
+    (per step) or a checkpoint interval 1..MAX_CHECKPOINT_EVERY."""
+    if isinstance(checkpoint_every, str) and checkpoint_every == AUTO:
+        return AUTO
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int):
+        raise TypeError(f"checkpoint_every: expected 'auto' or an int (0: save per step, k >= 1: checkpoints "
+                        f"every k steps), got {checkpoint_every!r}")
+    return check_checkpoint_interval(checkpoint_every)
+
+
+def check_checkpoint_interval(checkpoint_every) -> int:
+    """The save policy of the ops, an int: 0 (per step) or a checkpoint interval."""
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int):
         raise TypeError(f"checkpoint_every: expected an int (0: save per step, k >= 1: checkpoints every k steps), "
                         f"got {type(checkpoint_every).__name__}")
@@ -75,11 +86,33 @@ def check_checkpoint_every(checkpoint_every) -> int:
     return checkpoint_every
 
 
-def check_pack_spikes(pack_spikes, checkpoint_every: int = 0) -> bool:
-    """The pack_spikes policy as a bool (per step only: not with checkpoints)."""
+# checkpoint_every="auto" takes checkpoints every AUTO_INTERVAL steps where that was measured to be
+# faster than saving per step (docs/benchmarks.md, "GPU, 2026-12-05": H200, float32 CUDA training,
+# 1.03-1.29x for IF, LIF and PLIF at T >= 8 with N >= 65536), and saves per step elsewhere:
+# float16 and bfloat16 (the checkpoints are float32, so no bytes are saved and the recomputation
+# costs), the CPU (no difference beyond noise), stored state sequences, packed spikes or outputs
+# (per-step policies), and small T or N (not faster, or not measured).
+AUTO = "auto"
+AUTO_INTERVAL, AUTO_MIN_STEPS, AUTO_MIN_NEURONS = 4, 8, 65536
+
+
+def resolve_checkpoint_every(checkpoint_every, x: Tensor, store_state_seqs: bool, packed_outputs: int,
+                             pack_spikes: bool) -> int:
+    """The interval a training call on inputs like x takes under the save policy `checkpoint_every`."""
+    if not isinstance(checkpoint_every, str):
+        return checkpoint_every
+    chosen = (x.device.type == "cuda" and x.dtype == torch.float32 and not store_state_seqs
+              and not packed_outputs and not pack_spikes and x.dim() >= 1 and x.shape[0] >= AUTO_MIN_STEPS
+              and neurons_of(x.shape) >= AUTO_MIN_NEURONS)
+    return AUTO_INTERVAL if chosen else 0
+
+
+def check_pack_spikes(pack_spikes, checkpoint_every=0) -> bool:
+    """The pack_spikes policy as a bool (per step only: not with checkpoints; "auto" saves per step
+    under it)."""
     if not isinstance(pack_spikes, bool):
         raise TypeError(f"pack_spikes: expected a bool, got {type(pack_spikes).__name__}")
-    if pack_spikes and checkpoint_every:
+    if pack_spikes and checkpoint_every and checkpoint_every != AUTO:
         raise ValueError(f"pack_spikes: expected False with checkpoints (packed spikes are a per-step policy), "
                          f"got True with checkpoint_every = {checkpoint_every}")
     return pack_spikes
@@ -342,7 +375,7 @@ class TrainingCall:
     def __init__(self, handle, program, counts, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes):
         self.handle, self.counts = handle, counts
         self.store_state_seqs = bool(store_state_seqs)
-        self.checkpoint_every = check_checkpoint_every(checkpoint_every)
+        self.checkpoint_every = check_checkpoint_interval(checkpoint_every)
         self.pack_spikes = check_pack_spikes(pack_spikes, checkpoint_every)
         self.packed_outputs = check_packed_outputs(counts, packed_outputs)
         self.first_saved = counts.outputs + counts.states * (2 if store_state_seqs else 1)

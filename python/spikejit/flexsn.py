@@ -18,7 +18,7 @@ check fails, FlexSN warns (naming the op) and runs an eager scan instead; `stric
 import copy
 import inspect
 import warnings
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Union
 
 import torch
 from torch import Tensor, nn
@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from . import _core, registry
 from ._trace import UnsupportedOp, captured_tensors, trace_core
 from .functional import run_neuron
-from ._kernel_calls import check_checkpoint_every, check_pack_spikes
+from ._kernel_calls import AUTO, check_checkpoint_every, check_pack_spikes
 from .scan import eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available, \
     lowerable_scan_final_state
 
@@ -104,7 +104,7 @@ class _CompiledCore:
                                  f"neuron shape {list(neuron_shape)}") from None
         return out
 
-    def run(self, inputs, states, store_state_seqs, params=None, checkpoint_every=0, packed_outputs=0,
+    def run(self, inputs, states, store_state_seqs, params=None, checkpoint_every=AUTO, packed_outputs=0,
             pack_spikes=False):
         return run_neuron(self.handle, self.num_outputs, self.num_states, list(inputs), list(states),
                           self.runtime_params(inputs[0], params), store_state_seqs, checkpoint_every,
@@ -172,8 +172,9 @@ class FlexSN(nn.Module):
     's': one step), `backend` ('spikejit' — also 'triton'/'inductor' —, 'torch' for an eager
     scan, 'hop' for torch's scan operator), `store_state_seqs`, `example_outputs` (accepted and
     checked for count; outputs always have the per-step shape of the inputs), `strict`,
-    `checkpoint_every` (the kernels' save policy of training: k >= 1 keeps the states only every
-    k steps and recomputes the rest in the backward; the eager fallback ignores it), `pack_spikes`
+    `checkpoint_every` (the kernels' save policy of training: 0 saves per step, k >= 1 keeps the
+    states only every k steps and recomputes the rest in the backward, "auto" chooses per call;
+    the eager fallback ignores it), `pack_spikes`
     (save policy: spike-valued values saved as bits; the eager fallback ignores it) and
     `packed_outputs` (indices of spike-valued outputs returned as uint8 bit rows [T, ceil(N/8)],
     which carry no gradient; needs the compiled kernels and step_mode 'm').
@@ -183,7 +184,8 @@ class FlexSN(nn.Module):
                  example_inputs: Optional[Sequence[Tensor]] = None, requires_grad: Optional[Sequence[bool]] = None,
                  step_mode: str = "m", backend: str = "spikejit", store_state_seqs: bool = False,
                  example_outputs: Optional[Sequence[Tensor]] = None, strict: bool = False,
-                 checkpoint_every: int = 0, pack_spikes: bool = False, packed_outputs: Sequence[int] = ()):
+                 checkpoint_every: Union[int, str] = "auto", pack_spikes: bool = False,
+                 packed_outputs: Sequence[int] = ()):
         super().__init__()
         if not callable(core):
             raise TypeError(f"core: expected a callable, got {type(core).__name__}")
@@ -404,7 +406,7 @@ class FlexSNKernel:
 
     def __init__(self, core: Callable, num_inputs: int, num_states: int, num_outputs: int,
                  example_inputs: Optional[Sequence[Tensor]] = None, requires_grad: Optional[Sequence[bool]] = None,
-                 checkpoint_every: int = 0):
+                 checkpoint_every: Union[int, str] = "auto"):
         self._module = FlexSN(core, num_inputs, num_states, num_outputs, example_inputs, requires_grad,
                               step_mode="m", store_state_seqs=True, strict=True, checkpoint_every=checkpoint_every)
 

@@ -14,22 +14,23 @@ SpikingJelly 2.x functional style (explicit state, learnable w with 1/tau = sigm
 the soft reset. Every function runs the fused kernels (CPU executor or CUDA) through the
 `spikejit::neuron_*` ops, with autograd when any input requires a gradient.
 
-Every function also takes `checkpoint_every` (keyword, default 0): the save policy of training.
-0 saves per step; k >= 1 saves the state only every k steps and recomputes the steps between in
-the backward (saved memory O(T/k), plus a reference to x_seq, which the backward reads).
+Every function also takes `checkpoint_every` (keyword): the save policy of training. 0 saves per
+step; k >= 1 saves the state only every k steps and recomputes the steps between in the backward
+(saved memory O(T/k), plus a reference to x_seq, which the backward reads); the default "auto"
+chooses per call (spikejit._kernel_calls.resolve_checkpoint_every).
 
 `packed_spikes=True` (keyword) returns s_seq as bit rows, uint8 [T, ceil(N/8)] with N =
 prod(S) (spikejit.unpack_spike_rows gives [T, *S] back): 1/8 of uint8 spikes, 1/32 of float32.
 Such spikes carry no gradient (the state still does).
 """
 import threading
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
 
 from . import _core, ops, registry
-from ._kernel_calls import check_checkpoint_every, check_pack_spikes, initial_states
+from ._kernel_calls import check_checkpoint_every, check_pack_spikes, initial_states, resolve_checkpoint_every
 from . import surrogate as _surrogate
 
 __all__ = ["multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step",
@@ -127,7 +128,7 @@ class neuron_call_hook:
 
 
 def run_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_states, params,
-               store_state_seqs: bool, checkpoint_every: int = 0, packed_outputs: int = 0,
+               store_state_seqs: bool, checkpoint_every: Union[int, str] = "auto", packed_outputs: int = 0,
                pack_spikes: bool = False):
     """Runs a registered neuron over [T, *S] inputs; None in `init_states` means the state's
     declared default. Returns (outputs, final_states,
@@ -143,7 +144,7 @@ def run_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_stat
 
 
 def execute_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_states, params,
-                   store_state_seqs: bool, checkpoint_every: int = 0, packed_outputs: int = 0,
+                   store_state_seqs: bool, checkpoint_every: Union[int, str] = "auto", packed_outputs: int = 0,
                    pack_spikes: bool = False, carriers: bool = False):
     """run_neuron without the hook. `carriers` (training, eager): each packed output is returned as
     its gradient carrier (see ops.run_training) instead of its bits."""
@@ -151,6 +152,8 @@ def execute_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_
     check_pack_spikes(pack_spikes, checkpoint_every)
     init_states = initial_states(handle, init_states, inputs[0])
     if needs_grad(list(inputs) + init_states + list(params)):
+        checkpoint_every = resolve_checkpoint_every(checkpoint_every, inputs[0], store_state_seqs, packed_outputs,
+                                                    pack_spikes)
         results = ops.run_training(handle, inputs, init_states, params, store_state_seqs, checkpoint_every,
                                    packed_outputs, pack_spikes, carriers)
         outputs = results[:num_outputs]
@@ -215,7 +218,7 @@ def _run_builtin(handle, x_seq, v_init, params, store_v_seq, checkpoint_every, p
 
 def if_multi_step(x_seq: Tensor, v: Optional[Tensor] = None, v_threshold: float = 1.0,
                   v_reset: Optional[float] = 0.0, surrogate_function=None, detach_reset: bool = False,
-                  store_v_seq: bool = False, checkpoint_every: int = 0, packed_spikes: bool = False):
+                  store_v_seq: bool = False, checkpoint_every: Union[int, str] = "auto", packed_spikes: bool = False):
     """IF over [T, *S]: (s_seq, v_last, v_seq or None)."""
     _check_sequence(x_seq)
     name, params = _surrogate.resolve(surrogate_function)
@@ -225,7 +228,7 @@ def if_multi_step(x_seq: Tensor, v: Optional[Tensor] = None, v_threshold: float 
 
 def lif_multi_step(x_seq: Tensor, v: Optional[Tensor] = None, tau: float = 2.0, decay_input: bool = True,
                    v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, surrogate_function=None,
-                   detach_reset: bool = False, store_v_seq: bool = False, checkpoint_every: int = 0,
+                   detach_reset: bool = False, store_v_seq: bool = False, checkpoint_every: Union[int, str] = "auto",
                    packed_spikes: bool = False):
     """LIF over [T, *S]: (s_seq, v_last, v_seq or None)."""
     _check_sequence(x_seq)
@@ -236,7 +239,7 @@ def lif_multi_step(x_seq: Tensor, v: Optional[Tensor] = None, tau: float = 2.0, 
 
 def plif_multi_step(x_seq: Tensor, v: Optional[Tensor], w: Tensor, decay_input: bool = True,
                     v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, surrogate_function=None,
-                    detach_reset: bool = False, store_v_seq: bool = False, checkpoint_every: int = 0,
+                    detach_reset: bool = False, store_v_seq: bool = False, checkpoint_every: Union[int, str] = "auto",
                     packed_spikes: bool = False):
     """Parametric LIF over [T, *S] with learnable w, 1/tau = sigmoid(w): (s_seq, v_last, v_seq or None)."""
     _check_sequence(x_seq)
@@ -248,7 +251,7 @@ def plif_multi_step(x_seq: Tensor, v: Optional[Tensor], w: Tensor, decay_input: 
 
 def multistep_if(x_seq: Tensor, v_init: Optional[Tensor], v_threshold: float = 1.0,
                  v_reset: Optional[float] = 0.0, detach_reset: bool = False, surrogate_function=None,
-                 store_v_seq: bool = True, checkpoint_every: int = 0, packed_spikes: bool = False):
+                 store_v_seq: bool = True, checkpoint_every: Union[int, str] = "auto", packed_spikes: bool = False):
     """Seed contract: (s_seq, v_seq) when store_v_seq, else (s_seq, v_last)."""
     s_seq, v_last, v_seq = if_multi_step(x_seq, v_init, v_threshold, v_reset, surrogate_function,
                                          detach_reset, store_v_seq, checkpoint_every, packed_spikes)
@@ -257,7 +260,7 @@ def multistep_if(x_seq: Tensor, v_init: Optional[Tensor], v_threshold: float = 1
 
 def multistep_lif(x_seq: Tensor, v_init: Optional[Tensor], decay_input: bool = True, tau: float = 2.0,
                   v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, detach_reset: bool = False,
-                  surrogate_function=None, store_v_seq: bool = True, checkpoint_every: int = 0,
+                  surrogate_function=None, store_v_seq: bool = True, checkpoint_every: Union[int, str] = "auto",
                   packed_spikes: bool = False):
     """Seed contract: (s_seq, v_seq) when store_v_seq, else (s_seq, v_last)."""
     s_seq, v_last, v_seq = lif_multi_step(x_seq, v_init, tau, decay_input, v_threshold, v_reset,
@@ -268,7 +271,7 @@ def multistep_lif(x_seq: Tensor, v_init: Optional[Tensor], decay_input: bool = T
 
 def multistep_plif(x_seq: Tensor, v_init: Optional[Tensor], r_tau: Tensor, decay_input: bool = True,
                    v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, detach_reset: bool = False,
-                   surrogate_function=None, checkpoint_every: int = 0, packed_spikes: bool = False):
+                   surrogate_function=None, checkpoint_every: Union[int, str] = "auto", packed_spikes: bool = False):
     """Seed contract: r_tau = 1/tau (a one-element tensor, gradient included); returns (s_seq, v_seq)."""
     _check_sequence(x_seq)
     name, params = _surrogate.resolve(surrogate_function)

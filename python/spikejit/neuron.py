@@ -5,14 +5,16 @@
     s_seq = node(x_seq)          # [T, *S]; node.v is the last state, node.v_seq the whole sequence
     node.reset()
 
-Every step runs the fused kernels. `checkpoint_every` (constructor keyword and attribute,
-default 0) is the save policy of training: k >= 1 saves v only every k steps and recomputes the
-steps between in the backward (saved memory O(T/k), plus a reference to x_seq). Hyper-parameters may be changed between calls; the program
+Every step runs the fused kernels. `checkpoint_every` (constructor keyword and attribute) is the
+save policy of training: 0 saves per step, k >= 1 saves v only every k steps and recomputes the
+steps between in the backward (saved memory O(T/k), plus a reference to x_seq), and the default
+"auto" chooses per call (k = 4 for large float32 CUDA calls, where it is faster; see
+docs/python.md). Hyper-parameters may be changed between calls; the program
 for a set of options is built once per process. `backend` is accepted for compatibility with
 SpikingJelly ("torch", "cupy", "triton", "inductor") and always means spikejit.
 """
 import math
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import Tensor, nn
@@ -48,7 +50,7 @@ class BaseNode(nn.Module):
 
     def __init__(self, v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, surrogate_function=None,
                  detach_reset: bool = False, step_mode: str = "s", backend: str = "spikejit",
-                 store_v_seq: bool = False, checkpoint_every: int = 0, **options):
+                 store_v_seq: bool = False, checkpoint_every: Union[int, str] = "auto", **options):
         super().__init__()
         _check_float("v_threshold", v_threshold)
         _check_float("v_reset", v_reset, allow_none=True)
@@ -168,7 +170,7 @@ class BaseNode(nn.Module):
     def extra_repr(self) -> str:
         return (f"v_threshold={self.v_threshold}, v_reset={self.v_reset}, detach_reset={self.detach_reset}, "
                 f"step_mode={self.step_mode}, store_v_seq={self.store_v_seq}"
-                + (f", checkpoint_every={self.checkpoint_every}" if self.checkpoint_every else ""))
+                + (f", checkpoint_every={self.checkpoint_every}" if self.checkpoint_every != "auto" else ""))
 
 
 class IFNode(BaseNode):
@@ -186,7 +188,7 @@ class LIFNode(BaseNode):
     def __init__(self, tau: float = 2.0, decay_input: bool = True, v_threshold: float = 1.0,
                  v_reset: Optional[float] = 0.0, surrogate_function=None, detach_reset: bool = False,
                  step_mode: str = "s", backend: str = "spikejit", store_v_seq: bool = False,
-                 checkpoint_every: int = 0):
+                 checkpoint_every: Union[int, str] = "auto"):
         _check_float("tau", tau)
         if not tau > 1.0:
             raise ValueError(f"tau: expected a float > 1, got {tau}")
@@ -208,7 +210,7 @@ class ParametricLIFNode(BaseNode):
     def __init__(self, init_tau: float = 2.0, decay_input: bool = True, v_threshold: float = 1.0,
                  v_reset: Optional[float] = 0.0, surrogate_function=None, detach_reset: bool = False,
                  step_mode: str = "s", backend: str = "spikejit", store_v_seq: bool = False,
-                 checkpoint_every: int = 0):
+                 checkpoint_every: Union[int, str] = "auto"):
         _check_float("init_tau", init_tau)
         if not init_tau > 1.0:
             raise ValueError(f"init_tau: expected a float > 1, got {init_tau}")

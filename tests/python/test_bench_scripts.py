@@ -75,8 +75,10 @@ def test_profile_memory_replays_the_allocator_history():
     assert peak == 40 and sorted(alive) == [1, 2]
 
 
-def test_profile_save_policies_dry_run_measures_every_policy():
-    out = run_bench("profile_save_policies.py", "--dry-run", "--policies", "0", "4", "16")
+@pytest.mark.parametrize("neuron", ["LIF", "FlexSN2"])
+def test_profile_save_policies_dry_run_measures_every_policy(neuron):
+    out = run_bench("profile_save_policies.py", "--dry-run", "--neuron", neuron, "--policies", "0", "4", "16")
+    assert f"# {neuron} fp32" in out, out
     for row in ("| 4 | 256 | 0 |", "| 4 | 256 | 4 |", "| 16 | 64 | 0 |", "| 16 | 64 | 4 |", "| 16 | 64 | 16 |"):
         assert row in out, out
     assert "| 4 | 256 | 16 |" not in out, out  # k > T is not a policy of its own

@@ -217,6 +217,46 @@ def test_autograd_saves_less(device):
     assert checkpointed.total() < per_step.total()
 
 
+@pytest.mark.parametrize("case, expected", [
+    (dict(), 4),
+    (dict(dtype=torch.float16), 0), (dict(dtype=torch.bfloat16), 0), (dict(device="cpu"), 0),
+    (dict(steps=7), 0), (dict(neurons=65535), 0), (dict(store_state_seqs=True), 0),
+    (dict(packed_outputs=1), 0), (dict(pack_spikes=True), 0), (dict(policy=0), 0), (dict(policy=9), 9),
+])
+def test_auto_policy_choice(case, expected):
+    """The "auto" policy checkpoints every 4 steps only for float32 CUDA training with T >= 8 and N >= 65536,
+    nothing stored per step and nothing packed. Fake tensors: the CUDA rule is checked anywhere."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        x = torch.empty(case.get("steps", 8), case.get("neurons", 65536) // 256, 256,
+                        dtype=case.get("dtype", torch.float32), device=case.get("device", "cuda"))
+        chosen = _kernel_calls.resolve_checkpoint_every(case.get("policy", "auto"), x,
+                                                        case.get("store_state_seqs", False),
+                                                        case.get("packed_outputs", 0), case.get("pack_spikes", False))
+    assert chosen == expected
+
+
+@pytest.mark.cuda
+def test_auto_policy_checkpoints_large_float32_cuda_calls():
+    """The default policy of a module large enough for checkpoints saves what checkpoint_every=4
+    saves and gives the per-step policy's gradients (equal up to fp32 rounding, as above)."""
+    require_cuda()
+    steps, neurons = 12, 65536
+    x = random_input(steps, neurons, device="cuda")
+    for kind in (spikejit.LIFNode, spikejit.ParametricLIFNode):
+        make = lambda k: (kind(step_mode="m", checkpoint_every=k).cuda(), [])  # noqa: E731
+        assert saved_bytes(make, x, "auto").extra() == saved_bytes(make, x, 4).extra() == 3 * neurons * 4
+        grads = {}
+        for policy in (0, "auto"):
+            node = kind(step_mode="m", checkpoint_every=policy).cuda()
+            xg = x.clone().requires_grad_()
+            torch.manual_seed(3)
+            (node(xg) * torch.randn_like(xg)).sum().backward()
+            grads[policy] = [xg.grad] + [p.grad for p in node.parameters()]
+        for i, (a, b) in enumerate(zip(grads[0], grads["auto"])):
+            assert_same(b, a, False, f"{kind.__name__} gradient {i}")
+
+
 def opcheck_cases(device):
     lif = builtin_handle("lif", 1.0, 0.0, False, "sigmoid", (4.0,), True, 2.0)
     plif = builtin_handle("plif", 0.5, None, True, "atan", (2.0,), False)
@@ -285,7 +325,8 @@ def test_torch_compile_fullgraph(device):
 
 def test_bad_policy_values_are_rejected():
     x = random_input(5, 8).requires_grad_()
-    for bad, error in ((-1, ValueError), (257, ValueError), (2.0, TypeError), (True, TypeError), ("3", TypeError)):
+    for bad, error in ((-1, ValueError), (257, ValueError), (2.0, TypeError), (True, TypeError), ("3", TypeError),
+                       ("Auto", TypeError), (None, TypeError)):
         with pytest.raises(error, match="checkpoint_every"):
             spikejit.LIFNode(step_mode="m", checkpoint_every=bad)
         with pytest.raises(error, match="checkpoint_every"):
