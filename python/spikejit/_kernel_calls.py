@@ -87,24 +87,31 @@ def check_checkpoint_interval(checkpoint_every) -> int:
 
 
 # checkpoint_every="auto" takes checkpoints every AUTO_INTERVAL steps where that was measured to be
-# faster than saving per step (docs/benchmarks.md, "GPU, 2026-12-05": H200, float32 CUDA training,
-# 1.03-1.29x for IF, LIF and PLIF at T >= 8 with N >= 65536), and saves per step elsewhere:
-# float16 and bfloat16 (the checkpoints are float32, so no bytes are saved and the recomputation
-# costs), the CPU (no difference beyond noise), stored state sequences, packed spikes or outputs
-# (per-step policies), and small T or N (not faster, or not measured).
+# faster than saving per step (docs/benchmarks.md, "GPU, 2026-12-05": H200, float32 CUDA training
+# of IF, LIF and PLIF, 1.03-1.29x at T >= 8 with N >= 65536), and saves per step elsewhere:
+# - float16 and bfloat16: the checkpoints are float32, so no bytes are saved and the
+#   recomputation costs;
+# - the CPU: no difference beyond noise;
+# - stored state sequences, packed spikes or outputs: per-step policies;
+# - neurons with more than one input or state: the reference's FlexSN example (two of each) ran
+#   0.79-0.86x at N >= 262144;
+# - small T or N: not faster, or not measured.
 AUTO = "auto"
 AUTO_INTERVAL, AUTO_MIN_STEPS, AUTO_MIN_NEURONS = 4, 8, 65536
 
 
-def resolve_checkpoint_every(checkpoint_every, x: Tensor, store_state_seqs: bool, packed_outputs: int,
+def resolve_checkpoint_every(checkpoint_every, handle: int, x: Tensor, store_state_seqs: bool, packed_outputs: int,
                              pack_spikes: bool) -> int:
-    """The interval a training call on inputs like x takes under the save policy `checkpoint_every`."""
+    """The interval a training call of the handle's neuron on inputs like x takes under the save
+    policy `checkpoint_every`."""
     if not isinstance(checkpoint_every, str):
         return checkpoint_every
-    chosen = (x.device.type == "cuda" and x.dtype == torch.float32 and not store_state_seqs
-              and not packed_outputs and not pack_spikes and x.dim() >= 1 and x.shape[0] >= AUTO_MIN_STEPS
-              and neurons_of(x.shape) >= AUTO_MIN_NEURONS)
-    return AUTO_INTERVAL if chosen else 0
+    if not (x.device.type == "cuda" and x.dtype == torch.float32 and not store_state_seqs and not packed_outputs
+            and not pack_spikes and x.dim() >= 1 and x.shape[0] >= AUTO_MIN_STEPS
+            and neurons_of(x.shape) >= AUTO_MIN_NEURONS):
+        return 0
+    _, counts = program_counts(handle)
+    return AUTO_INTERVAL if counts.inputs == 1 and counts.states == 1 else 0
 
 
 def check_pack_spikes(pack_spikes, checkpoint_every=0) -> bool:

@@ -152,8 +152,8 @@ def execute_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_
     check_pack_spikes(pack_spikes, checkpoint_every)
     init_states = initial_states(handle, init_states, inputs[0])
     if needs_grad(list(inputs) + init_states + list(params)):
-        checkpoint_every = resolve_checkpoint_every(checkpoint_every, inputs[0], store_state_seqs, packed_outputs,
-                                                    pack_spikes)
+        checkpoint_every = resolve_checkpoint_every(checkpoint_every, handle, inputs[0], store_state_seqs,
+                                                    packed_outputs, pack_spikes)
         results = ops.run_training(handle, inputs, init_states, params, store_state_seqs, checkpoint_every,
                                    packed_outputs, pack_spikes, carriers)
         outputs = results[:num_outputs]

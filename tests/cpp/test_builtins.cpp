@@ -22,6 +22,7 @@
 #include "spikejit/error.h"
 #include "spikejit/frontend.h"
 #include "spikejit/program.h"
+#include "support/random_seed.h"
 
 namespace spikejit {
 namespace {
@@ -392,8 +393,8 @@ class BuiltinConformance : public ::testing::TestWithParam<Case> {};
 
 TEST_P(BuiltinConformance, MatchesReferenceEquations) {
   const Case& c = GetParam();
-  const uint64_t seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint64_t seed = testing::test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (SPIKEJIT_TEST_SEED replays it)");
   std::mt19937_64 rng(seed);
   const Program program(make_neuron(c));
   const Data<double> d = random_data<double>(c, rng);

@@ -218,19 +218,34 @@ def test_autograd_saves_less(device):
 
 
 @pytest.mark.parametrize("case, expected", [
-    (dict(), 4),
+    (dict(), 4), (dict(neuron="plif"), 4),
     (dict(dtype=torch.float16), 0), (dict(dtype=torch.bfloat16), 0), (dict(device="cpu"), 0),
     (dict(steps=7), 0), (dict(neurons=65535), 0), (dict(store_state_seqs=True), 0),
     (dict(packed_outputs=1), 0), (dict(pack_spikes=True), 0), (dict(policy=0), 0), (dict(policy=9), 9),
+    (dict(neuron="two states"), 0), (dict(neuron="two inputs"), 0),
 ])
 def test_auto_policy_choice(case, expected):
-    """The "auto" policy checkpoints every 4 steps only for float32 CUDA training with T >= 8 and N >= 65536,
-    nothing stored per step and nothing packed. Fake tensors: the CUDA rule is checked anywhere."""
+    """The "auto" policy checkpoints every 4 steps only for float32 CUDA training of one-input,
+    one-state neurons with T >= 8 and N >= 65536, nothing stored per step and nothing packed.
+    Fake tensors: the CUDA rule is checked anywhere."""
     from torch._subclasses.fake_tensor import FakeTensorMode
+    neuron = case.get("neuron", "lif")
+    keep = None
+    if neuron == "lif":
+        handle = builtin_handle("lif", 1.0, 0.0, False, "sigmoid", (4.0,), True, 2.0)
+    elif neuron == "plif":
+        handle = builtin_handle("plif", 1.0, None, True, "atan", (2.0,), False)
+    elif neuron == "two states":
+        keep = adaptive_flexsn(0, 1)[0]
+        handle = keep.handle
+    else:
+        keep = spikejit.FlexSN(lambda x, m, v: (spikejit.surrogate.spike(v + x * m - 1), (v + x * m) * 0.5),
+                               2, 1, 1, strict=True)
+        handle = keep.handle
     with FakeTensorMode():
         x = torch.empty(case.get("steps", 8), case.get("neurons", 65536) // 256, 256,
                         dtype=case.get("dtype", torch.float32), device=case.get("device", "cuda"))
-        chosen = _kernel_calls.resolve_checkpoint_every(case.get("policy", "auto"), x,
+        chosen = _kernel_calls.resolve_checkpoint_every(case.get("policy", "auto"), handle, x,
                                                         case.get("store_state_seqs", False),
                                                         case.get("packed_outputs", 0), case.get("pack_spikes", False))
     assert chosen == expected

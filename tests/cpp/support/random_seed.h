@@ -9,9 +9,15 @@
 
 namespace spikejit::testing {
 
+// A fresh seed from the OS, or SPIKEJIT_TEST_SEED's when it is set.
+inline uint64_t test_seed() {
+  if (const char* fixed = std::getenv("SPIKEJIT_TEST_SEED")) return std::strtoull(fixed, nullptr, 10);
+  return (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+}
+
 class SeededRng {
  public:
-  SeededRng() : seed_(initial_seed()), gen_(seed_) {}
+  SeededRng() : seed_(test_seed()), gen_(seed_) {}
 
   double uniform(double lo, double hi) {
     return std::uniform_real_distribution<double>(lo, hi)(gen_);
@@ -20,11 +26,6 @@ class SeededRng {
   std::string trace() const { return "random seed " + std::to_string(seed_); }
 
  private:
-  static uint64_t initial_seed() {
-    if (const char* fixed = std::getenv("SPIKEJIT_TEST_SEED")) return std::strtoull(fixed, nullptr, 10);
-    return (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
-  }
-
   uint64_t seed_;
   std::mt19937_64 gen_;
 };
