@@ -218,21 +218,24 @@ def test_autograd_saves_less(device):
 
 
 @pytest.mark.parametrize("case, expected", [
-    (dict(), 4), (dict(neuron="plif"), 4),
+    (dict(), 4), (dict(neuron="lif"), 0), (dict(neuron="if"), 0),
     (dict(dtype=torch.float16), 0), (dict(dtype=torch.bfloat16), 0), (dict(device="cpu"), 0),
     (dict(steps=7), 0), (dict(neurons=65535), 0), (dict(store_state_seqs=True), 0),
     (dict(packed_outputs=1), 0), (dict(pack_spikes=True), 0), (dict(policy=0), 0), (dict(policy=9), 9),
     (dict(neuron="two states"), 0), (dict(neuron="two inputs"), 0),
 ])
 def test_auto_policy_choice(case, expected):
-    """The "auto" policy checkpoints every 4 steps only for float32 CUDA training of one-input,
-    one-state neurons with T >= 8 and N >= 65536, nothing stored per step and nothing packed.
-    Fake tensors: the CUDA rule is checked anywhere."""
+    """The "auto" policy checkpoints every 4 steps only for float32 CUDA training with T >= 8 and
+    N >= 65536, nothing stored per step and nothing packed, of one-input, one-state neurons that
+    save more than x per step (PLIF: x and v; IF and LIF save h alone, which takes less memory
+    than keeping x and checkpoints). Fake tensors: the CUDA rule is checked anywhere."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    neuron = case.get("neuron", "lif")
+    neuron = case.get("neuron", "plif")
     keep = None
     if neuron == "lif":
         handle = builtin_handle("lif", 1.0, 0.0, False, "sigmoid", (4.0,), True, 2.0)
+    elif neuron == "if":
+        handle = builtin_handle("if", 1.0, None, False, "atan", (2.0,))
     elif neuron == "plif":
         handle = builtin_handle("plif", 1.0, None, True, "atan", (2.0,), False)
     elif neuron == "two states":
@@ -253,23 +256,25 @@ def test_auto_policy_choice(case, expected):
 
 @pytest.mark.cuda
 def test_auto_policy_checkpoints_large_float32_cuda_calls():
-    """The default policy of a module large enough for checkpoints saves what checkpoint_every=4
-    saves and gives the per-step policy's gradients (equal up to fp32 rounding, as above)."""
+    """The default policy of a PLIF module large enough for checkpoints saves what
+    checkpoint_every=4 saves and gives the per-step policy's gradients (equal up to fp32
+    rounding, as above); LIF's saves per step."""
     require_cuda()
     steps, neurons = 12, 65536
     x = random_input(steps, neurons, device="cuda")
-    for kind in (spikejit.LIFNode, spikejit.ParametricLIFNode):
-        make = lambda k: (kind(step_mode="m", checkpoint_every=k).cuda(), [])  # noqa: E731
-        assert saved_bytes(make, x, "auto").extra() == saved_bytes(make, x, 4).extra() == 3 * neurons * 4
-        grads = {}
-        for policy in (0, "auto"):
-            node = kind(step_mode="m", checkpoint_every=policy).cuda()
-            xg = x.clone().requires_grad_()
-            torch.manual_seed(3)
-            (node(xg) * torch.randn_like(xg)).sum().backward()
-            grads[policy] = [xg.grad] + [p.grad for p in node.parameters()]
-        for i, (a, b) in enumerate(zip(grads[0], grads["auto"])):
-            assert_same(b, a, False, f"{kind.__name__} gradient {i}")
+    lif = lambda k: (spikejit.LIFNode(step_mode="m", checkpoint_every=k).cuda(), [])  # noqa: E731
+    assert saved_bytes(lif, x, "auto").extra() == saved_bytes(lif, x, 0).extra() == steps * neurons * 4
+    plif = lambda k: (spikejit.ParametricLIFNode(step_mode="m", checkpoint_every=k).cuda(), [])  # noqa: E731
+    assert saved_bytes(plif, x, "auto").extra() == saved_bytes(plif, x, 4).extra() == 3 * neurons * 4
+    grads = {}
+    for policy in (0, "auto"):
+        node = spikejit.ParametricLIFNode(step_mode="m", checkpoint_every=policy).cuda()
+        xg = x.clone().requires_grad_()
+        torch.manual_seed(3)
+        (node(xg) * torch.randn_like(xg)).sum().backward()
+        grads[policy] = [xg.grad, node.w.grad]
+    for i, (a, b) in enumerate(zip(grads[0], grads["auto"])):
+        assert_same(b, a, False, f"gradient {i}")
 
 
 def opcheck_cases(device):
