@@ -21,10 +21,13 @@ constexpr int kReduceThreads = 256;
 constexpr int kRingRegisters = 32;
 constexpr int kMaxDepth = 16;
 // Checkpoint segments are unrolled (values kept in registers) up to this many values per thread,
-// and the next segment's inputs are prefetched up to the second count (H200, LIF fp32: k = 16
-// with its inputs prefetched spilled to local memory and ran at half the speed).
+// and the next segment's inputs are prefetched up to the second count, k * (saved + 2 * inputs)
+// * EPT. H200, fp32: LIF at k = 16 with its inputs prefetched spilled to local memory and ran at
+// half the speed; at 128, PLIF at k = 8 (128) and a two-input, two-state neuron at k = 4 (112,
+// 158 registers a thread) ran their backward 5-12 % slower prefetched than not; LIF at k = 8 (96)
+// gains from it.
 constexpr int kCheckpointRegisters = 64;
-constexpr int kCheckpointPrefetchRegisters = 128;
+constexpr int kCheckpointPrefetchRegisters = 96;
 // Above this cost (step_cost) a step function is called instead of inlined.
 constexpr int kInlineStepCost = 120;
 

@@ -183,7 +183,7 @@ __device__ __forceinline__ void real_row_store(void* base, long long offset, int
 [[maybe_unused]] constexpr int kGradOutputRepeat[kOutputsA] = {0}, kGradStateSeqRepeat[kStatesA] = {0};
 [[maybe_unused]] constexpr int kCheckpointEvery = 0;
 [[maybe_unused]] constexpr int kCheckpointRegisters = 64;
-[[maybe_unused]] constexpr int kCheckpointPrefetchRegisters = 128;
+[[maybe_unused]] constexpr int kCheckpointPrefetchRegisters = 96;
 [[maybe_unused]] constexpr int kReduceThreads = 256;
 // The values one step function takes and returns.
 struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA]; };
