@@ -88,7 +88,7 @@ def check_checkpoint_interval(checkpoint_every) -> int:
 
 # checkpoint_every="auto" takes checkpoints every AUTO_INTERVAL steps where they were measured to
 # be faster than saving per step and keep no more memory, and saves per step elsewhere (the
-# design's default is the least memory). Faster (docs/benchmarks.md, "GPU, 2026-12-05"; H200):
+# design's default is the least memory). Faster (docs/benchmarks.md, "GPU, 2026-12-04 (later)"; H200):
 # float32 CUDA training of IF, LIF and PLIF, 1.03-1.29x at T >= 8 with N >= 65536. Not faster:
 # - float16 and bfloat16: the checkpoints are float32, so no bytes are saved and the
 #   recomputation costs;
