@@ -188,6 +188,13 @@ __device__ __forceinline__ void row_store(void* base, long long offset, int coun
   }
 }
 
+// A hint that the row at `offset` (in elements of T) is read soon: its line is fetched into L2.
+// It takes no register and waits for nothing; the caller passes only addresses inside the buffer.
+template <class T>
+__device__ __forceinline__ void row_prefetch_l2(const void* base, long long offset) {
+  if (base != nullptr) asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const T*>(base) + offset));
+}
+
 // Rows of the compute type (checkpoints): element by element.
 template <int EPT>
 __device__ __forceinline__ void real_row_load(const void* base, long long offset, int count, real (&r)[EPT]) {

@@ -455,7 +455,8 @@ __device__ __forceinline__ void load_segment(const SpikejitArgs& a, long long se
 // function, then run the reverse sweep over the segment. Where registers allow, the rows of the
 // next segment are loaded before this one is computed, so their latency hides behind its work
 // (without that, every segment waits a full memory latency: LIF's backward at k = 4 ran at 77 %
-// of the copy bandwidth, with it at 90 %; H200, T = 32, N = 4M).
+// of the copy bandwidth, with it at 90 %; H200, T = 32, N = 4M). Elsewhere the inputs of the
+// steps ahead are asked of L2 (prefetch.global.L2: no registers), which brings part of that back.
 template <int EPT, bool VEC>
 __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, long long n0, int count,
                                                          double (&partial)[kScalarParamCountA]) {
@@ -464,6 +465,8 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
   // Prefetching holds a second segment of inputs: only where those registers are there too.
   constexpr int kUnroll = K * kSavedA * EPT <= kCheckpointRegisters ? K : 1;
   constexpr bool kPrefetch = K * (kSavedA + 2 * kInputsA) * EPT <= kCheckpointPrefetchRegisters;
+  // Otherwise: steps of input rows asked of L2 ahead of the recomputation.
+  constexpr int kL2Ahead = kCheckpointL2AheadBytes / (kInputsA * EPT * (int)sizeof(storage));
   const long long T = a.steps, N = a.neurons;
   real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamsA][EPT];
   backward_init<EPT>(a, n0, count, carry, gacc);
@@ -483,7 +486,10 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
       if (seg > 0) load_segment<EPT, VEC, kHeldRows, kUnroll>(a, seg - 1, n0, count, next);
     } else {
 #pragma unroll
-      for (int i = 0; i < kStates; ++i) real_row_load<EPT>(a.buffers[kSlotSaved + i], seg * N + n0, count, cur.st[i]);
+      for (int i = 0; i < kStates; ++i) {
+        real_row_load<EPT>(a.buffers[kSlotSaved + i], seg * N + n0, count, cur.st[i]);
+        if (seg > 0) row_prefetch_l2<real>(a.buffers[kSlotSaved + i], (seg - 1) * N + n0);
+      }
     }
     real ring[K][kSavedA][EPT];
 #pragma unroll kUnroll
@@ -496,6 +502,15 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
             xr[i] = cur.x[u][i];
           } else {
             row_load<EPT, VEC>(a.buffers[kSlotInput + i], (s0 + u) * N + n0, count, xr[i]);
+          }
+        }
+        if constexpr (!kPrefetch && kL2Ahead > 0) {
+          // Recomputation order: this segment's steps, then those of the segment before it.
+          constexpr int kAhead = kL2Ahead;
+          const long long ahead = (seg - (u + kAhead) / K) * K + (u + kAhead) % K;
+          if (ahead >= 0 && ahead < T) {
+#pragma unroll
+            for (int i = 0; i < kInputs; ++i) row_prefetch_l2<storage>(a.buffers[kSlotInput + i], ahead * N + n0);
           }
         }
 #pragma unroll

@@ -28,6 +28,12 @@ constexpr int kMaxDepth = 16;
 // gains from it.
 constexpr int kCheckpointRegisters = 64;
 constexpr int kCheckpointPrefetchRegisters = 96;
+// Without that prefetch, the recomputation asks L2 for the input rows of the steps ahead (in its
+// order: a segment's steps forward, then the segment before it), as many as fit in this many bytes
+// a thread. H200, fp32, one input (8 steps ahead): LIF's backward at k = 16 and 32 and PLIF's at
+// k = 8 and 16 ran 4-15 % faster than without; at 256 bytes (16 steps) slower than without, the
+// rows in flight then exceed L2 (about 270K resident threads).
+constexpr int kCheckpointL2AheadBytes = 128;
 // Above this cost (step_cost) a step function is called instead of inlined.
 constexpr int kInlineStepCost = 120;
 
@@ -229,6 +235,7 @@ std::string constants(const KernelPlan& p) {
   s += "[[maybe_unused]] constexpr int kCheckpointRegisters = " + std::to_string(kCheckpointRegisters) + ";\n";
   s += "[[maybe_unused]] constexpr int kCheckpointPrefetchRegisters = " +
        std::to_string(kCheckpointPrefetchRegisters) + ";\n";
+  s += "[[maybe_unused]] constexpr int kCheckpointL2AheadBytes = " + std::to_string(kCheckpointL2AheadBytes) + ";\n";
   s += "[[maybe_unused]] constexpr int kReduceThreads = " + std::to_string(kReduceThreads) + ";\n";
   s += "// The values one step function takes and returns.\n"
        "struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA]; };\n"

@@ -126,6 +126,13 @@ __device__ __forceinline__ void row_store(void* base, long long offset, int coun
   }
 }
 
+// A hint that the row at `offset` (in elements of T) is read soon: its line is fetched into L2.
+// It takes no register and waits for nothing; the caller passes only addresses inside the buffer.
+template <class T>
+__device__ __forceinline__ void row_prefetch_l2(const void* base, long long offset) {
+  if (base != nullptr) asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const T*>(base) + offset));
+}
+
 // Rows of the compute type (checkpoints): element by element.
 template <int EPT>
 __device__ __forceinline__ void real_row_load(const void* base, long long offset, int count, real (&r)[EPT]) {
@@ -167,6 +174,7 @@ __device__ __forceinline__ void real_row_store(void* base, long long offset, int
 [[maybe_unused]] constexpr int kCheckpointEvery = 0;
 [[maybe_unused]] constexpr int kCheckpointRegisters = 64;
 [[maybe_unused]] constexpr int kCheckpointPrefetchRegisters = 96;
+[[maybe_unused]] constexpr int kCheckpointL2AheadBytes = 128;
 [[maybe_unused]] constexpr int kReduceThreads = 256;
 // The values one step function takes and returns.
 struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA]; };

@@ -141,6 +141,13 @@ __device__ __forceinline__ void row_store(void* base, long long offset, int coun
   }
 }
 
+// A hint that the row at `offset` (in elements of T) is read soon: its line is fetched into L2.
+// It takes no register and waits for nothing; the caller passes only addresses inside the buffer.
+template <class T>
+__device__ __forceinline__ void row_prefetch_l2(const void* base, long long offset) {
+  if (base != nullptr) asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const T*>(base) + offset));
+}
+
 // Rows of the compute type (checkpoints): element by element.
 template <int EPT>
 __device__ __forceinline__ void real_row_load(const void* base, long long offset, int count, real (&r)[EPT]) {
@@ -184,6 +191,7 @@ __device__ __forceinline__ void real_row_store(void* base, long long offset, int
 [[maybe_unused]] constexpr int kCheckpointEvery = 0;
 [[maybe_unused]] constexpr int kCheckpointRegisters = 64;
 [[maybe_unused]] constexpr int kCheckpointPrefetchRegisters = 96;
+[[maybe_unused]] constexpr int kCheckpointL2AheadBytes = 128;
 [[maybe_unused]] constexpr int kReduceThreads = 256;
 // The values one step function takes and returns.
 struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA]; };
@@ -558,7 +566,8 @@ __device__ __forceinline__ void load_segment(const SpikejitArgs& a, long long se
 // function, then run the reverse sweep over the segment. Where registers allow, the rows of the
 // next segment are loaded before this one is computed, so their latency hides behind its work
 // (without that, every segment waits a full memory latency: LIF's backward at k = 4 ran at 77 %
-// of the copy bandwidth, with it at 90 %; H200, T = 32, N = 4M).
+// of the copy bandwidth, with it at 90 %; H200, T = 32, N = 4M). Elsewhere the inputs of the
+// steps ahead are asked of L2 (prefetch.global.L2: no registers), which brings part of that back.
 template <int EPT, bool VEC>
 __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, long long n0, int count,
                                                          double (&partial)[kScalarParamCountA]) {
@@ -567,6 +576,8 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
   // Prefetching holds a second segment of inputs: only where those registers are there too.
   constexpr int kUnroll = K * kSavedA * EPT <= kCheckpointRegisters ? K : 1;
   constexpr bool kPrefetch = K * (kSavedA + 2 * kInputsA) * EPT <= kCheckpointPrefetchRegisters;
+  // Otherwise: steps of input rows asked of L2 ahead of the recomputation.
+  constexpr int kL2Ahead = kCheckpointL2AheadBytes / (kInputsA * EPT * (int)sizeof(storage));
   const long long T = a.steps, N = a.neurons;
   real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamsA][EPT];
   backward_init<EPT>(a, n0, count, carry, gacc);
@@ -586,7 +597,10 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
       if (seg > 0) load_segment<EPT, VEC, kHeldRows, kUnroll>(a, seg - 1, n0, count, next);
     } else {
 #pragma unroll
-      for (int i = 0; i < kStates; ++i) real_row_load<EPT>(a.buffers[kSlotSaved + i], seg * N + n0, count, cur.st[i]);
+      for (int i = 0; i < kStates; ++i) {
+        real_row_load<EPT>(a.buffers[kSlotSaved + i], seg * N + n0, count, cur.st[i]);
+        if (seg > 0) row_prefetch_l2<real>(a.buffers[kSlotSaved + i], (seg - 1) * N + n0);
+      }
     }
     real ring[K][kSavedA][EPT];
 #pragma unroll kUnroll
@@ -599,6 +613,15 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
             xr[i] = cur.x[u][i];
           } else {
             row_load<EPT, VEC>(a.buffers[kSlotInput + i], (s0 + u) * N + n0, count, xr[i]);
+          }
+        }
+        if constexpr (!kPrefetch && kL2Ahead > 0) {
+          // Recomputation order: this segment's steps, then those of the segment before it.
+          constexpr int kAhead = kL2Ahead;
+          const long long ahead = (seg - (u + kAhead) / K) * K + (u + kAhead) % K;
+          if (ahead >= 0 && ahead < T) {
+#pragma unroll
+            for (int i = 0; i < kInputs; ++i) row_prefetch_l2<storage>(a.buffers[kSlotInput + i], ahead * N + n0);
           }
         }
 #pragma unroll
