@@ -94,7 +94,7 @@ def check_checkpoint_interval(checkpoint_every) -> int:
 #   recomputation costs;
 # - the CPU: no difference beyond noise;
 # - neurons with more than one input or state: the reference's FlexSN example (two of each) ran
-#   0.79-0.86x at N >= 262144;
+#   0.96-0.97x at N >= 1M;
 # - small T or N: not faster, or not measured.
 # Memory: checkpoints keep every input alive plus 1/k of each state; per step keeps the saved
 # values (some of them inputs). IF and LIF save one value per step (h), so checkpoints would keep
