@@ -1,8 +1,9 @@
 """Where the device time of a training step goes under each of spikejit's save policies.
 
 A step is forward + y.sum().backward() + reset through a module (`--neuron`), as in
-bench_gpu_vs_spikingjelly.py (FlexSN2: the sum of both outputs). For each size and policy (0: the forward saves per step;
-k: a checkpoint every k steps, the backward recomputes the steps between) it prints the mean
+bench_gpu_vs_spikingjelly.py (FlexSN2: the sum of both outputs). For each size and policy (0:
+the forward saves per step; k: a checkpoint every k steps, the backward recomputes the steps
+between) it prints the mean
 device microseconds per step of spikejit's forward kernel, its backward kernel and everything
 else (the sum, its gradient, fills), from torch.profiler's device activity, and the step's
 speed-up over per-step saving. This separates the kernels from the host time that

@@ -8,8 +8,8 @@
 Every step runs the fused kernels. `checkpoint_every` (constructor keyword and attribute) is the
 save policy of training: 0 saves per step, k >= 1 saves v only every k steps and recomputes the
 steps between in the backward (saved memory O(T/k), plus a reference to x_seq), and the default
-"auto" chooses per call (k = 4 for large float32 CUDA calls, where it is faster; see
-docs/python.md). Hyper-parameters may be changed between calls; the program
+"auto" chooses per call (k = 4 where that is faster and keeps no more memory: PLIF, float32, on
+CUDA, large calls; see docs/python.md). Hyper-parameters may be changed between calls; the program
 for a set of options is built once per process. `backend` is accepted for compatibility with
 SpikingJelly ("torch", "cupy", "triton", "inductor") and always means spikejit.
 """

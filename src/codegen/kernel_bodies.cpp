@@ -506,8 +506,7 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
         }
         if constexpr (!kPrefetch && kL2Ahead > 0) {
           // Recomputation order: this segment's steps, then those of the segment before it.
-          constexpr int kAhead = kL2Ahead;
-          const long long ahead = (seg - (u + kAhead) / K) * K + (u + kAhead) % K;
+          const long long ahead = (seg - (u + kL2Ahead) / K) * K + (u + kL2Ahead) % K;
           if (ahead >= 0 && ahead < T) {
 #pragma unroll
             for (int i = 0; i < kInputs; ++i) row_prefetch_l2<storage>(a.buffers[kSlotInput + i], ahead * N + n0);
