@@ -230,6 +230,12 @@ void bind_kernels(nb::module_& m) {
         "uint8 [T, ceil(N / 8)] bits with pack_spikes; k: one [ceil(T/k), *S] checkpoint per state, "
         "compute dtype, input -1).");
   m.attr("MAX_CHECKPOINT_EVERY") = kMaxCheckpointEvery;
+  m.attr("AUTO_CHECKPOINT_EVERY") = kAutoCheckpointEvery;
+  m.attr("AUTO_CHECKPOINT_MIN_STEPS") = kAutoCheckpointMinSteps;
+  m.attr("AUTO_CHECKPOINT_MIN_NEURONS") = kAutoCheckpointMinNeurons;
+  m.def("auto_checkpoints_pay", &auto_checkpoints_pay, "program"_a,
+        "Whether the auto save policy takes checkpoints for this neuron at large enough float32 "
+        "CUDA calls (one input, one state, more saved per step than the input).");
   m.def(
       "cuda_available",
       [] {

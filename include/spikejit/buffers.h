@@ -131,6 +131,25 @@ struct SavedBuffer {
 // dtype of the CUDA kernels and of the CPU executor's automatic choice).
 DType checkpoint_dtype(DType storage);
 
+// The "auto" save policy (the Python package's default, checkpoint_every="auto"): checkpoints
+// every kAutoCheckpointEvery steps where they were measured to be faster than saving per step and
+// keep no more memory (the default saves the least memory), per-step saving (0) elsewhere.
+// Faster (H200, docs/benchmarks.md): float32 storage on CUDA with T >= kAutoCheckpointMinSteps
+// and N >= kAutoCheckpointMinNeurons, for neurons with one input and one state. No more memory:
+// checkpoints keep the inputs alive plus 1/k of each state, so they pay for a neuron that saves
+// more than its input per step (PLIF: x and v), not for one that saves a single value (IF and
+// LIF: h). Stored state sequences and packed spikes or outputs are per-step policies: 0.
+constexpr int64_t kAutoCheckpointEvery = 4;
+constexpr int64_t kAutoCheckpointMinSteps = 8;
+constexpr int64_t kAutoCheckpointMinNeurons = 65536;
+
+// The part of the auto policy that depends on the neuron alone.
+bool auto_checkpoints_pay(const Program& program);
+
+// The auto policy's checkpoint_every for one training call of `steps` x `neurons`.
+int64_t auto_checkpoint_every(const Program& program, bool on_cuda, DType storage, int64_t steps, int64_t neurons,
+                              bool stores_state_seqs, bool packs_spikes_or_outputs);
+
 // What a training forward with this policy writes (and the backward reads), in order: per step,
 // backward(pack_spikes).saved.size() x [T, *S] in `storage`, or packed (uint8 [T, ceil(N / 8)],
 // in packed_saved) where the policy packs; with checkpoints, num_states x [ceil(T/k), *S] in

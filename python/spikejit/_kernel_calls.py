@@ -86,22 +86,10 @@ def check_checkpoint_interval(checkpoint_every) -> int:
     return checkpoint_every
 
 
-# checkpoint_every="auto" takes checkpoints every AUTO_INTERVAL steps where they were measured to
-# be faster than saving per step and keep no more memory, and saves per step elsewhere (the
-# design's default is the least memory). Faster (docs/benchmarks.md, "GPU, 2026-12-04 (later)"; H200):
-# float32 CUDA training of IF, LIF and PLIF, 1.03-1.29x at T >= 8 with N >= 65536. Not faster:
-# - float16 and bfloat16: the checkpoints are float32, so no bytes are saved and the
-#   recomputation costs;
-# - the CPU: no difference beyond noise;
-# - neurons with more than one input or state: the reference's FlexSN example (two of each) ran
-#   0.96-0.97x at N >= 1M;
-# - small T or N: not faster, or not measured.
-# Memory: checkpoints keep every input alive plus 1/k of each state; per step keeps the saved
-# values (some of them inputs). IF and LIF save one value per step (h), so checkpoints would keep
-# x and a quarter more; PLIF saves two (x and v), so checkpoints keep less. Stored state sequences
-# and packed spikes or outputs are per-step policies.
+# checkpoint_every="auto": the C++ core's rule (spikejit/buffers.h, auto_checkpoint_every, which
+# says why). The sizes are compared here, so that a symbolic T or N under torch.compile stays
+# symbolic (guarded by the comparison) instead of being specialized.
 AUTO = "auto"
-AUTO_INTERVAL, AUTO_MIN_STEPS, AUTO_MIN_NEURONS = 4, 8, 65536
 
 
 def resolve_checkpoint_every(checkpoint_every, handle: int, x: Tensor, store_state_seqs: bool, packed_outputs: int,
@@ -111,22 +99,16 @@ def resolve_checkpoint_every(checkpoint_every, handle: int, x: Tensor, store_sta
     if not isinstance(checkpoint_every, str):
         return checkpoint_every
     chosen = (x.device.type == "cuda" and x.dtype == torch.float32 and not store_state_seqs and not packed_outputs
-              and not pack_spikes and x.dim() >= 1 and x.shape[0] >= AUTO_MIN_STEPS
-              and neurons_of(x.shape) >= AUTO_MIN_NEURONS and _checkpoints_pay(handle))
-    return AUTO_INTERVAL if chosen else 0
+              and not pack_spikes and x.dim() >= 1 and x.shape[0] >= _core.AUTO_CHECKPOINT_MIN_STEPS
+              and neurons_of(x.shape) >= _core.AUTO_CHECKPOINT_MIN_NEURONS and _checkpoints_pay(handle))
+    return _core.AUTO_CHECKPOINT_EVERY if chosen else 0
 
 
 def _checkpoints_pay(handle: int) -> bool:
-    """Whether the neuron is one whose checkpoints at AUTO_INTERVAL are faster (one input, one
-    state) and keep no more memory than its per-step saved values; worked out once per handle."""
     program, cache = registry.program_and_cache(handle)
     pays = cache.get("auto checkpoints")
     if pays is None:
-        counts = _counts_in(program, cache)
-        per_step = len(training_call(handle, False).plan)  # values saved per step, inputs included
-        pays = (counts.inputs == 1 and counts.states == 1
-                and counts.inputs + counts.states / AUTO_INTERVAL <= per_step)
-        cache["auto checkpoints"] = pays
+        pays = cache["auto checkpoints"] = _core.auto_checkpoints_pay(program)
     return pays
 
 

@@ -1,0 +1,75 @@
+// The "auto" save policy (spikejit/buffers.h): checkpoints only for float32 CUDA calls large
+// enough, of one-input, one-state neurons that save more than their input per step.
+#include <gtest/gtest.h>
+
+#include "spikejit/buffers.h"
+#include "spikejit/builtins.h"
+#include "spikejit/program.h"
+
+namespace spikejit {
+namespace {
+
+constexpr int64_t kT = kAutoCheckpointMinSteps, kN = kAutoCheckpointMinNeurons;
+
+int64_t choose(const Program& p, bool on_cuda = true, DType storage = DType::F32, int64_t steps = kT,
+               int64_t neurons = kN, bool seqs = false, bool packs = false) {
+  return auto_checkpoint_every(p, on_cuda, storage, steps, neurons, seqs, packs);
+}
+
+TEST(AutoSavePolicy, CheckpointsOnlyNeuronsThatSaveMoreThanTheirInput) {
+  const Program plif(builtins::plif_neuron());  // saves x and v per step
+  const Program lif(builtins::lif_neuron());    // saves h
+  const Program if_(builtins::if_neuron());     // saves h
+  EXPECT_EQ(plif.backward().saved.size(), 2u);
+  EXPECT_EQ(lif.backward().saved.size(), 1u);
+  EXPECT_TRUE(auto_checkpoints_pay(plif));
+  EXPECT_FALSE(auto_checkpoints_pay(lif));
+  EXPECT_FALSE(auto_checkpoints_pay(if_));
+  EXPECT_EQ(choose(plif), kAutoCheckpointEvery);
+  EXPECT_EQ(choose(lif), 0);
+  EXPECT_EQ(choose(if_), 0);
+}
+
+TEST(AutoSavePolicy, SavesPerStepOutsideTheMeasuredCases) {
+  const Program plif(builtins::plif_neuron());
+  EXPECT_EQ(choose(plif, /*on_cuda=*/false), 0);
+  for (DType storage : {DType::F16, DType::BF16, DType::F64}) EXPECT_EQ(choose(plif, true, storage), 0);
+  EXPECT_EQ(choose(plif, true, DType::F32, kT - 1), 0);
+  EXPECT_EQ(choose(plif, true, DType::F32, kT, kN - 1), 0);
+  EXPECT_EQ(choose(plif, true, DType::F32, kT, kN, /*seqs=*/true), 0);
+  EXPECT_EQ(choose(plif, true, DType::F32, kT, kN, false, /*packs=*/true), 0);
+  EXPECT_EQ(choose(plif, true, DType::F32, 1024, 1 << 24), kAutoCheckpointEvery);
+}
+
+TEST(AutoSavePolicy, SavesPerStepForNeuronsOfSeveralInputsOrStates) {
+  // Both save more per step than checkpoints would keep, but a checkpoint backward with several
+  // inputs or states was measured slower than saving per step.
+  const Program two_inputs = Program::from_text(R"(neuron gated
+input x
+input m
+state v = 0
+output s
+h = v + x * sigmoid(m)
+s = spike(h - 1, sigmoid(alpha=4))
+v = h * (1 - s)
+)");
+  const Program two_states = Program::from_text(R"(neuron adaptive
+input x
+state v = 0
+state a = 0
+output s
+h = v + (x - v) * 0.5
+s = spike(h - 1 - a, sigmoid(alpha=4))
+v = h * (1 - s)
+a = 0.8 * a + 0.2 * s
+)");
+  EXPECT_GE(two_inputs.backward().saved.size(), 3u);
+  EXPECT_GE(two_states.backward().saved.size(), 2u);
+  EXPECT_FALSE(auto_checkpoints_pay(two_inputs));
+  EXPECT_FALSE(auto_checkpoints_pay(two_states));
+  EXPECT_EQ(choose(two_inputs), 0);
+  EXPECT_EQ(choose(two_states), 0);
+}
+
+}  // namespace
+}  // namespace spikejit
