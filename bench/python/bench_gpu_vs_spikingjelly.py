@@ -23,12 +23,16 @@ every 8 steps (the backward recomputes the steps between from x: fewer bytes tha
 step) beside the first policy given (default: auto, the modules' default), which is the one
 compared with SpikingJelly; the column after each such policy is its speed-up over the first.
 The bytes behind "% of copy BW" are the per-step policy's whatever the policy.
+`--rounds R` measures every implementation R times in turn (spikejit, each SpikingJelly worker,
+again), each round within its share of the budget, and reports per case the median over the
+rounds: at host-bound sizes a step's time is the host's, which drifts during a run.
 Stops measuring when --budget-s is used up and says what it left out.
 """
 import argparse
 import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -68,6 +72,9 @@ def parse_args(argv=None):
                         help="spikejit's training save policies to time (auto: the modules' default, 0: per step, "
                              "k: a checkpoint every k steps, recomputed in the backward); the first is the one "
                              "compared")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure every implementation this many times in turn (spikejit, then each "
+                             "SpikingJelly one, again) and report medians: the host's speed drifts during a run")
     parser.add_argument("--worker", choices=SJ_BACKENDS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if any(k != "auto" and k < 0 for k in args.checkpoint_every):
@@ -76,6 +83,8 @@ def parse_args(argv=None):
         parser.error(f"--rep-ms / --warmup-ms: expected > 0 / >= 0, got {args.rep_ms} / {args.warmup_ms}")
     if args.calls < 1:
         parser.error(f"--calls: expected a count >= 1, got {args.calls}")
+    if args.rounds < 1:
+        parser.error(f"--rounds: expected a count >= 1, got {args.rounds}")
     if args.budget_s <= 0:
         parser.error(f"--budget-s: expected seconds > 0, got {args.budget_s}")
     return args
@@ -353,7 +362,8 @@ def report(args, device, bandwidth, rows, unavailable):
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (dry run)"
     print(f"# spikejit against SpikingJelly on {name}\n")
     print(f"torch {torch.__version__}; timer: {timer_name(device)} (rep {args.rep_ms:g} ms); "
-          f"copy bandwidth (device-to-device, read + written): {bandwidth / 1e12:.3f} TB/s\n")
+          f"copy bandwidth (device-to-device, read + written): {bandwidth / 1e12:.3f} TB/s"
+          + (f"; medians of {args.rounds} rounds" if args.rounds > 1 else "") + "\n")
     for implementation, why in unavailable:
         print(f"- {implementation}: not run: {why}")
     live = [b for b in (f"SJ {b}" for b in args.sj_backends) if b not in dict(unavailable)]
@@ -407,11 +417,50 @@ def report(args, device, bandwidth, rows, unavailable):
 
 def write_csv(path, rows):
     fields = ["implementation", "neuron", "dtype", "mode", "T", "N", "section", "ms", "pct_copy_bw", "host_us",
-              "spikes", "skipped", "unavailable", "copy_bytes_per_s"]
+              "rounds", "spikes", "skipped", "unavailable", "copy_bytes_per_s"]
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
+
+
+def measure_round(args, device, deadline):
+    """Every implementation once, within `deadline`: its rows."""
+    rows = []
+    # spikejit first and alone in this process's GPU memory; then each SpikingJelly worker.
+    first, *others = args.checkpoint_every
+    measure("spikejit", policy_node(first), device, args, deadline, rows.append)
+    for k in others:
+        measure(policy_name(k), policy_node(k), device, args, deadline, rows.append)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    for backend in [b for b in SJ_BACKENDS if b in args.sj_backends]:
+        rows += run_worker(backend, args, BUDGET_SHARES[backend] * (deadline - time.monotonic()))
+    return rows
+
+
+def median_of_rounds(rounds):
+    """One row per implementation and case: the median of the rounds that measured it ("rounds"
+    says how many), else the first round's skip or unavailability."""
+    merged = {}
+    for rows in rounds:
+        for row in rows:
+            key = tuple(row.get(f) for f in ("implementation", "section", "neuron", "dtype", "mode", "T", "N"))
+            merged.setdefault(key, []).append(row)
+    out = []
+    for versions in merged.values():
+        measured = [v for v in versions if "ms" in v or "host_us" in v]
+        if not measured:
+            out.append(versions[0])
+            continue
+        row = {k: v for k, v in measured[0].items() if k not in ("ms", "host_us")}
+        for field in ("ms", "host_us"):
+            values = sorted(v[field] for v in measured if field in v)
+            if values:
+                row[field] = statistics.median(values)
+        row["rounds"] = len(measured)
+        out.append(row)
+    return out
 
 
 def main(argv=None):
@@ -423,16 +472,10 @@ def main(argv=None):
     deadline = start + args.budget_s
     device = device_of(args)
     bandwidth = copy_bandwidth(device, args)
-    rows = []
-    # spikejit first and alone in this process's GPU memory; then each SpikingJelly worker.
-    first, *others = args.checkpoint_every
-    measure("spikejit", policy_node(first), device, args, deadline, rows.append)
-    for k in others:
-        measure(policy_name(k), policy_node(k), device, args, deadline, rows.append)
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    for backend in [b for b in SJ_BACKENDS if b in args.sj_backends]:
-        rows += run_worker(backend, args, BUDGET_SHARES[backend] * (deadline - time.monotonic()))
+    rounds = []
+    for r in range(args.rounds):
+        rounds.append(measure_round(args, device, start + (deadline - start) * (r + 1) / args.rounds))
+    rows = median_of_rounds(rounds)
     unavailable = [(r["implementation"], r["unavailable"]) for r in rows if "unavailable" in r]
     rows = [r for r in rows if "unavailable" not in r] + reference_rows()
     for r in rows:

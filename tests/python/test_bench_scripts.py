@@ -33,6 +33,38 @@ def test_gpu_bench_dry_runs(script):
     assert "| LIF |" in out or "| infer |" in out, out
 
 
+def test_gpu_bench_rounds_report_medians(tmp_path):
+    """--rounds 2: every implementation measured twice in turn (SpikingJelly's torch worker runs
+    on the CPU in a dry run), each case reported once as the median of both rounds."""
+    import csv
+    table = tmp_path / "rows.csv"
+    out = run_bench("bench_gpu_vs_spikingjelly.py", "--dry-run", "--sj-backends", "torch", "--rounds", "2",
+                    "--budget-s", "200", "--csv", str(table))
+    assert "medians of 2 rounds" in out, out
+    with open(table) as f:
+        rows = [r for r in csv.DictReader(f) if r["ms"]]
+    keys = [(r["implementation"], r["neuron"], r["dtype"], r["mode"], r["T"], r["N"]) for r in rows]
+    assert len(keys) == len(set(keys)), "a case reported twice"
+    assert {r["implementation"] for r in rows} >= {"spikejit", "SJ torch"}
+    assert all(r["rounds"] == "2" for r in rows if not r["implementation"].endswith("(reference file)")), rows
+
+
+def test_median_of_rounds():
+    sys.path.insert(0, str(BENCH))
+    try:
+        from bench_gpu_vs_spikingjelly import median_of_rounds
+    finally:
+        sys.path.remove(str(BENCH))
+    case = {"implementation": "spikejit", "neuron": "LIF", "dtype": "fp32", "mode": "train", "T": 4, "N": 8}
+    rounds = [[dict(case, ms=3.0), {"implementation": "SJ cuda", "unavailable": "no build"}],
+              [dict(case, ms=1.0), dict(case, implementation="SJ torch", skipped="time budget spent")],
+              [dict(case, ms=2.0, spikes=5), dict(case, implementation="SJ torch", ms=4.0)]]
+    merged = {r["implementation"]: r for r in median_of_rounds(rounds)}
+    assert merged["spikejit"]["ms"] == 2.0 and merged["spikejit"]["rounds"] == 3
+    assert merged["SJ torch"]["ms"] == 4.0 and merged["SJ torch"]["rounds"] == 1 and "skipped" not in merged["SJ torch"]
+    assert merged["SJ cuda"] == {"implementation": "SJ cuda", "unavailable": "no build"}
+
+
 def test_profile_step_runs_on_the_cpu():
     out = run_bench("profile_step.py", "--device", "cpu", "--calls", "20", "--bursts", "1", "--top", "3")
     assert "µs per step (host)" in out and "cProfile" in out, out
