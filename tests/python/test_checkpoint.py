@@ -3,6 +3,7 @@ k steps and the backward recomputes the steps between. Gradients equal the per-s
 (bit for bit in fp32 / fp64 storage), autograd saves less, opcheck and torch.compile work, bad
 values are rejected. CUDA cases skip without a GPU unless SPIKEJIT_REQUIRE_CUDA=1."""
 import math
+import re
 
 import pytest
 import torch
@@ -356,6 +357,9 @@ def test_bad_policy_values_are_rejected():
                             checkpoint_every=bad)
     with pytest.raises(ValueError, match="from 1 to 256, got 300"):
         spikejit.if_multi_step(x, checkpoint_every=300)
+    with pytest.raises(TypeError, match=re.escape("checkpoint_every: expected 'auto' or an int (0: save per step, "
+                                                  "k >= 1: checkpoints every k steps), got 'Auto'")):
+        spikejit.LIFNode(step_mode="m", checkpoint_every="Auto")  # docs/errors.md quotes it
     # The per-policy cache of the ops keys True like 1: a bool still fails after an int was cached.
     lif = builtin_handle("lif", 1.0, 0.0, False, "sigmoid", (4.0,), True, 2.0)
     spikejit.ops.training_forward(lif, [x.detach()], [], [], False, 1)
