@@ -233,9 +233,14 @@ void bind_kernels(nb::module_& m) {
   m.attr("AUTO_CHECKPOINT_EVERY") = kAutoCheckpointEvery;
   m.attr("AUTO_CHECKPOINT_MIN_STEPS") = kAutoCheckpointMinSteps;
   m.attr("AUTO_CHECKPOINT_MIN_NEURONS") = kAutoCheckpointMinNeurons;
-  m.def("auto_checkpoints_pay", &auto_checkpoints_pay, "program"_a,
-        "Whether the auto save policy takes checkpoints for this neuron at large enough float32 "
-        "CUDA calls (one input, one state, more saved per step than the input).");
+  m.def(
+      "auto_checkpoint_interval",
+      [](const Program& program, bool on_cuda, int dtype, bool stores_state_seqs, bool packs) {
+        return auto_checkpoint_interval(program, on_cuda, dtype_of(dtype, "dtype"), stores_state_seqs, packs);
+      },
+      "program"_a, "on_cuda"_a, "dtype"_a, "stores_state_seqs"_a, "packs"_a,
+      "The auto save policy's checkpoint_every for a training call of at least AUTO_CHECKPOINT_MIN_STEPS x "
+      "AUTO_CHECKPOINT_MIN_NEURONS (spikejit::auto_checkpoint_interval).");
   m.def(
       "cuda_available",
       [] {

@@ -455,7 +455,7 @@ def median_of_rounds(rounds):
             continue
         row = {k: v for k, v in measured[0].items() if k not in ("ms", "host_us")}
         for field in ("ms", "host_us"):
-            values = sorted(v[field] for v in measured if field in v)
+            values = [v[field] for v in measured if field in v]
             if values:
                 row[field] = statistics.median(values)
         row["rounds"] = len(measured)

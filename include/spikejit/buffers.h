@@ -143,8 +143,11 @@ constexpr int64_t kAutoCheckpointEvery = 4;
 constexpr int64_t kAutoCheckpointMinSteps = 8;
 constexpr int64_t kAutoCheckpointMinNeurons = 65536;
 
-// The part of the auto policy that depends on the neuron alone.
-bool auto_checkpoints_pay(const Program& program);
+// The auto policy's checkpoint_every for a training call of at least kAutoCheckpointMinSteps x
+// kAutoCheckpointMinNeurons (everything but the size; a caller with symbolic sizes compares them
+// itself).
+int64_t auto_checkpoint_interval(const Program& program, bool on_cuda, DType storage, bool stores_state_seqs,
+                                 bool packs_spikes_or_outputs);
 
 // The auto policy's checkpoint_every for one training call of `steps` x `neurons`.
 int64_t auto_checkpoint_every(const Program& program, bool on_cuda, DType storage, int64_t steps, int64_t neurons,

@@ -72,7 +72,7 @@ def check_checkpoint_every(checkpoint_every):
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int):
         raise TypeError(f"checkpoint_every: expected 'auto' or an int (0: save per step, k >= 1: checkpoints "
                         f"every k steps), got {checkpoint_every!r}")
-    return check_checkpoint_interval(checkpoint_every)
+    return _checked_interval(checkpoint_every)
 
 
 def check_checkpoint_interval(checkpoint_every) -> int:
@@ -80,15 +80,20 @@ def check_checkpoint_interval(checkpoint_every) -> int:
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int):
         raise TypeError(f"checkpoint_every: expected an int (0: save per step, k >= 1: checkpoints every k steps), "
                         f"got {type(checkpoint_every).__name__}")
+    return _checked_interval(checkpoint_every)
+
+
+def _checked_interval(checkpoint_every: int) -> int:
     if not 0 <= checkpoint_every <= _core.MAX_CHECKPOINT_EVERY:
         raise ValueError(f"checkpoint_every: expected 0 (save per step) or a checkpoint interval from 1 to "
                          f"{_core.MAX_CHECKPOINT_EVERY}, got {checkpoint_every}")
     return checkpoint_every
 
 
-# checkpoint_every="auto": the C++ core's rule (spikejit/buffers.h, auto_checkpoint_every, which
-# says why). The sizes are compared here, so that a symbolic T or N under torch.compile stays
-# symbolic (guarded by the comparison) instead of being specialized.
+# checkpoint_every="auto": the C++ core's rule (spikejit/buffers.h, auto_checkpoint_interval, which
+# says why). The sizes are compared here, after it, so that a symbolic T or N under torch.compile
+# stays symbolic (guarded by the comparison, and only where checkpoints are possible at all)
+# instead of being specialized.
 AUTO = "auto"
 
 
@@ -98,18 +103,27 @@ def resolve_checkpoint_every(checkpoint_every, handle: int, x: Tensor, store_sta
     policy `checkpoint_every`."""
     if not isinstance(checkpoint_every, str):
         return checkpoint_every
-    chosen = (x.device.type == "cuda" and x.dtype == torch.float32 and not store_state_seqs and not packed_outputs
-              and not pack_spikes and x.dim() >= 1 and x.shape[0] >= _core.AUTO_CHECKPOINT_MIN_STEPS
-              and neurons_of(x.shape) >= _core.AUTO_CHECKPOINT_MIN_NEURONS and _checkpoints_pay(handle))
-    return _core.AUTO_CHECKPOINT_EVERY if chosen else 0
+    interval = _auto_interval(handle, x.device.type == "cuda", DTYPE_CODES.get(x.dtype, -1), bool(store_state_seqs),
+                              bool(packed_outputs or pack_spikes))
+    large = (interval and x.dim() >= 1 and x.shape[0] >= _core.AUTO_CHECKPOINT_MIN_STEPS
+             and neurons_of(x.shape) >= _core.AUTO_CHECKPOINT_MIN_NEURONS)
+    return interval if large else 0
 
 
-def _checkpoints_pay(handle: int) -> bool:
+# Dynamo cannot trace into the extension: under torch.compile this runs while tracing and its
+# result is a constant of the graph (its arguments are constants there too).
+@torch.compiler.assume_constant_result
+def _auto_interval(handle: int, on_cuda: bool, dtype_code: int, stores_state_seqs: bool, packs: bool) -> int:
+    """auto_checkpoint_interval, asked once per neuron and call kind (dtype_code -1: a dtype the
+    op's checks reject, with its name)."""
     program, cache = registry.program_and_cache(handle)
-    pays = cache.get("auto checkpoints")
-    if pays is None:
-        pays = cache["auto checkpoints"] = _core.auto_checkpoints_pay(program)
-    return pays
+    key = ("auto", on_cuda, dtype_code, stores_state_seqs, packs)
+    interval = cache.get(key)
+    if interval is None:
+        interval = 0 if dtype_code < 0 else _core.auto_checkpoint_interval(program, on_cuda, dtype_code,
+                                                                            stores_state_seqs, packs)
+        cache[key] = interval
+    return interval
 
 
 def check_pack_spikes(pack_spikes, checkpoint_every=0) -> bool:

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from . import surrogate as _surrogate
 from .functional import builtin_handle, run_neuron
-from ._kernel_calls import check_checkpoint_every
+from ._kernel_calls import AUTO, check_checkpoint_every
 
 __all__ = ["BaseNode", "IFNode", "LIFNode", "ParametricLIFNode"]
 
@@ -170,7 +170,7 @@ class BaseNode(nn.Module):
     def extra_repr(self) -> str:
         return (f"v_threshold={self.v_threshold}, v_reset={self.v_reset}, detach_reset={self.detach_reset}, "
                 f"step_mode={self.step_mode}, store_v_seq={self.store_v_seq}"
-                + (f", checkpoint_every={self.checkpoint_every}" if self.checkpoint_every != "auto" else ""))
+                + (f", checkpoint_every={self.checkpoint_every}" if self.checkpoint_every != AUTO else ""))
 
 
 class IFNode(BaseNode):

@@ -11,6 +11,9 @@ namespace {
 
 constexpr int64_t kT = kAutoCheckpointMinSteps, kN = kAutoCheckpointMinNeurons;
 
+// Everything but the size: what a call of at least the minimum size takes.
+int64_t interval(const Program& p) { return auto_checkpoint_interval(p, true, DType::F32, false, false); }
+
 int64_t choose(const Program& p, bool on_cuda = true, DType storage = DType::F32, int64_t steps = kT,
                int64_t neurons = kN, bool seqs = false, bool packs = false) {
   return auto_checkpoint_every(p, on_cuda, storage, steps, neurons, seqs, packs);
@@ -22,9 +25,9 @@ TEST(AutoSavePolicy, CheckpointsOnlyNeuronsThatSaveMoreThanTheirInput) {
   const Program if_(builtins::if_neuron());     // saves h
   EXPECT_EQ(plif.backward().saved.size(), 2u);
   EXPECT_EQ(lif.backward().saved.size(), 1u);
-  EXPECT_TRUE(auto_checkpoints_pay(plif));
-  EXPECT_FALSE(auto_checkpoints_pay(lif));
-  EXPECT_FALSE(auto_checkpoints_pay(if_));
+  EXPECT_EQ(interval(plif), kAutoCheckpointEvery);
+  EXPECT_EQ(interval(lif), 0);
+  EXPECT_EQ(interval(if_), 0);
   EXPECT_EQ(choose(plif), kAutoCheckpointEvery);
   EXPECT_EQ(choose(lif), 0);
   EXPECT_EQ(choose(if_), 0);
@@ -39,6 +42,11 @@ TEST(AutoSavePolicy, SavesPerStepOutsideTheMeasuredCases) {
   EXPECT_EQ(choose(plif, true, DType::F32, kT, kN, /*seqs=*/true), 0);
   EXPECT_EQ(choose(plif, true, DType::F32, kT, kN, false, /*packs=*/true), 0);
   EXPECT_EQ(choose(plif, true, DType::F32, 1024, 1 << 24), kAutoCheckpointEvery);
+  // The size-free part answers the same for everything but the size.
+  EXPECT_EQ(auto_checkpoint_interval(plif, false, DType::F32, false, false), 0);
+  EXPECT_EQ(auto_checkpoint_interval(plif, true, DType::F16, false, false), 0);
+  EXPECT_EQ(auto_checkpoint_interval(plif, true, DType::F32, true, false), 0);
+  EXPECT_EQ(auto_checkpoint_interval(plif, true, DType::F32, false, true), 0);
 }
 
 TEST(AutoSavePolicy, SavesPerStepForNeuronsOfSeveralInputsOrStates) {
@@ -65,8 +73,8 @@ a = 0.8 * a + 0.2 * s
 )");
   EXPECT_GE(two_inputs.backward().saved.size(), 3u);
   EXPECT_GE(two_states.backward().saved.size(), 2u);
-  EXPECT_FALSE(auto_checkpoints_pay(two_inputs));
-  EXPECT_FALSE(auto_checkpoints_pay(two_states));
+  EXPECT_EQ(interval(two_inputs), 0);
+  EXPECT_EQ(interval(two_states), 0);
   EXPECT_EQ(choose(two_inputs), 0);
   EXPECT_EQ(choose(two_states), 0);
 }

@@ -278,6 +278,61 @@ def test_auto_policy_checkpoints_large_float32_cuda_calls():
         assert_same(b, a, False, f"gradient {i}")
 
 
+def test_auto_policy_traces_without_graph_breaks(monkeypatch):
+    """Under torch.compile the C++ rule is asked while tracing (a graph constant, no graph break),
+    and the sizes are compared symbolically: T and N stay dynamic."""
+    plif = builtin_handle("plif", 1.0, None, True, "atan", (2.0,), False)
+    torch._dynamo.reset()
+    node = spikejit.ParametricLIFNode(step_mode="m")
+
+    def step(x):  # a new call kind: the rule is asked while tracing
+        node.reset()
+        return node(x).sum()
+
+    x = random_input(8, 4, dtype=torch.float64).requires_grad_()
+    # Forget the answer earlier tests may have cached, so that tracing asks the extension.
+    spikejit.registry.program_and_cache(node._program_handle)[1].pop(
+        ("auto", False, DTYPE_CODES[torch.float64], False, False), None)
+    assert torch._dynamo.explain(step)(x).graph_break_count == 0
+    # The size comparison, with the rule answering 4 as it would on CUDA.
+    monkeypatch.setattr(_kernel_calls, "_auto_interval", lambda *args: 4)
+    torch._dynamo.reset()
+
+    def chosen(x):
+        return x.new_full((), 1.0) * _kernel_calls.resolve_checkpoint_every("auto", plif, x, False, 0, False)
+
+    compiled = torch.compile(chosen, fullgraph=True, dynamic=True)
+    for steps, neurons, expected in ((8, 65536, 4), (9, 70000, 4), (7, 65536, 0), (8, 65535, 0)):
+        assert compiled(torch.empty(steps, neurons)).item() == expected, (steps, neurons)
+    torch._dynamo.reset()
+
+
+@pytest.mark.cuda
+def test_auto_policy_compiles_large_cuda_calls_without_graph_breaks():
+    """fullgraph torch.compile of a PLIF training step large enough for "auto" to checkpoint on
+    CUDA: no graph break, the eager step's results and gradients."""
+    require_cuda()
+    torch._dynamo.reset()
+    node = spikejit.ParametricLIFNode(step_mode="m").cuda()
+    x = random_input(8, 65536, device="cuda")
+
+    def step(x):
+        node.reset()
+        return node(x).sum() + node.v.square().sum()
+
+    assert torch._dynamo.explain(step)(x.clone().requires_grad_()).graph_break_count == 0
+    torch._dynamo.reset()
+    grads = []
+    for run in (step, torch.compile(step, fullgraph=True)):
+        xg = x.clone().requires_grad_()
+        node.w.grad = None
+        run(xg).backward()
+        grads.append((xg.grad, node.w.grad))
+    for i, (a, b) in enumerate(zip(*grads)):
+        assert_same(b, a, False, f"gradient {i}")
+    torch._dynamo.reset()
+
+
 def opcheck_cases(device):
     lif = builtin_handle("lif", 1.0, 0.0, False, "sigmoid", (4.0,), True, 2.0)
     plif = builtin_handle("plif", 0.5, None, True, "atan", (2.0,), False)
