@@ -5,7 +5,8 @@
 // spikejit::DType: 0 float32, 1 float64, 2 float16, 3 bfloat16. Bit-packed buffers (uint8
 // [T, ceil(N / 8)]: `packed_outputs`, `packed_saved`) are (data_ptr, shape, strides) or None. The
 // GIL is released while a kernel runs. `checkpoint_every` and `pack_spikes` are the save policy of
-// spikejit/buffers.h (0: per step; k: checkpoints, and the backward reads `inputs`).
+// spikejit/buffers.h (0: per step; k: checkpoints, and the backward reads `inputs`). A
+// backward's `workspace` is BackwardBuffers::workspace (float64 scratch, or None).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -62,17 +63,18 @@ DType dtype_of(int code, const std::string& argument) {
   return static_cast<DType>(code);
 }
 
-TensorView to_view(const Buffer& b, const char* argument, size_t index) {
+TensorView to_view(const Buffer& b, const std::string& argument) {
   if (!b) return TensorView();
   const auto& [data, code, shape, strides] = *b;
-  const DType dtype = dtype_of(code, std::string(argument) + "[" + std::to_string(index) + "]");
-  return TensorView(reinterpret_cast<void*>(data), dtype, shape, strides);
+  return TensorView(reinterpret_cast<void*>(data), dtype_of(code, argument), shape, strides);
 }
 
 std::vector<TensorView> to_views(const Buffers& buffers, const char* argument) {
   std::vector<TensorView> out;
   out.reserve(buffers.size());
-  for (size_t i = 0; i < buffers.size(); ++i) out.push_back(to_view(buffers[i], argument, i));
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    out.push_back(to_view(buffers[i], std::string(argument) + "[" + std::to_string(i) + "]"));
+  }
   return out;
 }
 
@@ -104,7 +106,7 @@ BackwardBuffers backward_buffers(int64_t steps, const Shape& neuron_shape, const
                                  const Buffers& grad_outputs, const Buffers& grad_state_seqs,
                                  const Buffers& grad_final_states, const Buffers& grad_inputs,
                                  const Buffers& grad_initial_states, const Buffers& grad_params,
-                                 const Buffers& inputs, const Policy& policy) {
+                                 const Buffers& inputs, const Buffer& workspace, const Policy& policy) {
   BackwardBuffers b;
   b.steps = steps;
   b.neuron_shape = neuron_shape;
@@ -119,6 +121,7 @@ BackwardBuffers backward_buffers(int64_t steps, const Shape& neuron_shape, const
   b.grad_initial_states = to_views(grad_initial_states, "grad_initial_states");
   b.grad_params = to_views(grad_params, "grad_params");
   b.inputs = to_views(inputs, "inputs");
+  b.workspace = to_view(workspace, "workspace");
   b.checkpoint_every = policy.checkpoint_every;
   return b;
 }
@@ -154,10 +157,10 @@ void cpu_backward(const Program& program, int64_t steps, const Shape& neuron_sha
                   const Buffers& grad_inputs, const Buffers& grad_initial_states,
                   const Buffers& grad_params, int threads, const std::string& compute,
                   const Buffers& inputs, int64_t checkpoint_every, const PackedBuffers& packed_saved,
-                  bool pack_spikes) {
+                  bool pack_spikes, const Buffer& workspace) {
   BackwardBuffers b = backward_buffers(steps, neuron_shape, saved, packed_saved, params, grad_outputs,
                                        grad_state_seqs, grad_final_states, grad_inputs, grad_initial_states,
-                                       grad_params, inputs, {checkpoint_every, pack_spikes});
+                                       grad_params, inputs, workspace, {checkpoint_every, pack_spikes});
   cpu::Options o = cpu_options(threads, compute);
   nb::gil_scoped_release release;
   cpu::backward(program, b, o);
@@ -181,10 +184,10 @@ void cuda_backward(const Program& program, int64_t steps, const Shape& neuron_sh
                    const Buffers& grad_inputs, const Buffers& grad_initial_states,
                    const Buffers& grad_params, uintptr_t stream, int device,
                    const Buffers& inputs, int64_t checkpoint_every, const PackedBuffers& packed_saved,
-                   bool pack_spikes) {
+                   bool pack_spikes, const Buffer& workspace) {
   BackwardBuffers b = backward_buffers(steps, neuron_shape, saved, packed_saved, params, grad_outputs,
                                        grad_state_seqs, grad_final_states, grad_inputs, grad_initial_states,
-                                       grad_params, inputs, {checkpoint_every, pack_spikes});
+                                       grad_params, inputs, workspace, {checkpoint_every, pack_spikes});
   nb::gil_scoped_release release;
   cuda::backward(program, b, reinterpret_cast<void*>(stream), device);
 }
@@ -212,7 +215,9 @@ void bind_kernels(nb::module_& m) {
         "params"_a, "grad_outputs"_a, "grad_state_seqs"_a, "grad_final_states"_a, "grad_inputs"_a,
         "grad_initial_states"_a, "grad_params"_a, "threads"_a = 0, "compute"_a = "auto",
         "inputs"_a = Buffers(), "checkpoint_every"_a = 0, "packed_saved"_a = PackedBuffers(),
-        "pack_spikes"_a = false, "Backward on CPU buffers (checkpoints: also the forward's inputs).");
+        "pack_spikes"_a = false, "workspace"_a = nb::none(),
+        "Backward on CPU buffers (checkpoints: also the forward's inputs; `workspace` is checked, "
+        "not used).");
   m.def("cuda_forward", &cuda_forward, "program"_a, "steps"_a, "neuron_shape"_a, "inputs"_a,
         "initial_states"_a, "params"_a, "outputs"_a, "state_seqs"_a, "final_states"_a, "saved"_a,
         "stream"_a, "device"_a, "checkpoint_every"_a = 0, "packed_outputs"_a = PackedBuffers(),
@@ -222,7 +227,12 @@ void bind_kernels(nb::module_& m) {
         "params"_a, "grad_outputs"_a, "grad_state_seqs"_a, "grad_final_states"_a, "grad_inputs"_a,
         "grad_initial_states"_a, "grad_params"_a, "stream"_a, "device"_a, "inputs"_a = Buffers(),
         "checkpoint_every"_a = 0, "packed_saved"_a = PackedBuffers(), "pack_spikes"_a = false,
-        "Backward on device buffers, launched on `stream` (a CUstream).");
+        "workspace"_a = nb::none(),
+        "Backward on device buffers, launched on `stream` (a CUstream); `workspace`: float64 scratch "
+        "of backward_workspace_elements elements (None: the stream's own, not while capturing a "
+        "CUDA graph).");
+  m.def("backward_workspace_elements", &backward_workspace_elements, "program"_a, "neurons"_a,
+        "Float64 elements of a backward's `workspace` for N neurons (0: no scalar parameters).");
   m.def("saved_layout", &saved_layout_of, "program"_a, "steps"_a, "neuron_shape"_a, "dtype"_a,
         "checkpoint_every"_a, "pack_spikes"_a = false,
         "[(shape, dtype code, input, packed)] of what the backward reads under the policy (0: per "

@@ -96,7 +96,20 @@ struct BackwardBuffers {
   std::vector<TensorView> grad_initial_states;  // empty or num_states; present -> written
   std::vector<TensorView> grad_params;        // empty or one per parameter; present -> written
   int64_t checkpoint_every = 0;               // the save policy
+  // Scratch of the CUDA backend for the partial sums of scalar parameters' gradients: float64
+  // [n], contiguous, n >= backward_workspace_elements(program, N); written. Absent: the backend
+  // keeps one buffer per stream, grown (and the old one freed) when a call needs more, so a call
+  // that a CUDA graph captures must pass its own (absent then is an error). The CPU backend
+  // checks it and does not use it.
+  TensorView workspace;
 };
+
+// The float64 elements of BackwardBuffers::workspace for N neurons: one per scalar parameter per
+// kWorkspaceNeuronsPerBlock neurons (rounded up), enough for every kernel variant; 0 without
+// scalar parameters.
+constexpr int64_t kWorkspaceNeuronsPerBlock = 64;
+class Program;
+int64_t backward_workspace_elements(const Program& program, int64_t neurons);
 
 // A read-only [T, *S] view whose elements repeat: the same row for every step (stride 0 over T)
 // and/or one value for every neuron (stride 0 over every dimension of S), like the expanded
@@ -113,7 +126,6 @@ bool sequence_layout(const TensorView& v, SequenceLayout* layout);
 // buffers with anything else) and throws ArgumentError naming the first bad argument.
 // `broadcast_grads` (both backends read them): grad_outputs and grad_state_seqs may also be
 // broadcast views (SequenceLayout); otherwise every buffer must be contiguous.
-class Program;
 void validate(const Program& program, const ForwardBuffers& b);
 void validate(const Program& program, const BackwardBuffers& b, bool broadcast_grads = false);
 

@@ -292,12 +292,13 @@ def _launch_forward(program, device, seq_shape, inputs, init_states, params, out
 
 def _launch_backward(program, device, seq_shape, saved, params, grad_outputs, grad_state_seqs,
                      grad_final_states, grad_inputs, grad_initial_states, grad_params, inputs=(),
-                     checkpoint_every=0, packed_saved=(), pack_spikes=False):
+                     checkpoint_every=0, packed_saved=(), pack_spikes=False, workspace=None):
     specs = buffer_specs
     args = (program, seq_shape[0], seq_shape[1:], specs(saved), specs(params), specs(grad_outputs),
             specs(grad_state_seqs), specs(grad_final_states), specs(grad_inputs), specs(grad_initial_states),
             specs(grad_params))
-    policy = (specs(inputs), checkpoint_every, _packed_specs(packed_saved), pack_spikes)
+    policy = (specs(inputs), checkpoint_every, _packed_specs(packed_saved), pack_spikes,
+              None if workspace is None else specs([workspace])[0])
     _launch(device, _core.cuda_backward, _core.cpu_backward, args, policy)
 
 
@@ -482,11 +483,22 @@ class TrainingCall:
                        if wanted is None or wanted[ni + j] else None for j in range(ns)]
         grad_params = [torch.empty_like(p) if wanted is None or wanted[ni + ns + k] else None
                        for k, p in enumerate(params)]
-        _launch_backward(self.program, device, seq_shape, _contiguous(saved), _contiguous(params),
+        program = self.program
+        _launch_backward(program, device, seq_shape, _contiguous(saved), _contiguous(params),
                          _sequence_grads(grad_outputs), _sequence_grads(grad_state_seqs),
                          _contiguous(grad_final_states), grad_inputs, grad_states, grad_params,
-                         _contiguous(inputs), self.checkpoint_every, _contiguous(bits), self.pack_spikes)
+                         _contiguous(inputs), self.checkpoint_every, _contiguous(bits), self.pack_spikes,
+                         self._workspace(program, device, seq_shape))
         return grad_inputs + grad_states + grad_params
+
+    def _workspace(self, program, device, seq_shape):
+        """The CUDA kernels' scratch for scalar parameters' gradients, from PyTorch's allocator: in a
+        CUDA graph it then lives in the graph's memory pool for every replay (the extension's
+        own per-stream scratch must not be captured). None where none is needed."""
+        if device.type != "cuda" or "scalar" not in self.counts.params:
+            return None
+        elements = _core.backward_workspace_elements(program, neurons_of(seq_shape))
+        return torch.empty(elements, dtype=torch.float64, device=device)
 
     def backward_buffers(self, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states,
                        grad_state_seqs):

@@ -9,6 +9,7 @@
 #include "codegen/kernel_bodies.h"
 #include "codegen/kernel_plan.h"
 #include "codegen/step_emitter.h"
+#include "spikejit/buffers.h"
 #include "spikejit/error.h"
 
 namespace spikejit::codegen {
@@ -16,6 +17,9 @@ namespace {
 
 constexpr int kWideBlock = 256;
 constexpr int kNarrowBlock = 64;
+// A variant's blocks hold at least kWorkspaceNeuronsPerBlock neurons: backward_workspace_elements
+// (the caller-owned workspace) counts one partial sum per parameter per that many.
+static_assert(kNarrowBlock >= kWorkspaceNeuronsPerBlock && kWideBlock >= kWorkspaceNeuronsPerBlock);
 constexpr int kReduceThreads = 256;
 // Registers (32-bit) the prefetch ring may take per thread, and the deepest prefetch.
 constexpr int kRingRegisters = 32;

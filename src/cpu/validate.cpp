@@ -113,11 +113,7 @@ class Checker {
                                           : "a contiguous tensor",
                           v.describe());
     }
-    const int64_t bytes = elements * static_cast<int64_t>(dtype_size(v.dtype));
-    if (bytes == 0) return;
-    if (v.data == nullptr) throw ArgumentError(name, "a non-null data pointer", "a null pointer");
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(v.data);
-    ranges_.push_back({name, begin, begin + static_cast<uintptr_t>(bytes), written});
+    add_range(name, v.data, elements * static_cast<int64_t>(dtype_size(v.dtype)), written);
   }
 
   // Checks one bit-packed sequence, uint8 [T, ceil(N / 8)], contiguous.
@@ -130,11 +126,17 @@ class Checker {
       throw ArgumentError(name, "bit-packed spikes, uint8 of shape " + packed_.text, v.describe());
     }
     if (!is_contiguous_layout(v.shape, v.strides)) throw ArgumentError(name, "a contiguous tensor", v.describe());
-    const int64_t bytes = shape_numel(v.shape);
-    if (bytes == 0) return;
-    if (v.data == nullptr) throw ArgumentError(name, "a non-null data pointer", "a null pointer");
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(v.data);
-    ranges_.push_back({name, begin, begin + static_cast<uintptr_t>(bytes), written});
+    add_range(name, v.data, shape_numel(v.shape), written);
+  }
+
+  // Checks a scratch buffer (written): float64 [n], contiguous, n >= `elements`.
+  void scratch(const std::string& name, const TensorView& v, int64_t elements) {
+    if (!v.present) return;
+    if (v.dtype != DType::F64 || v.shape.size() != 1 || v.shape[0] < elements || !v.is_contiguous()) {
+      throw ArgumentError(name, "a contiguous float64 [n] tensor with n >= " + std::to_string(elements) +
+                                    " (backward_workspace_elements)", v.describe());
+    }
+    add_range(name, v.data, v.shape[0] * static_cast<int64_t>(sizeof(double)), true);
   }
 
   // Written buffers may overlap neither each other nor any buffer that is read.
@@ -153,6 +155,13 @@ class Checker {
   }
 
  private:
+  void add_range(const std::string& name, const void* data, int64_t bytes, bool written) {
+    if (bytes == 0) return;
+    if (data == nullptr) throw ArgumentError(name, "a non-null data pointer", "a null pointer");
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+    ranges_.push_back({name, begin, begin + static_cast<uintptr_t>(bytes), written});
+  }
+
   struct Range {
     std::string name;
     uintptr_t begin, end;
@@ -363,7 +372,17 @@ void validate(const Program& program, const BackwardBuffers& b, bool broadcast_g
   each(c, "grad_inputs", b.grad_inputs, c.sequence(), false, true);
   each(c, "grad_initial_states", b.grad_initial_states, c.neuron(), false, true);
   each_param(c, "grad_params", b.grad_params, step.params, false, true);
+  int64_t neurons = 1;
+  for (int64_t d : b.neuron_shape) neurons *= d;  // fits: the Checker checked it
+  c.scratch("workspace", b.workspace, backward_workspace_elements(program, neurons));
   c.overlaps();
+}
+
+int64_t backward_workspace_elements(const Program& program, int64_t neurons) {
+  if (neurons < 0) throw ArgumentError("neurons", "N >= 0", std::to_string(neurons));
+  int64_t scalar_params = 0;
+  for (ir::ParamKind kind : program.forward().params) scalar_params += kind == ir::ParamKind::Scalar;
+  return scalar_params * ((neurons + kWorkspaceNeuronsPerBlock - 1) / kWorkspaceNeuronsPerBlock);
 }
 
 DType checkpoint_dtype(DType storage) { return storage == DType::F64 ? DType::F64 : DType::F32; }

@@ -4,8 +4,11 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
+
+#include "spikejit/error.h"
 
 namespace spikejit::runtime {
 namespace {
@@ -32,7 +35,7 @@ uint32_t storage_bits(DType storage, double value) {
   return bits;
 }
 
-CUdeviceptr constant_buffer(CUcontext context, DType storage, double value, int64_t count) {
+CUdeviceptr constant_buffer(CUcontext context, DType storage, double value, int64_t count, CUstream stream) {
   static std::mutex mutex;
   static std::map<std::tuple<CUcontext, DType, uint32_t>, Buffer> buffers;
   static std::vector<CUdeviceptr> outgrown;
@@ -40,6 +43,13 @@ CUdeviceptr constant_buffer(CUcontext context, DType storage, double value, int6
   std::lock_guard<std::mutex> lock(mutex);
   Buffer& buffer = buffers[{context, storage, bits}];
   if (buffer.count >= count) return buffer.pointer;
+  if (stream_is_capturing(stream)) {
+    throw ArgumentError("initial_states",
+                        "tensors while the stream captures a CUDA graph (or an uncaptured call of at least " +
+                            std::to_string(count) + " neurons before it)",
+                        "none: the default initial state " + std::to_string(value) +
+                            " needs a device buffer, which cannot be allocated during a capture");
+  }
   int64_t size = kMinElements;
   while (size < count) size *= 2;
   const DriverApi& api = driver();

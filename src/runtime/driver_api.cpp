@@ -73,6 +73,7 @@ DriverApi load_driver() {
   resolve(l, api.cuStreamCreate, "cuStreamCreate");
   resolve(l, api.cuStreamDestroy, "cuStreamDestroy_v2");
   resolve(l, api.cuStreamSynchronize, "cuStreamSynchronize");
+  resolve(l, api.cuStreamIsCapturing, "cuStreamIsCapturing");
   resolve(l, api.cuEventCreate, "cuEventCreate");
   resolve(l, api.cuEventDestroy, "cuEventDestroy_v2");
   resolve(l, api.cuEventRecord, "cuEventRecord");
@@ -104,6 +105,12 @@ const DriverApi& driver() {
     throw Error(loaded.error);
   }
   return *loaded.api;
+}
+
+bool stream_is_capturing(CUstream stream) {
+  int status = kCaptureStatusNone;
+  check_cuda(driver().cuStreamIsCapturing(stream, &status), "cuStreamIsCapturing");
+  return status != kCaptureStatusNone;
 }
 
 std::string describe_result(const DriverApi& api, CUresult result) {

@@ -31,6 +31,7 @@ constexpr int kAttrMaxGridDimX = 5;
 constexpr int kAttrMultiprocessorCount = 16;
 constexpr int kAttrComputeCapabilityMajor = 75;
 constexpr int kAttrComputeCapabilityMinor = 76;
+constexpr int kCaptureStatusNone = 0;  // cuStreamIsCapturing: else active or invalidated
 
 // Every pointer is set by load_driver().
 struct DriverApi {
@@ -72,6 +73,7 @@ struct DriverApi {
   CUresult (*cuStreamCreate)(CUstream* stream, unsigned flags);
   CUresult (*cuStreamDestroy)(CUstream stream);
   CUresult (*cuStreamSynchronize)(CUstream stream);
+  CUresult (*cuStreamIsCapturing)(CUstream stream, int* status);  // kCaptureStatus*
   CUresult (*cuEventCreate)(CUevent* event, unsigned flags);
   CUresult (*cuEventDestroy)(CUevent event);
   CUresult (*cuEventRecord)(CUevent event, CUstream stream);
@@ -92,6 +94,10 @@ std::string describe_result(const DriverApi& api, CUresult result);
 
 // Throws CudaError "<call> failed: <describe_result>[ (<context>)]" unless `result` is success.
 void check_cuda(CUresult result, const char* call, const std::string& context = "");
+
+// Whether `stream` is capturing a CUDA graph (then nothing may allocate or synchronise). Throws
+// CudaError when the driver cannot tell.
+bool stream_is_capturing(CUstream stream);
 
 // Makes a context for `device` current on this thread for the guard's lifetime: the current
 // context when it belongs to `device`, else the device's primary context (retained once, kept

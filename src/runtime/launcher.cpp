@@ -89,12 +89,12 @@ void* pointer_of(const std::vector<TensorView>& views, int index) {
 // An absent initial state is the state's default value; the kernels read a null buffer as zero,
 // so a nonzero default comes from a shared constant buffer.
 void* initial_state(const Program& program, const ForwardBuffers& b, int index, DType storage,
-                    runtime::CUcontext context) {
+                    runtime::CUcontext context, CUstream stream) {
   if (void* p = pointer_of(b.initial_states, index)) return p;
   const double value = ir::state_default(program.neuron(), index);
   if (runtime::storage_bits(storage, value) == 0) return nullptr;
   return reinterpret_cast<void*>(
-      runtime::constant_buffer(context, storage, value, neuron_count(b.neuron_shape)));
+      runtime::constant_buffer(context, storage, value, neuron_count(b.neuron_shape), stream));
 }
 
 int multiprocessors(int device) {
@@ -131,11 +131,32 @@ void launch(runtime::CUfunction function, int64_t blocks, int threads, CUstream 
   }
 }
 
+// The partial-sum scratch of a backward with scalar parameters: the caller's (validate checked
+// it against the bound of every variant), else the stream's own, which a CUDA graph must not
+// capture: a later call on the stream may grow it and free the old one.
+void* workspace_for(const TensorView& given, int64_t bytes, runtime::CUcontext context, CUstream stream) {
+  if (bytes <= 0) return nullptr;
+  if (given.present) {
+    if (given.numel() * static_cast<int64_t>(sizeof(double)) < bytes) {
+      throw Error("internal: workspace of " + given.describe() + " for " + std::to_string(bytes) + " bytes");
+    }
+    return given.data;
+  }
+  if (runtime::stream_is_capturing(stream)) {
+    throw ArgumentError("workspace",
+                        "a caller-owned float64 buffer of backward_workspace_elements(program, N) elements "
+                        "while the stream captures a CUDA graph",
+                        "none (the stream's own scratch, which later calls may free)");
+  }
+  return reinterpret_cast<void*>(runtime::stream_workspace(context, stream, static_cast<size_t>(bytes)));
+}
+
 // Looks up the kernel, fills SpikejitArgs slot by slot with `pointer_for` and launches the
-// variant chosen for N (and its reduction when there is one). T > 0 and N > 0.
+// variant chosen for N (and its reduction when there is one). T > 0 and N > 0. `workspace`: a
+// backward's BackwardBuffers::workspace (absent for a forward).
 template <class PointerFor>
 void run(const Program& program, const codegen::KernelSpec& spec, int64_t steps, int64_t neurons,
-         void* stream, int device, PointerFor pointer_for) {
+         void* stream, int device, const TensorView& workspace, PointerFor pointer_for) {
   runtime::ContextGuard guard(device);
   std::shared_ptr<const runtime::LoadedKernel> kernel =
       runtime::kernel_for(program, spec, device, guard.context());
@@ -162,10 +183,7 @@ void run(const Program& program, const codegen::KernelSpec& spec, int64_t steps,
   const size_t v = static_cast<size_t>(&variant - source.variants.data());
   for (size_t i = 0; i < source.buffers.size(); ++i) {
     if (source.buffers[i].role != codegen::BufferRole::Workspace) continue;
-    const int64_t bytes = variant.workspace_bytes(neurons);
-    args.buffers[i] = bytes > 0 ? reinterpret_cast<void*>(runtime::stream_workspace(
-                                      guard.context(), cu_stream, static_cast<size_t>(bytes)))
-                                : nullptr;
+    args.buffers[i] = workspace_for(workspace, variant.workspace_bytes(neurons), guard.context(), cu_stream);
   }
   launch(kernel->functions[v], variant.blocks(neurons), variant.block_size, cu_stream, args,
          program, variant.entry);
@@ -282,12 +300,12 @@ void forward(const Program& program, const ForwardBuffers& b, void* stream, int 
     forward_no_steps(program, b, static_cast<CUstream>(stream));
     return;
   }
-  run(program, spec, b.steps, neuron_count(b.neuron_shape), stream, device,
+  run(program, spec, b.steps, neuron_count(b.neuron_shape), stream, device, TensorView(),
       [&](const codegen::BufferSlot& slot, runtime::CUcontext context) -> void* {
         switch (slot.role) {
           case codegen::BufferRole::Input: return pointer_of(b.inputs, slot.index);
           case codegen::BufferRole::InitialState:
-            return initial_state(program, b, slot.index, spec.storage, context);
+            return initial_state(program, b, slot.index, spec.storage, context, static_cast<CUstream>(stream));
           case codegen::BufferRole::Param: return pointer_of(b.params, slot.index);
           case codegen::BufferRole::Output: return pointer_of(b.outputs, slot.index);
           case codegen::BufferRole::PackedOutput: return packed_pointer_of(b.packed_outputs, slot.index);
@@ -329,7 +347,7 @@ void backward(const Program& program, const BackwardBuffers& b, void* stream, in
     backward_no_steps(b, static_cast<CUstream>(stream));
     return;
   }
-  run(program, spec, b.steps, neuron_count(b.neuron_shape), stream, device,
+  run(program, spec, b.steps, neuron_count(b.neuron_shape), stream, device, b.workspace,
       [&](const codegen::BufferSlot& slot, runtime::CUcontext) -> void* {
         switch (slot.role) {
           case codegen::BufferRole::Saved:

@@ -661,9 +661,18 @@ void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
   Family grad_params = written_family("grad_params", job.dtype, param_shapes(p, job.shape),
                                       all(f.params.size(), true), job.offset);
 
+  // Half the calls with scalar parameters bring their own (poisoned) scratch, the others use
+  // the stream's.
+  std::unique_ptr<DeviceTensor> workspace;
+  const int64_t workspace_elements = backward_workspace_elements(p, numel_of(job.shape));
+  if (workspace_elements > 0 && rng() % 2 == 0) {
+    workspace = std::make_unique<DeviceTensor>(DType::F64, std::vector<int64_t>{workspace_elements});
+    workspace->poison();
+  }
   auto buffers = [&](bool gpu) {
     auto views = [&](Family& fam) { return gpu ? fam.device_views() : fam.host_views(); };
     BackwardBuffers b;
+    if (gpu && workspace) b.workspace = workspace->view();
     b.steps = job.steps;
     b.neuron_shape = job.shape;
     b.saved = views(saved);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "spikejit/buffers.h"
 #include "spikejit/builtins.h"
 #include "spikejit/cpu.h"
 #include "spikejit/cuda.h"
@@ -118,6 +119,45 @@ TEST(Errors, ShapeAndCountMismatches) {
   d.f.inputs.push_back(d.f.inputs[0]);
   EXPECT_EQ(argument_message([&] { cpu::forward(d.lif, d.f); }),
             "argument 'inputs': expected 1 tensor (one per input), got 2 tensors");
+}
+
+TEST(Errors, BackwardWorkspaceIsChecked) {
+  constexpr int64_t T = 2, N = 130;
+  const Program plif{builtins::plif_neuron()};
+  EXPECT_EQ(backward_workspace_elements(plif, N), 3);  // one scalar parameter, ceil(130 / 64)
+  EXPECT_EQ(backward_workspace_elements(Program{builtins::lif_neuron()}, N), 0);
+  // A per-step PLIF backward on random values, then its workspace made wrong in turn.
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> normal(0.5f, 1.0f);
+  std::vector<std::vector<float>> saved;
+  BackwardBuffers b;
+  b.steps = T;
+  b.neuron_shape = {N};
+  for (const SavedBuffer& layout : saved_layout(plif, T, {N}, DType::F32, 0)) {
+    saved.emplace_back(static_cast<size_t>(shape_numel(layout.shape)));
+    for (float& value : saved.back()) value = normal(rng);
+    b.saved.emplace_back(saved.back().data(), DType::F32, layout.shape);
+  }
+  std::vector<float> w{0.3f}, grad_s(T * N, 1.0f), grad_x(T * N), grad_w(1);
+  std::vector<double> scratch(4);
+  b.params = {TensorView(w.data(), DType::F32, {})};
+  b.grad_outputs = {TensorView(grad_s.data(), DType::F32, {T, N})};
+  b.grad_inputs = {TensorView(grad_x.data(), DType::F32, {T, N})};
+  b.grad_params = {TensorView(grad_w.data(), DType::F32, {})};
+  b.workspace = TensorView(scratch.data(), DType::F64, {3});
+  cpu::backward(plif, b);  // checked, not used by the CPU
+  b.workspace = TensorView(scratch.data(), DType::F64, {2});
+  EXPECT_EQ(argument_message([&] { cpu::backward(plif, b); }),
+            "argument 'workspace': expected a contiguous float64 [n] tensor with n >= 3 "
+            "(backward_workspace_elements), got float64[2]");
+  b.workspace = TensorView(scratch.data(), DType::F32, {4});
+  EXPECT_EQ(argument_message([&] { cpu::backward(plif, b); }),
+            "argument 'workspace': expected a contiguous float64 [n] tensor with n >= 3 "
+            "(backward_workspace_elements), got float32[4]");
+  b.workspace = TensorView(grad_x.data(), DType::F64, {3});  // inside dL/dx
+  EXPECT_EQ(argument_message([&] { cpu::backward(plif, b); }),
+            "argument 'grad_inputs[0]': expected memory that overlaps no other buffer, got memory that "
+            "overlaps workspace");
 }
 
 TEST(Errors, CudaLauncherTakesOneDtypeAndNoFloat64) {

@@ -100,6 +100,108 @@ def test_cuda_graph_capture():
     torch.testing.assert_close(x.grad, reference.grad)
 
 
+def _plif_step(node, x):
+    node.reset()
+    out = node(x)
+    (out * torch.linspace(0.5, 1.5, out.shape[-1], device=out.device)).sum().backward()
+    return out
+
+
+def _eager_plif_reference(x):
+    """Spikes, dL/dx and dL/dw of _plif_step on a fresh node, without graphs."""
+    node = spikejit.ParametricLIFNode(step_mode="m").cuda()
+    reference = x.detach().clone().requires_grad_()
+    out = _plif_step(node, reference)
+    return out, reference.grad, node.w.grad
+
+
+def test_cuda_graph_capture_with_a_scalar_parameter_gradient():
+    """PLIF's backward reduces dL/dw through a scratch buffer: in a captured graph that buffer
+    must come from the graph's memory pool, stay valid for every replay and never be freed or
+    reused by calls made after the capture on the same stream (here: a larger call there)."""
+    node = spikejit.ParametricLIFNode(step_mode="m").cuda()
+    x = random_input(8, 3000, device="cuda").requires_grad_()
+    warm_up, capture = torch.cuda.Stream(), torch.cuda.Stream()  # nothing ran on `capture` before
+    warm_up.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warm_up):
+        for _ in range(2):
+            _plif_step(node, x)
+    torch.cuda.current_stream().wait_stream(warm_up)
+    graph = torch.cuda.CUDAGraph()
+    x.grad = None
+    node.w.grad = None
+    with torch.cuda.graph(graph, stream=capture):
+        out = _plif_step(node, x)
+    with torch.cuda.stream(capture):  # an odd N: one neuron a thread, more partial sums than any before
+        big = random_input(2, 4_000_001, device="cuda").requires_grad_()
+        _plif_step(spikejit.ParametricLIFNode(step_mode="m").cuda(), big)
+    torch.cuda.current_stream().wait_stream(capture)
+    for _ in range(3):  # gradients accumulate into the graph's own .grad tensors
+        x.grad.zero_()
+        node.w.grad.zero_()
+        graph.replay()
+    torch.cuda.synchronize()
+    expected_out, expected_x_grad, expected_w_grad = _eager_plif_reference(x)
+    assert torch.equal(out, expected_out)
+    torch.testing.assert_close(x.grad, expected_x_grad)
+    torch.testing.assert_close(node.w.grad, expected_w_grad)
+
+
+def test_capture_without_scratch_or_default_state_buffer_is_a_clear_error(monkeypatch):
+    """What a capture cannot do is an error naming the argument, before anything is launched: a
+    backward without a caller-owned scratch (the C++ API's default), and a default initial state
+    whose device buffer would have to be allocated (a first call of that size, inside a capture)."""
+    from spikejit import _kernel_calls
+
+    node = spikejit.ParametricLIFNode(step_mode="m").cuda()
+    x = random_input(4, 5000, device="cuda").requires_grad_()
+    _plif_step(node, x)
+    monkeypatch.setattr(_kernel_calls.TrainingCall, "_workspace", lambda *args: None)
+    stream = torch.cuda.Stream()
+    with pytest.raises(ValueError, match=r"^argument 'workspace': expected a caller-owned float64 buffer"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=stream):
+            _plif_step(node, x)
+    # No earlier call had this default (v_reset) at this size; a small one loads the kernel.
+    odd = spikejit.LIFNode(step_mode="m", v_reset=-0.3125).cuda()
+    with torch.no_grad():
+        odd(random_input(2, 100, device="cuda"))
+    odd.reset()
+    with pytest.raises(ValueError, match=r"^argument 'initial_states': expected tensors while the stream captures"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=stream), torch.no_grad():
+            odd(random_input(2, 3_000_001, device="cuda"))
+
+
+def test_compile_reduce_overhead_trains_like_eager():
+    """torch.compile(mode="reduce-overhead") replays the forward and the backward from CUDA graphs
+    (where the host time of small steps goes away): Linear -> PLIF -> Linear, several steps, the
+    same results as eager, and no graph skipped."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+
+    def model():
+        return torch.nn.Sequential(torch.nn.Linear(64, 256), spikejit.ParametricLIFNode(step_mode="m"),
+                                   torch.nn.Linear(256, 10)).cuda()
+
+    eager, graphed = model(), model()
+    graphed.load_state_dict(eager.state_dict())
+    forward = torch.compile(graphed, mode="reduce-overhead", fullgraph=True)
+    counters.clear()
+    for i in range(5):
+        x = random_input(8, 32, 64, device="cuda")
+        losses = []
+        for net, run in ((eager, eager), (graphed, forward)):
+            net[1].reset()
+            net.zero_grad(set_to_none=True)
+            loss = run(x).square().mean()
+            loss.backward()
+            losses.append(loss.detach().clone())
+        torch.testing.assert_close(losses[1], losses[0], msg=lambda m: f"step {i}: {m}")
+        for (name, a), b in zip(eager.named_parameters(), graphed.parameters()):
+            torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"step {i}, {name}: {m}")
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
+
+
 def test_cuda_bad_dtype_is_rejected():
     x = random_input(4, 8, device="cuda", dtype=torch.float64)
     with pytest.raises((ValueError, TypeError), match="float64|dtype"):
