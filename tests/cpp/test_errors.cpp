@@ -1,5 +1,6 @@
 // The exact messages of the errors docs/errors.md lists that only the C++ API reaches: overlapping
-// and strided buffers, the CUDA launcher's dtype rules, bad arch strings, parse diagnostics, and
+// and strided buffers, a bad backward workspace, the CUDA launcher's dtype rules, bad arch
+// strings, parse diagnostics, and
 // a missing driver or NVRTC met through the public API (in a forked child, because each library
 // is opened once per process).
 #include <gtest/gtest.h>

@@ -72,6 +72,15 @@ def test_profile_step_runs_on_the_cpu():
         assert row in out, out
 
 
+def test_cuda_graphs_bench_runs_on_the_cpu():
+    """On the CPU it times eager and torch.compile (CUDA graphs need a GPU); a row per neuron."""
+    out = run_bench("bench_cuda_graphs.py", "--batches", "3", "--steps-t", "2", "--steps", "2", "--bursts", "1")
+    for kind in ("IF", "LIF", "PLIF"):
+        row = next((line for line in out.splitlines() if line.startswith(f"| {kind} | 2 | 3 |")), None)
+        assert row is not None and row.count("x |") == 1, out
+    assert "reduce-overhead" not in out.split("|", 1)[1], out
+
+
 def test_memory_bench_runs_spikingjellys_memopt_on_the_vgg():
     """The sj-triton-memopt variants on the CPU (SpikingJelly's torch implementation; level 1, as
     levels 2-4 measure CUDA memory): the search applies to the VGG's blocks and the step runs."""
