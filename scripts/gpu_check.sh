@@ -43,7 +43,7 @@ OUT=${OUT:-$ROOT/gpu-out}
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 JOBS=${JOBS:-$(nproc)}
 BUDGET_S=${BUDGET_S:-570}
-SANITIZER_FILTER=${SANITIZER_FILTER:-CudaKernels.MultiState*:CudaKernels.EdgeShapes*:CudaKernels.Rejects*:CudaKernels.PackedEdge*:CudaKernels.PackedVector*:CudaKernels.PackedRejects*}
+SANITIZER_FILTER=${SANITIZER_FILTER:-CudaKernels.MultiState*:CudaKernels.CheckpointEdges*:CudaKernels.EdgeShapes*:CudaKernels.Rejects*:CudaKernels.PackedEdge*:CudaKernels.PackedVector*:CudaKernels.PackedRejects*}
 mkdir -p "$OUT" "$BUILD"
 # pytest-xdist, when installed, spreads the Python tests over processes.
 PYTEST_PARALLEL=()
@@ -131,7 +131,7 @@ if [[ $built -eq 0 && $ONLY != bench ]]; then
     step memcheck ctest.log "$sanitizer" --tool memcheck --error-exitcode 1 \
       "$BUILD/test_cuda_kernels" --gtest_filter="$SANITIZER_FILTER"
     step initcheck ctest.log "$sanitizer" --tool initcheck --error-exitcode 1 \
-      "$BUILD/test_cuda_kernels" --gtest_filter="CudaKernels.MultiState*"
+      "$BUILD/test_cuda_kernels" --gtest_filter="CudaKernels.MultiState*:CudaKernels.CheckpointEdges*"
     # Bit-packed rows are gathered with warp ballots: every thread of a warp must reach them.
     step synccheck ctest.log "$sanitizer" --tool synccheck --error-exitcode 1 \
       "$BUILD/test_cuda_kernels" --gtest_filter="CudaKernels.PackedEdge*:CudaKernels.PackedVector*"

@@ -1174,6 +1174,36 @@ TEST_F(CudaKernels, CheckpointsEqualTheCpuCheckpoints) {
   for (const Job& j : jobs) run_job(j, rng_);
 }
 
+// A few checkpoint kernels, small enough for compute-sanitizer (the test above takes minutes
+// under it): PLIF (a scalar parameter, one state) and the two-state neuron, both storage widths,
+// intervals that keep a segment in registers with and without prefetching the next one (4, 8)
+// and that spill (17), whole and partial last segments, narrow and vector (with a tail) paths.
+TEST_F(CudaKernels, CheckpointEdgesForSanitizers) {
+  SCOPED_TRACE(trace());
+  builtins::Options o;
+  o.surrogate = {ir::SurrogateKind::Sigmoid, ir::surrogate_info(ir::SurrogateKind::Sigmoid).defaults};
+  const std::vector<NamedProgram> programs = {{"plif sigmoid", Program(builtins::plif_neuron(o))},
+                                              {"adaptive", Program::from_text(kMultiState)}};
+  std::vector<Job> jobs;
+  size_t variant = 0;
+  for (const NamedProgram& np : programs) {
+    for (DType d : {DType::F32, DType::F16}) {
+      for (int64_t k : {1, 4, 8, 17}) {
+        ++variant;
+        for (Job j : jobs_for(np, d, variant, 1, 3001)) {
+          if (!j.training && !j.backward) continue;
+          j.checkpoint_every = k;
+          j.steps = variant % 2 ? 2 * k + 3 : 2 * k;
+          j.shape = {variant % 4 == 1 ? int64_t{200003} : int64_t{37} + static_cast<int64_t>(variant)};
+          jobs.push_back(j);
+        }
+      }
+    }
+  }
+  compile_all(jobs);
+  for (const Job& j : jobs) run_job(j, rng_);
+}
+
 // Bad checkpoint buffers are rejected before anything is launched.
 TEST_F(CudaKernels, RejectsBadCheckpoints) {
   const Program lif(builtins::lif_neuron());
