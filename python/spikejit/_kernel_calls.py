@@ -390,7 +390,7 @@ class TrainingCall:
     checkpoint per state (the backward then reads them followed by the inputs)."""
 
     __slots__ = ("handle", "counts", "store_state_seqs", "checkpoint_every", "packed_outputs",
-                 "pack_spikes", "plan", "first_saved", "output_packed", "saved_packed")
+                 "pack_spikes", "plan", "first_saved", "output_packed", "saved_packed", "reduces_params")
 
     def __init__(self, handle, program, counts, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes):
         self.handle, self.counts = handle, counts
@@ -404,6 +404,7 @@ class TrainingCall:
         self.saved_packed = None
         if self.plan is not None and any(packed for _, packed in self.plan):
             self.saved_packed = [packed for _, packed in self.plan]
+        self.reduces_params = "scalar" in counts.params  # the CUDA backward needs a workspace
 
     @property
     def program(self):
@@ -495,7 +496,7 @@ class TrainingCall:
         """The CUDA kernels' scratch for scalar parameters' gradients, from PyTorch's allocator: in a
         CUDA graph it then lives in the graph's memory pool for every replay (the extension's
         own per-stream scratch must not be captured). None where none is needed."""
-        if device.type != "cuda" or "scalar" not in self.counts.params:
+        if not self.reduces_params or device.type != "cuda":
             return None
         elements = _core.backward_workspace_elements(program, neurons_of(seq_shape))
         return torch.empty(elements, dtype=torch.float64, device=device)
