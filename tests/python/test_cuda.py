@@ -147,6 +147,43 @@ def test_cuda_graph_capture_with_a_scalar_parameter_gradient():
     torch.testing.assert_close(node.w.grad, expected_w_grad)
 
 
+def test_cuda_graph_capture_of_a_flexsn_neuron_with_a_learnable_scalar():
+    """A FlexSN neuron whose core closes over a learnable scalar takes the same workspace path as
+    PLIF's w: captured on a fresh stream, replayed, equal to the same neuron run eagerly."""
+    r = torch.tensor(0.4, device="cuda", requires_grad=True)
+
+    def core(x, v):
+        h = v + (x - v) * r
+        s = spikejit.surrogate.spike(h - 1.0, "sigmoid", [4.0])
+        return s, h - s
+
+    node = spikejit.FlexSN(core, 1, 1, 1)
+    x = random_input(6, 4099, device="cuda").requires_grad_()
+    weights = torch.linspace(0.5, 1.5, x.shape[-1], device="cuda")
+
+    def step():
+        node.reset()
+        out = node(x)
+        (out * weights).sum().backward()
+        return out
+
+    warm_up = torch.cuda.Stream()
+    warm_up.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warm_up):
+        expected_out = step().clone()
+    torch.cuda.current_stream().wait_stream(warm_up)
+    expected_x_grad, expected_r_grad = x.grad.clone(), r.grad.clone()
+    x.grad = r.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=torch.cuda.Stream()):
+        out = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, expected_out)
+    torch.testing.assert_close(x.grad, expected_x_grad)
+    torch.testing.assert_close(r.grad, expected_r_grad)
+
+
 def test_capture_without_scratch_or_default_state_buffer_is_a_clear_error(monkeypatch):
     """What a capture cannot do is an error naming the argument, before anything is launched: a
     backward without a caller-owned scratch (the C++ API's default), and a default initial state
