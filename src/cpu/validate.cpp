@@ -382,7 +382,8 @@ int64_t backward_workspace_elements(const Program& program, int64_t neurons) {
   if (neurons < 0) throw ArgumentError("neurons", "N >= 0", std::to_string(neurons));
   int64_t scalar_params = 0;
   for (ir::ParamKind kind : program.forward().params) scalar_params += kind == ir::ParamKind::Scalar;
-  return scalar_params * ((neurons + kWorkspaceNeuronsPerBlock - 1) / kWorkspaceNeuronsPerBlock);
+  const int64_t blocks = neurons / kWorkspaceNeuronsPerBlock + (neurons % kWorkspaceNeuronsPerBlock != 0);  // no overflow
+  return scalar_params * blocks;
 }
 
 DType checkpoint_dtype(DType storage) { return storage == DType::F64 ? DType::F64 : DType::F32; }

@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -127,6 +128,10 @@ TEST(Errors, BackwardWorkspaceIsChecked) {
   const Program plif{builtins::plif_neuron()};
   EXPECT_EQ(backward_workspace_elements(plif, N), 3);  // one scalar parameter, ceil(130 / 64)
   EXPECT_EQ(backward_workspace_elements(Program{builtins::lif_neuron()}, N), 0);
+  EXPECT_EQ(backward_workspace_elements(plif, std::numeric_limits<int64_t>::max()),
+            std::numeric_limits<int64_t>::max() / 64 + 1);
+  EXPECT_EQ(argument_message([&] { backward_workspace_elements(plif, -1); }),
+            "argument 'neurons': expected N >= 0, got -1");
   // A per-step PLIF backward on random values, then its workspace made wrong in turn.
   std::mt19937 rng(std::random_device{}());
   std::normal_distribution<float> normal(0.5f, 1.0f);
