@@ -136,7 +136,7 @@ def test_cuda_graph_capture_with_a_scalar_parameter_gradient():
         big = random_input(2, 4_000_001, device="cuda").requires_grad_()
         _plif_step(spikejit.ParametricLIFNode(step_mode="m").cuda(), big)
     torch.cuda.current_stream().wait_stream(capture)
-    for _ in range(3):  # gradients accumulate into the graph's own .grad tensors
+    for _ in range(3):  # each replay must write the graph's .grad tensors whole (zeroed before it)
         x.grad.zero_()
         node.w.grad.zero_()
         graph.replay()
