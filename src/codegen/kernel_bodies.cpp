@@ -198,6 +198,12 @@ __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0
   const long long T = a.steps, N = a.neurons, last = T - 1;
   real st[kStatesA][EPT], pr[kParamsA][EPT];
   load_rows<kStates, EPT, VEC>(a, kSlotInitialState, n0, count, st);
+#pragma unroll
+  for (int i = 0; i < kStates; ++i) {
+    if (a.buffers[kSlotInitialState + i] != nullptr) continue;  // absent: the declared default
+#pragma unroll
+    for (int e = 0; e < EPT; ++e) st[i][e] = state_default(i);
+  }
   load_params<EPT, VEC>(a, n0, count, pr);
   if (T > 0) {
     // Row t + DEPTH is loaded before step t runs (the last row again near the end).

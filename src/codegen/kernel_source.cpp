@@ -1,6 +1,7 @@
 #include "codegen/kernel_source.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -304,6 +305,24 @@ void check_results(const ir::Step& s, const char* what, size_t outputs, size_t s
   }
 }
 
+// The initial value of state i when its buffer is absent, rounded through the storage type as
+// a given state would be.
+std::string state_default_function(const KernelPlan& p, const std::vector<double>& defaults) {
+  if (defaults.size() != static_cast<size_t>(p.states)) {
+    throw Error("codegen: " + std::to_string(defaults.size()) + " state defaults for " + std::to_string(p.states) +
+                " states");
+  }
+  std::string s = "\n// The initial value of state i when none is given (its buffer is null).\n"
+                  "__device__ __forceinline__ real state_default(int i) {\n  real value = (real)0;\n";
+  for (int i = 0; i < p.states; ++i) {
+    const double value = defaults[static_cast<size_t>(i)];
+    if (value == 0.0 && !std::signbit(value)) continue;
+    s += "  if (i == " + std::to_string(i) + ") value = " +
+         real_literal(value, p.spec.storage == DType::F64) + ";\n";
+  }
+  return s + "  return to_real(to_storage(value));\n}\n";
+}
+
 }  // namespace
 
 KernelSource generate_kernel(const ir::Step& forward, const ir::Step* backward,
@@ -340,6 +359,7 @@ KernelSource generate_kernel(const ir::Step& forward, const ir::Step* backward,
   s = header_comment(p, neuron, backward);
   s += cuda_prelude(p.spec.storage);
   s += constants(p);
+  s += state_default_function(p, neuron.state_defaults);
   s += forward_step_function(forward, backward, p);
   if (p.backward()) s += backward_step_function(*backward, p);
   s += kCommonBodies;

@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "runtime/default_states.h"
 #include "runtime/driver_api.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/workspace.h"
@@ -86,17 +85,6 @@ void* pointer_of(const std::vector<TensorView>& views, int index) {
   return v.present ? v.data : nullptr;
 }
 
-// An absent initial state is the state's default value; the kernels read a null buffer as zero,
-// so a nonzero default comes from a shared constant buffer.
-void* initial_state(const Program& program, const ForwardBuffers& b, int index, DType storage,
-                    runtime::CUcontext context, CUstream stream) {
-  if (void* p = pointer_of(b.initial_states, index)) return p;
-  const double value = ir::state_default(program.neuron(), index);
-  if (runtime::storage_bits(storage, value) == 0) return nullptr;
-  return reinterpret_cast<void*>(
-      runtime::constant_buffer(context, storage, value, neuron_count(b.neuron_shape), stream));
-}
-
 int multiprocessors(int device) {
   static std::mutex mutex;
   static std::vector<int> counts;
@@ -171,7 +159,7 @@ void run(const Program& program, const codegen::KernelSpec& spec, int64_t steps,
   for (size_t i = 0; i < source.buffers.size(); ++i) {
     const codegen::BufferSlot& slot = source.buffers[i];
     if (slot.role == codegen::BufferRole::Workspace) continue;  // filled once the variant is known
-    args.buffers[i] = pointer_for(slot, guard.context());
+    args.buffers[i] = pointer_for(slot);
     if (!slot.scalar_param && !slot.checkpoint && !slot.packed && !slot.layout.same_each_neuron) {
       rows_aligned = rows_aligned && reinterpret_cast<uintptr_t>(args.buffers[i]) % 16 == 0;
     }
@@ -301,11 +289,11 @@ void forward(const Program& program, const ForwardBuffers& b, void* stream, int 
     return;
   }
   run(program, spec, b.steps, neuron_count(b.neuron_shape), stream, device, TensorView(),
-      [&](const codegen::BufferSlot& slot, runtime::CUcontext context) -> void* {
+      [&](const codegen::BufferSlot& slot) -> void* {
         switch (slot.role) {
           case codegen::BufferRole::Input: return pointer_of(b.inputs, slot.index);
-          case codegen::BufferRole::InitialState:
-            return initial_state(program, b, slot.index, spec.storage, context, static_cast<CUstream>(stream));
+          case codegen::BufferRole::InitialState:  // absent: the kernels start from the declared default
+            return pointer_of(b.initial_states, slot.index);
           case codegen::BufferRole::Param: return pointer_of(b.params, slot.index);
           case codegen::BufferRole::Output: return pointer_of(b.outputs, slot.index);
           case codegen::BufferRole::PackedOutput: return packed_pointer_of(b.packed_outputs, slot.index);
@@ -348,7 +336,7 @@ void backward(const Program& program, const BackwardBuffers& b, void* stream, in
     return;
   }
   run(program, spec, b.steps, neuron_count(b.neuron_shape), stream, device, b.workspace,
-      [&](const codegen::BufferSlot& slot, runtime::CUcontext) -> void* {
+      [&](const codegen::BufferSlot& slot) -> void* {
         switch (slot.role) {
           case codegen::BufferRole::Saved:
             return slot.packed ? packed_pointer_of(b.packed_saved, slot.index) : pointer_of(b.saved, slot.index);

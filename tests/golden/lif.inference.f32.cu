@@ -182,6 +182,12 @@ struct ForwardOut { real y[kOutputsA], s_next[kStatesA], saved[kSavedA]; };
 struct BackwardIn { real saved[kSavedA], go[kOutputsA], gs[kStatesA], p[kParamsA]; };
 struct BackwardOut { real gi[kInputsA], g_prev[kStatesA], gp[kParamsA]; };
 
+// The initial value of state i when none is given (its buffer is null).
+__device__ __forceinline__ real state_default(int i) {
+  real value = (real)0;
+  return to_real(to_storage(value));
+}
+
 // ---- forward step: (inputs[t], states[t-1], params) -> (outputs[t], states[t], saved[t]) ----
 __device__ __forceinline__ ForwardOut forward_step(const ForwardIn in) {
   ForwardOut out = {};
@@ -385,6 +391,12 @@ __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0
   const long long T = a.steps, N = a.neurons, last = T - 1;
   real st[kStatesA][EPT], pr[kParamsA][EPT];
   load_rows<kStates, EPT, VEC>(a, kSlotInitialState, n0, count, st);
+#pragma unroll
+  for (int i = 0; i < kStates; ++i) {
+    if (a.buffers[kSlotInitialState + i] != nullptr) continue;  // absent: the declared default
+#pragma unroll
+    for (int e = 0; e < EPT; ++e) st[i][e] = state_default(i);
+  }
   load_params<EPT, VEC>(a, n0, count, pr);
   if (T > 0) {
     // Row t + DEPTH is loaded before step t runs (the last row again near the end).

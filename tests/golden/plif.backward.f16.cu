@@ -199,6 +199,12 @@ struct ForwardOut { real y[kOutputsA], s_next[kStatesA], saved[kSavedA]; };
 struct BackwardIn { real saved[kSavedA], go[kOutputsA], gs[kStatesA], p[kParamsA]; };
 struct BackwardOut { real gi[kInputsA], g_prev[kStatesA], gp[kParamsA]; };
 
+// The initial value of state i when none is given (its buffer is null).
+__device__ __forceinline__ real state_default(int i) {
+  real value = (real)0;
+  return to_real(to_storage(value));
+}
+
 // ---- forward step: (inputs[t], states[t-1], params) -> (outputs[t], states[t], saved[t]) ----
 __device__ __forceinline__ ForwardOut forward_step(const ForwardIn in) {
   ForwardOut out = {};
