@@ -74,7 +74,7 @@ def test_profile_step_runs_on_the_cpu():
 
 def test_cuda_graphs_bench_runs_on_the_cpu():
     """On the CPU it times eager and torch.compile (CUDA graphs need a GPU); a row per neuron."""
-    out = run_bench("bench_cuda_graphs.py", "--batches", "3", "--steps-t", "2", "--steps", "2", "--bursts", "1")
+    out = run_bench("bench_cuda_graphs.py", "--device", "cpu", "--batches", "3", "--steps-t", "2", "--steps", "2", "--bursts", "1")
     for kind in ("IF", "LIF", "PLIF"):
         row = next((line for line in out.splitlines() if line.startswith(f"| {kind} | 2 | 3 |")), None)
         assert row is not None and row.count("x |") == 1, out
