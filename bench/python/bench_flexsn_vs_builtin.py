@@ -6,6 +6,7 @@ side in one run: LIF (tau = 2, hard reset to 0, sigmoid surrogate), inference an
     python bench/python/bench_flexsn_vs_builtin.py --dry-run  # tiny sizes, a few repetitions
 """
 import argparse
+import functools
 import statistics
 import time
 
@@ -27,24 +28,35 @@ def make_nodes(device):
     return {"built-in LIFNode": builtin.to(device), "FlexSN LIF": flex.to(device)}
 
 
-def timed_ms(fn, device, reps):
-    """Median milliseconds of fn() over `reps` runs (CUDA events on a GPU)."""
-    for _ in range(3):
+def burst_ms(fn, device, calls):
+    """Milliseconds per call of `calls` calls of fn() back to back (CUDA events on a GPU)."""
+    if device.type == "cuda":
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop) / calls
+    t0 = time.perf_counter()
+    for _ in range(calls):
         fn()
-    times = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+    return (time.perf_counter() - t0) * 1e3 / calls
+
+
+def interleaved_ms(fns, device, bursts, calls):
+    """Median ms per call of each of `fns` (name -> callable), the bursts of the two taken in
+    turn (the order flipped every round) so that a drift of the host or the GPU's clocks
+    falls on both alike."""
+    for fn in fns.values():
+        for _ in range(3):
             fn()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    times = {name: [] for name in fns}
+    names = list(fns)
+    for burst in range(bursts):
+        for name in (names if burst % 2 == 0 else names[::-1]):
+            times[name].append(burst_ms(fns[name], device, calls))
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main():
@@ -54,28 +66,29 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() and spikejit.cuda_available() else "cpu")
     sizes = [(8, 4096), (32, 1024)] if args.dry_run or device.type == "cpu" else \
         [(8, 4194304), (32, 4194304), (256, 16384), (1024, 4096)]
-    reps = 3 if args.dry_run else 50
+    bursts, calls = (3, 2) if args.dry_run else (15, 10)
     nodes = make_nodes(device)
     rows = []
     for steps, neurons in sizes:
         x = torch.rand(steps, neurons, device=device) * 2
         xg = x.clone().requires_grad_()
-        for mode in ("infer", "train"):
-            ms = {}
-            for name, node in nodes.items():
-                def infer():
-                    with torch.no_grad():
-                        node(x)
-                    node.reset()
 
-                def train():
-                    node(xg).sum().backward()
-                    node.reset()
+        def infer(node):
+            with torch.no_grad():
+                node(x)
+            node.reset()
 
-                ms[name] = timed_ms(infer if mode == "infer" else train, device, reps)
+        def train(node):
+            xg.grad = None
+            node(xg).sum().backward()
+            node.reset()
+
+        for mode, step in (("infer", infer), ("train", train)):
+            ms = interleaved_ms({name: functools.partial(step, node) for name, node in nodes.items()}, device,
+                                bursts, calls)
             built, flex = ms["built-in LIFNode"], ms["FlexSN LIF"]
             rows.append([mode, steps, neurons, f"{built:.4f}", f"{flex:.4f}", f"{100 * (flex / built - 1):+.1f} %"])
-    print(f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}; median ms of {reps}")
+    print(f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}; ms per call, median of {bursts} interleaved bursts of {calls} calls")
     print(markdown_table(["mode", "T", "N", "built-in ms", "FlexSN ms", "FlexSN vs built-in"], rows))
 
 

@@ -27,6 +27,7 @@ from . import _core, registry
 from ._trace import UnsupportedOp, captured_tensors, trace_core
 from .functional import run_neuron
 from ._kernel_calls import AUTO, check_checkpoint_every, check_pack_spikes
+from ._stateful_module import StatefulModule
 from .scan import eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available, \
     lowerable_scan_final_state
 
@@ -163,7 +164,7 @@ def _verify(compiled: _CompiledCore, core: Callable, device: torch.device) -> No
                                 "autograd (a surrogate written as an autograd.Function? use spikejit.surrogate)")
 
 
-class FlexSN(nn.Module):
+class FlexSN(StatefulModule):
     """A neuron from a one-step core; see the module docstring.
 
     Arguments follow SpikingJelly's FlexSN: `core`, `num_inputs`, `num_states`, `num_outputs`,
@@ -179,6 +180,8 @@ class FlexSN(nn.Module):
     `packed_outputs` (indices of spike-valued outputs returned as uint8 bit rows [T, ceil(N/8)],
     which carry no gradient; needs the compiled kernels and step_mode 'm').
     """
+
+    _STATE_NAMES = frozenset({"states", "state_seqs"})
 
     def __init__(self, core: Callable, num_inputs: int, num_states: int, num_outputs: int,
                  example_inputs: Optional[Sequence[Tensor]] = None, requires_grad: Optional[Sequence[bool]] = None,
@@ -357,7 +360,10 @@ class FlexSN(nn.Module):
         """(outputs, final states, state sequences or None) without touching the module's state;
         `states=None` starts from init_states (or the program's zeros)."""
         self._check_inputs(inputs)
-        inputs = list(inputs)
+        return self._run_sequence(list(inputs), states)
+
+    def _run_sequence(self, inputs, states):
+        """multi_step_functional_forward after its checks."""
         if states is None and (self._compiled is None or self._custom_init()):
             states = self.init_states(self.num_states, "m", *inputs)
         inputs, states = self._mask(inputs, None if states is None else list(states))
@@ -381,7 +387,7 @@ class FlexSN(nn.Module):
     def multi_step_forward(self, *inputs):
         self._check_inputs(inputs)
         states = self._current_states(inputs[0].shape[1:])
-        outputs, finals, seqs = self.multi_step_functional_forward(*inputs, states=states)
+        outputs, finals, seqs = self._run_sequence(list(inputs), states)
         self.states = finals
         if self.store_state_seqs:
             self.state_seqs = seqs

@@ -22,12 +22,11 @@ from torch import Tensor, nn
 from . import surrogate as _surrogate
 from .functional import builtin_handle, run_neuron
 from ._kernel_calls import AUTO, check_checkpoint_every
+from ._stateful_module import StatefulModule
 
 __all__ = ["BaseNode", "IFNode", "LIFNode", "ParametricLIFNode"]
 
 BACKENDS = ("spikejit", "torch", "cupy", "triton", "inductor")
-_STATE_NAMES = frozenset({"v", "v_seq"})
-_PLAIN_STATE_TYPES = (Tensor, float, type(None))
 
 
 def _check_float(name, value, allow_none=False):
@@ -38,7 +37,7 @@ def _check_float(name, value, allow_none=False):
         raise TypeError(f"{name}: expected {expected}, got {type(value).__name__}")
 
 
-class BaseNode(nn.Module):
+class BaseNode(StatefulModule):
     """Common state handling of the built-in neurons (one state `v`).
 
     The program handle is kept in `_program_handle` and rebuilt whenever an option attribute is
@@ -46,6 +45,7 @@ class BaseNode(nn.Module):
     changed in place (`node.surrogate_function.alpha = 3`) must be assigned again to count.
     """
 
+    _STATE_NAMES = frozenset({"v", "v_seq"})
     _OPTIONS = frozenset({"v_threshold", "v_reset", "detach_reset", "surrogate_function", "tau", "decay_input"})
 
     def __init__(self, v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, surrogate_function=None,
@@ -77,15 +77,6 @@ class BaseNode(nn.Module):
         self._refresh_program()
 
     def __setattr__(self, name, value):
-        # The state is assigned on every call. Once it is a plain attribute (in __dict__, so no
-        # parameter, buffer or submodule of that name exists), nn.Module.__setattr__ would end in
-        # the same dict store for anything but a Parameter or Module; skip its checks. (The usual
-        # values are told by their exact type first: isinstance against Parameter goes through
-        # its metaclass, a microsecond a call.)
-        if name in _STATE_NAMES and name in self.__dict__ and (
-                type(value) in _PLAIN_STATE_TYPES or not isinstance(value, (nn.Parameter, nn.Module))):
-            self.__dict__[name] = value
-            return
         super().__setattr__(name, value)
         if name in self._OPTIONS and self.__dict__.get("_options_ready", False):
             self._refresh_program()

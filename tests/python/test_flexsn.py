@@ -233,6 +233,26 @@ def test_state_seqs_and_final_states_agree():
     assert not torch.equal(node.state_seqs[0], seqs[0]) or not torch.equal(node.state_seqs[1], seqs[1])
 
 
+@pytest.mark.parametrize("make, names", [
+    (lambda: spikejit.FlexSN(strange_core, 2, 2, 2, store_state_seqs=True), ("states", "state_seqs")),
+    (lambda: spikejit.LIFNode(step_mode="m", store_v_seq=True), ("v", "v_seq"))])
+def test_state_attributes_stay_plain_unless_a_parameter_or_module_is_assigned(make, names):
+    """The state attributes skip nn.Module.__setattr__ once they exist (a host-time fast path);
+    a Parameter or Module assigned to one must still be registered as nn.Module would."""
+    node = make()
+    inputs = [random_input(4, 6) for _ in range(2 if isinstance(node, spikejit.FlexSN) else 1)]
+    node(*inputs)
+    assert not list(node.parameters()) and not node.state_dict()
+    node.reset()
+    assert all(getattr(node, name) is None or isinstance(getattr(node, name), float) for name in names)
+    weight, child = nn.Parameter(torch.randn(6)), nn.Identity()
+    setattr(node, names[0], weight)
+    setattr(node, names[1], child)
+    assert dict(node.named_parameters()) == {names[0]: weight}
+    assert dict(node.named_children())[names[1]] is child
+    assert names[0] not in node.__dict__ and names[1] not in node.__dict__
+
+
 def test_single_step_mode_matches_multi_step():
     multi = spikejit.FlexSN(strange_core, 2, 2, 2)
     single = spikejit.FlexSN(strange_core, 2, 2, 2, step_mode="s")

@@ -1,0 +1,25 @@
+"""The base of spikejit's neuron modules: state attributes assigned on every call, cheaply."""
+from torch import Tensor, nn
+
+_PLAIN_STATE_TYPES = (Tensor, float, list, type(None))
+
+
+class StatefulModule(nn.Module):
+    """An nn.Module whose attributes named in `_STATE_NAMES` (a neuron's state, set on every
+    forward and reset) are stored without nn.Module.__setattr__'s checks once they exist.
+
+    At small sizes the host is the limit of a step, and those checks (isinstance against
+    Parameter goes through its metaclass) cost microseconds per assignment. Once a state is a
+    plain attribute (in __dict__: no parameter, buffer or submodule of that name exists),
+    nn.Module.__setattr__ would end in the same dict store for anything but a Parameter or a
+    Module, so only those take the full path. The usual values are told by their exact type.
+    """
+
+    _STATE_NAMES = frozenset()
+
+    def __setattr__(self, name, value):
+        if name in self._STATE_NAMES and name in self.__dict__ and (
+                type(value) in _PLAIN_STATE_TYPES or not isinstance(value, (nn.Parameter, nn.Module))):
+            self.__dict__[name] = value
+            return
+        super().__setattr__(name, value)
