@@ -21,7 +21,7 @@ import warnings
 from typing import Callable, List, Optional, Sequence, Union
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from . import _core, registry
 from ._trace import UnsupportedOp, captured_tensors, trace_core
