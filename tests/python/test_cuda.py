@@ -74,17 +74,23 @@ def test_runs_on_the_current_stream():
         assert torch.equal(a, b)
 
 
+def _warm_up(step, times):
+    """Runs step() `times` times on a side stream, as CUDA graphs require before a capture;
+    returns its last result (the current stream waits for it)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(times):
+            result = step()
+    torch.cuda.current_stream().wait_stream(side)
+    return result
+
+
 def test_cuda_graph_capture():
     """No host work depends on tensor values, so a training step can be captured."""
     node = spikejit.LIFNode(step_mode="m").cuda()
     x = random_input(8, 2048, device="cuda").requires_grad_()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up on a side stream, as CUDA graphs require
-        for _ in range(2):
-            node.reset()
-            node(x).sum().backward()
-    torch.cuda.current_stream().wait_stream(side)
+    _warm_up(lambda: (node.reset(), node(x).sum().backward()), 2)
     graph = torch.cuda.CUDAGraph()
     x.grad = None
     with torch.cuda.graph(graph):
@@ -121,12 +127,8 @@ def test_cuda_graph_capture_with_a_scalar_parameter_gradient():
     reused by calls made after the capture on the same stream (here: a larger call there)."""
     node = spikejit.ParametricLIFNode(step_mode="m").cuda()
     x = random_input(8, 3000, device="cuda").requires_grad_()
-    warm_up, capture = torch.cuda.Stream(), torch.cuda.Stream()  # nothing ran on `capture` before
-    warm_up.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(warm_up):
-        for _ in range(2):
-            _plif_step(node, x)
-    torch.cuda.current_stream().wait_stream(warm_up)
+    _warm_up(lambda: _plif_step(node, x), 2)
+    capture = torch.cuda.Stream()  # nothing ran on it before
     graph = torch.cuda.CUDAGraph()
     x.grad = None
     node.w.grad = None
@@ -167,11 +169,7 @@ def test_cuda_graph_capture_of_a_flexsn_neuron_with_a_learnable_scalar():
         (out * weights).sum().backward()
         return out
 
-    warm_up = torch.cuda.Stream()
-    warm_up.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(warm_up):
-        expected_out = step().clone()
-    torch.cuda.current_stream().wait_stream(warm_up)
+    expected_out = _warm_up(step, 1).clone()
     expected_x_grad, expected_r_grad = x.grad.clone(), r.grad.clone()
     x.grad = r.grad = None
     graph = torch.cuda.CUDAGraph()
