@@ -25,8 +25,8 @@ using runtime::driver;
 namespace {
 
 using bench::DeviceBuffer;
-using bench::copy_bandwidth;
 using bench::median_ms;
+using bench::print_device_and_bandwidth;
 
 struct Result {
   std::string dtype, op;
@@ -80,13 +80,7 @@ int main(int argc, char** argv) {
   }
   try {
     runtime::ContextGuard guard(0);
-    char name[256] = {0};
-    runtime::CUdevice dev = 0;
-    check_cuda(driver().cuDeviceGet(&dev, 0), "cuDeviceGet");
-    check_cuda(driver().cuDeviceGetName(name, sizeof name, dev), "cuDeviceGetName");
-    const double bandwidth = copy_bandwidth();
-    std::printf("device: %s; copy bandwidth (1 GiB device copy, read + write): %.2f TB/s\n\n", name,
-                bandwidth * 1e-12);
+    const double bandwidth = print_device_and_bandwidth();
     std::printf(
         "| spikes | op | n | ms | GB/s (n x size + n/8 bytes) | %% of copy BW "
         "|\n|---|---|---|---|---|---|\n");

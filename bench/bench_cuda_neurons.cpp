@@ -32,6 +32,7 @@ namespace {
 using bench::DeviceBuffer;
 using bench::copy_bandwidth;
 using bench::median_ms;
+using bench::print_device_and_bandwidth;
 
 struct Case {
   const char* dtype;
@@ -184,13 +185,7 @@ int main(int argc, char** argv) {
   }
   try {
     runtime::ContextGuard guard(0);
-    char name[256] = {0};
-    runtime::CUdevice dev = 0;
-    check_cuda(driver().cuDeviceGet(&dev, 0), "cuDeviceGet");
-    check_cuda(driver().cuDeviceGetName(name, sizeof name, dev), "cuDeviceGetName");
-    const double bandwidth = copy_bandwidth();
-    std::printf("device: %s; copy bandwidth (1 GiB device copy, read + write): %.2f TB/s\n\n",
-                name, bandwidth * 1e-12);
+    const double bandwidth = print_device_and_bandwidth();
 
     std::printf("| neuron | dtype | mode | T | N | ms | %% of copy BW | %% of same-size copy | "
                 "kernel bytes / minimal | SpikingJelly triton ms | speed-up |\n");

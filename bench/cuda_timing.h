@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <vector>
 
 #include "runtime/driver_api.h"
@@ -57,6 +58,19 @@ inline double copy_bandwidth(size_t moved = size_t(2) << 30) {
     runtime::check_cuda(runtime::driver().cuMemcpyDtoDAsync(b.ptr, a.ptr, bytes, nullptr), "cuMemcpyDtoDAsync");
   });
   return 2.0 * double(bytes) / (ms * 1e-3);
+}
+
+// Prints the header line every CUDA benchmark starts with (device 0's name and the headline copy
+// bandwidth); returns that bandwidth.
+inline double print_device_and_bandwidth() {
+  char name[256] = {0};
+  runtime::CUdevice dev = 0;
+  runtime::check_cuda(runtime::driver().cuDeviceGet(&dev, 0), "cuDeviceGet");
+  runtime::check_cuda(runtime::driver().cuDeviceGetName(name, sizeof name, dev), "cuDeviceGetName");
+  const double bandwidth = copy_bandwidth();
+  std::printf("device: %s; copy bandwidth (1 GiB device copy, read + write): %.2f TB/s\n\n", name,
+              bandwidth * 1e-12);
+  return bandwidth;
 }
 
 }  // namespace spikejit::bench
