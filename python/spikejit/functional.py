@@ -27,6 +27,7 @@ import threading
 from typing import Optional, Union
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
 from . import _core, ops, registry
@@ -105,6 +106,22 @@ def needs_grad(tensors) -> bool:
     return any(t is not None and t.requires_grad for t in tensors)
 
 
+def refuse_derivative_transforms(*groups) -> None:
+    """ValueError under forward-mode AD or a torch.func transform. The kernels have one derivative,
+    the reverse-mode one torch.autograd runs; under forward-mode AD PyTorch would hand on no
+    tangent (a custom op's forward-mode derivative silently counts as zero), and torch.func's
+    wrapped tensors have no memory that kernels could read."""
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        raise ValueError("inputs: spikejit's neuron kernels do not run under torch.func transforms (grad, vjp, "
+                         "jacrev, jvp, jacfwd, vmap): expected plain tensors; take gradients with "
+                         "torch.autograd (loss.backward() or torch.autograd.grad), batch along a neuron dimension")
+    if _forward_ad._current_level >= 0 and any(t is not None and _forward_ad.unpack_dual(t).tangent is not None
+                                               for tensors in groups for t in tensors):
+        raise ValueError("inputs: spikejit's neuron kernels have no forward-mode derivative (torch.autograd."
+                         "forward_ad): expected tensors without a tangent; use reverse mode (loss.backward() or "
+                         "torch.autograd.grad)")
+
+
 # spikejit.Recompute watches, and in its recomputation steers, the neuron calls of the block it
 # runs (recompute.py). Per thread: the recomputation runs on the autograd engine's thread.
 _call_hooks = threading.local()
@@ -135,7 +152,10 @@ def run_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_stat
     state_seqs or None), taking the training op (with autograd) when a gradient is needed;
     `checkpoint_every` and `pack_spikes` are its save policy, `packed_outputs` (bit i: output i)
     the outputs returned as uint8 bit rows (see spikejit.ops)."""
-    hook = None if torch.compiler.is_compiling() else getattr(_call_hooks, "hook", None)
+    hook = None
+    if not torch.compiler.is_compiling():
+        refuse_derivative_transforms(inputs, init_states, params)
+        hook = getattr(_call_hooks, "hook", None)
     if hook is not None:
         return hook(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
                     checkpoint_every, packed_outputs, pack_spikes)

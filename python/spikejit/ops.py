@@ -199,23 +199,56 @@ class _Training(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        call = ctx.call
-        counts = call.counts
-        ns, no, ni = counts.states, counts.outputs, counts.inputs
-        saved, params = _saved_for_backward(ctx)
-        grad_outputs = _grad_outputs(grads, counts, call.packed_outputs)
-        if ctx.carriers:  # the packed outputs' gradients, as their carriers received them
-            grad_outputs = with_carriers(grad_outputs, grads[call.first_saved:], call.packed_outputs)
-        # Only the gradients autograd asks for: none for inputs without requires_grad (e.g. data),
-        # none for initial states that were not given.
-        needs = ctx.needs_input_grad[_NON_TENSOR_ARGS:]
-        given = ctx.num_states_given
-        wanted = needs[:ni] + (needs[ni:ni + ns] if given else (False,) * ns) + needs[ni + given:]
-        results = call.backward(ctx.seq_shape, ctx.dtype, ctx.device, saved, params, grad_outputs,
-                                grads[no:no + ns], grads[no + ns:no + 2 * ns] if call.store_state_seqs else (),
-                                wanted, checked=True)
-        grad_states = results[ni:ni + ns] if given else []
-        return (None,) * _NON_TENSOR_ARGS + (*results[:ni], *grad_states, *results[ni + ns:])
+        if not torch.is_grad_enabled():
+            return _training_backward(ctx, *grads)
+        with torch.no_grad():  # create_graph=True: the kernels' gradients have no graph of their own
+            results = _training_backward(ctx, *grads)
+        return _refusing_second_derivatives(results)
+
+
+def _training_backward(ctx, *grads):
+    call = ctx.call
+    counts = call.counts
+    ns, no, ni = counts.states, counts.outputs, counts.inputs
+    saved, params = _saved_for_backward(ctx)
+    grad_outputs = _grad_outputs(grads, counts, call.packed_outputs)
+    if ctx.carriers:  # the packed outputs' gradients, as their carriers received them
+        grad_outputs = with_carriers(grad_outputs, grads[call.first_saved:], call.packed_outputs)
+    # Only the gradients autograd asks for: none for inputs without requires_grad (e.g. data),
+    # none for initial states that were not given.
+    needs = ctx.needs_input_grad[_NON_TENSOR_ARGS:]
+    given = ctx.num_states_given
+    wanted = needs[:ni] + (needs[ni:ni + ns] if given else (False,) * ns) + needs[ni + given:]
+    results = call.backward(ctx.seq_shape, ctx.dtype, ctx.device, saved, params, grad_outputs,
+                            grads[no:no + ns], grads[no + ns:no + 2 * ns] if call.store_state_seqs else (),
+                            wanted, checked=True)
+    grad_states = results[ni:ni + ns] if given else []
+    return (None,) * _NON_TENSOR_ARGS + (*results[:ni], *grad_states, *results[ni + ns:])
+
+
+class _SecondDerivativeRefused(torch.autograd.Function):
+    """The identity on gradients the kernels computed, under create_graph=True: differentiating
+    them again raises, so a second derivative through the kernels is an error, not a silent zero."""
+
+    @staticmethod
+    def forward(*gradients):
+        return tuple(g.view_as(g) for g in gradients)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("spikejit's neuron kernels have first derivatives only: a second derivative (a "
+                           "gradient of a gradient taken with create_graph=True) cannot run through them")
+
+
+def _refusing_second_derivatives(results):
+    """`results` (tensors and None) with each tensor behind a _SecondDerivativeRefused node."""
+    tensors = [r.requires_grad_() for r in results if r is not None]  # the kernels' fresh results
+    refused = iter(_SecondDerivativeRefused.apply(*tensors) if tensors else ())
+    return tuple(None if r is None else next(refused) for r in results)
 
 
 def with_carriers(per_output, carriers, packed_outputs: int) -> list:

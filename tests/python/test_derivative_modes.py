@@ -1,0 +1,100 @@
+"""The derivatives spikejit's kernels have, and the ones they refuse: reverse mode through
+torch.autograd works (with create_graph=True too, as long as nothing differentiates the kernels'
+gradients again); forward-mode AD, torch.func transforms and second derivatives through the
+kernels are clear errors, never a tangent or a gradient silently left out."""
+import pytest
+import torch
+import torch.autograd.forward_ad as forward_ad
+
+import spikejit
+from conftest import random_input
+
+TRANSFORM = r"^inputs: spikejit's neuron kernels do not run under torch\.func transforms"
+FORWARD_MODE = r"^inputs: spikejit's neuron kernels have no forward-mode derivative"
+
+
+def lif_core(x, v):
+    h = v + (x - v) / 2.0
+    s = spikejit.surrogate.Sigmoid()(h - 1.0)
+    return s, h * (1.0 - s)
+
+
+NEURONS = {
+    "LIFNode": lambda: spikejit.LIFNode(step_mode="m"),
+    "ParametricLIFNode": lambda: spikejit.ParametricLIFNode(step_mode="m"),
+    "FlexSN": lambda: spikejit.FlexSN(lif_core, 1, 1, 1, strict=True),
+}
+
+
+def run(node, x):
+    node.reset()
+    return node(x)
+
+
+@pytest.mark.parametrize("name", NEURONS)
+@pytest.mark.parametrize("transform", ["grad", "vjp", "jacrev", "jvp", "jacfwd", "vmap"])
+def test_torch_func_transforms_are_refused(name, transform):
+    node, x = NEURONS[name](), random_input(4, 6)
+    calls = {
+        "grad": lambda: torch.func.grad(lambda xs: run(node, xs).sum())(x),
+        "vjp": lambda: torch.func.vjp(lambda xs: run(node, xs), x),
+        "jacrev": lambda: torch.func.jacrev(lambda xs: run(node, xs))(x),
+        "jvp": lambda: torch.func.jvp(lambda xs: run(node, xs), (x,), (torch.ones_like(x),)),
+        "jacfwd": lambda: torch.func.jacfwd(lambda xs: run(node, xs))(x),
+        "vmap": lambda: torch.func.vmap(lambda xs: run(node, xs), in_dims=1, out_dims=1)(x.unsqueeze(2).repeat(1, 1, 3)),
+    }
+    with pytest.raises(ValueError, match=TRANSFORM):
+        calls[transform]()
+
+
+def test_the_functional_api_refuses_transforms_too():
+    x = random_input(4, 6)
+    with pytest.raises(ValueError, match=TRANSFORM):
+        torch.func.grad(lambda xs: spikejit.functional.multistep_lif(xs, None, True, 2.0, 1.0, 0.0, False,
+                                                                      "sigmoid")[0].sum())(x)
+
+
+@pytest.mark.parametrize("name", NEURONS)
+@pytest.mark.parametrize("with_grad", [False, True])
+def test_forward_mode_tangents_are_refused(name, with_grad):
+    """Without requires_grad the call would take the inference path and hand on no tangent at all;
+    with it, the training op's forward-mode derivative would count as zero."""
+    node, x = NEURONS[name](), random_input(4, 6)
+    with forward_ad.dual_level():
+        dual = forward_ad.make_dual(x.requires_grad_(with_grad), torch.randn_like(x))
+        with pytest.raises(ValueError, match=FORWARD_MODE):
+            run(node, dual)
+
+
+@pytest.mark.parametrize("name", NEURONS)
+def test_tensors_without_tangents_run_inside_a_dual_level(name):
+    node, x = NEURONS[name](), random_input(4, 6)
+    expected = run(node, x)
+    with forward_ad.dual_level():
+        assert torch.equal(run(node, x), expected)
+
+
+def test_functional_call_is_no_transform():
+    node, x = spikejit.ParametricLIFNode(step_mode="m"), random_input(4, 6)
+    w = torch.tensor(0.3, requires_grad=True)
+    node.reset()
+    torch.func.functional_call(node, {"w": w}, (x,)).sum().backward()
+    reference = spikejit.ParametricLIFNode(step_mode="m")
+    with torch.no_grad():
+        reference.w.fill_(0.3)
+    reference(x).sum().backward()
+    torch.testing.assert_close(w.grad, reference.w.grad)
+
+
+@pytest.mark.parametrize("name", NEURONS)
+def test_create_graph_gives_the_same_first_derivative_and_refuses_a_second(name):
+    node, x = NEURONS[name](), random_input(5, 7)
+    weights = torch.randn(5, 7)
+    plain = x.clone().requires_grad_()
+    (run(node, plain) * weights).sum().backward()
+    graphed = x.clone().requires_grad_()
+    loss = (run(node, graphed) * weights).sum() + (graphed ** 3).sum()  # a path with a real 2nd derivative
+    (first,) = torch.autograd.grad(loss, graphed, create_graph=True)
+    torch.testing.assert_close(first - 3 * graphed.detach() ** 2, plain.grad)
+    with pytest.raises(RuntimeError, match="^spikejit.s neuron kernels have first derivatives only"):
+        first.sum().backward()
