@@ -7,7 +7,7 @@ import torch
 import torch.autograd.forward_ad as forward_ad
 
 import spikejit
-from conftest import random_input
+from conftest import device_params, random_input
 
 TRANSFORM = r"^inputs: spikejit's neuron kernels do not run under torch\.func transforms"
 FORWARD_MODE = r"^inputs: spikejit's neuron kernels have no forward-mode derivative"
@@ -33,8 +33,9 @@ def run(node, x):
 
 @pytest.mark.parametrize("name", NEURONS)
 @pytest.mark.parametrize("transform", ["grad", "vjp", "jacrev", "jvp", "jacfwd", "vmap"])
-def test_torch_func_transforms_are_refused(name, transform):
-    node, x = NEURONS[name](), random_input(4, 6)
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_torch_func_transforms_are_refused(name, transform, device):
+    node, x = NEURONS[name]().to(device), random_input(4, 6, device=device)
     calls = {
         "grad": lambda: torch.func.grad(lambda xs: run(node, xs).sum())(x),
         "vjp": lambda: torch.func.vjp(lambda xs: run(node, xs), x),
@@ -56,10 +57,11 @@ def test_the_functional_api_refuses_transforms_too():
 
 @pytest.mark.parametrize("name", NEURONS)
 @pytest.mark.parametrize("with_grad", [False, True])
-def test_forward_mode_tangents_are_refused(name, with_grad):
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_forward_mode_tangents_are_refused(name, with_grad, device):
     """Without requires_grad the call would take the inference path and hand on no tangent at all;
     with it, the training op's forward-mode derivative would count as zero."""
-    node, x = NEURONS[name](), random_input(4, 6)
+    node, x = NEURONS[name]().to(device), random_input(4, 6, device=device)
     with forward_ad.dual_level():
         dual = forward_ad.make_dual(x.requires_grad_(with_grad), torch.randn_like(x))
         with pytest.raises(ValueError, match=FORWARD_MODE):
@@ -87,9 +89,10 @@ def test_functional_call_is_no_transform():
 
 
 @pytest.mark.parametrize("name", NEURONS)
-def test_create_graph_gives_the_same_first_derivative_and_refuses_a_second(name):
-    node, x = NEURONS[name](), random_input(5, 7)
-    weights = torch.randn(5, 7)
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_create_graph_gives_the_same_first_derivative_and_refuses_a_second(name, device):
+    node, x = NEURONS[name]().to(device), random_input(5, 7, device=device)
+    weights = torch.randn(5, 7, device=device)
     plain = x.clone().requires_grad_()
     (run(node, plain) * weights).sum().backward()
     graphed = x.clone().requires_grad_()
