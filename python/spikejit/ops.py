@@ -345,6 +345,44 @@ def _backward_spike(ctx, grad):
 torch.library.register_autograd("spikejit::spike", _backward_spike, setup_context=_setup_spike)
 
 
+class _EagerSpike(torch.autograd.Function):
+    """spikejit::spike outside torch.compile and tracing: the same forward and backward, plus what
+    the custom op cannot have: a forward-mode derivative (the surrogate's, as in the backward;
+    the op's would silently be zero) and torch.func support (every method is PyTorch ops, so
+    vmap rules are generated, and the backward is differentiable again)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, surrogate, params):
+        return (x >= 0).to(x.dtype)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, ctx.surrogate, ctx.params = inputs
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * surrogate_gradient(x, ctx.surrogate, ctx.params), None, None
+
+    @staticmethod
+    def jvp(ctx, x_tangent, surrogate_tangent, params_tangent):
+        (x,) = ctx.saved_tensors
+        return x_tangent * surrogate_gradient(x, ctx.surrogate, ctx.params)
+
+
+def run_spike(x: Tensor, surrogate: str, params: List[float]) -> Tensor:
+    """The spike op, or its eager twin for plain tensors outside compilation and tracing (also
+    under torch.func transforms and forward-mode AD, which the op does not support)."""
+    if is_eager([x]):
+        check_surrogate(surrogate, params)
+        return _EagerSpike.apply(x, surrogate, params)
+    return torch.ops.spikejit.spike(x, surrogate, params)
+
+
 # ---------------------------------------------------------------------------------------------
 # Bit-spike compression on the C++ kernels: element 8j+i of the flattened input at bit i of byte j
 # (LSB first), the last byte zero-padded; any nonzero element counts as a spike (NaN too, -0.0

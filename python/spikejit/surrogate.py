@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from . import _core
-from .ops import SURROGATE_INFO
+from .ops import SURROGATE_INFO, run_spike
 
 __all__ = ["SurrogateFunction", "spike", "heaviside", "resolve"]
 
@@ -50,7 +50,7 @@ class SurrogateFunction(nn.Module):
         return tuple(float(getattr(self, key)) for key in self.param_names)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.spikejit.spike(x, self.name, list(self.params))
+        return run_spike(x, self.name, list(self.params))
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={getattr(self, k)}" for k in self.param_names)
@@ -110,7 +110,7 @@ def spike(x: torch.Tensor, surrogate="sigmoid", params: Sequence[float] = None) 
         if len(params) > len(resolved):
             raise ValueError(f"params: surrogate {name} takes {len(resolved)} parameters, got {len(params)}")
         resolved[:len(params)] = [float(p) for p in params]
-    return torch.ops.spikejit.spike(x, name, list(resolved))
+    return run_spike(x, name, list(resolved))
 
 
 def heaviside(x: torch.Tensor) -> torch.Tensor:

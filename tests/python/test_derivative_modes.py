@@ -101,3 +101,55 @@ def test_create_graph_gives_the_same_first_derivative_and_refuses_a_second(name,
     torch.testing.assert_close(first - 3 * graphed.detach() ** 2, plain.grad)
     with pytest.raises(RuntimeError, match="^spikejit.s neuron kernels have first derivatives only"):
         first.sum().backward()
+
+
+# ---- the spike function: every derivative mode, the surrogate's derivative in each -----------
+
+SURROGATES = [("sigmoid", [4.0]), ("atan", [2.0]), ("piecewise_quadratic", [1.0]), ("super_spike", [3.0])]
+
+
+def surrogate_derivative(x, name, params):
+    return spikejit._surrogate_grads.surrogate_gradient(x, name, params)
+
+
+@pytest.mark.parametrize("name, params", SURROGATES)
+def test_spike_has_the_surrogate_derivative_in_every_mode(name, params):
+    x = torch.randn(6, 5, dtype=torch.float64)
+    tangent = torch.randn_like(x)
+    spike = lambda xs: spikejit.surrogate.spike(xs, name, params)  # noqa: E731
+    expected = surrogate_derivative(x, name, params)
+    reverse = x.clone().requires_grad_()
+    spike(reverse).sum().backward()
+    torch.testing.assert_close(reverse.grad, expected)
+    torch.testing.assert_close(torch.func.grad(lambda xs: spike(xs).sum())(x), expected)
+    values, jvp = torch.func.jvp(spike, (x,), (tangent,))
+    assert torch.equal(values, (x >= 0).double())
+    torch.testing.assert_close(jvp, expected * tangent)
+    with forward_ad.dual_level():
+        dual = spike(forward_ad.make_dual(x, tangent))
+        torch.testing.assert_close(forward_ad.unpack_dual(dual).tangent, expected * tangent)
+    per_row = torch.func.vmap(torch.func.grad(lambda row: (spike(row) * torch.arange(1.0, 6.0)).sum()))(x)
+    torch.testing.assert_close(per_row, expected * torch.arange(1.0, 6.0))
+    assert torch.equal(torch.func.vmap(spike, in_dims=1, out_dims=1)(x), (x >= 0).double())
+
+
+@pytest.mark.parametrize("name, params", SURROGATES)
+def test_spike_second_derivative_is_the_surrogate_derivatives_derivative(name, params):
+    x = torch.randn(40, dtype=torch.float64, requires_grad=True)
+    (first,) = torch.autograd.grad(spikejit.surrogate.spike(x, name, params).sum(), x, create_graph=True)
+    (second,) = torch.autograd.grad(first.sum(), x)
+    reference = x.detach().clone().requires_grad_()
+    (expected,) = torch.autograd.grad(surrogate_derivative(reference, name, params).sum(), reference)
+    torch.testing.assert_close(second, expected)
+
+
+def test_flexsn_eager_scan_runs_under_torch_func():
+    """A FlexSN neuron that runs as an eager scan (backend="torch") is PyTorch ops and spikes:
+    torch.func.grad and vmap work on it, equal to autograd and to a loop."""
+    node = spikejit.FlexSN(lif_core, 1, 1, 1, backend="torch")
+    x = random_input(5, 3, 4, dtype=torch.float64)
+    reference = x.clone().requires_grad_()
+    run(node, reference).sum().backward()
+    torch.testing.assert_close(torch.func.grad(lambda xs: run(node, xs).sum())(x), reference.grad)
+    batched = torch.func.vmap(lambda xs: run(node, xs), in_dims=1, out_dims=1)(x)
+    assert torch.equal(batched, torch.stack([run(node, x[:, b]) for b in range(3)], dim=1))
