@@ -114,7 +114,8 @@ def refuse_derivative_transforms(*groups) -> None:
     if torch._C._functorch.peek_interpreter_stack() is not None:
         raise ValueError("inputs: spikejit's neuron kernels do not run under torch.func transforms (grad, vjp, "
                          "jacrev, jvp, jacfwd, vmap): expected plain tensors; take gradients with "
-                         "torch.autograd (loss.backward() or torch.autograd.grad), batch along a neuron dimension")
+                         "torch.autograd (loss.backward() or torch.autograd.grad), batch along a neuron dimension; "
+                         "a FlexSN neuron with backend='torch' runs as PyTorch ops and supports them")
     if _forward_ad._current_level >= 0 and any(t is not None and _forward_ad.unpack_dual(t).tangent is not None
                                                for tensors in groups for t in tensors):
         raise ValueError("inputs: spikejit's neuron kernels have no forward-mode derivative (torch.autograd."
