@@ -216,6 +216,14 @@ def _check_grads(grads, count, name, shape, dtype, device):
 # Buffers and launches
 
 
+def output_gradients(grads, counts, packed_outputs):
+    """The outputs' gradients of a training backward's `grads`; none for packed outputs (bit rows
+    carry none; autograd may still hand over a uint8 tangent for them)."""
+    if not packed_outputs:
+        return grads[:counts.outputs]
+    return [None if packed_outputs >> i & 1 else g for i, g in enumerate(grads[:counts.outputs])]
+
+
 def row_bytes(neurons):
     return (neurons + 7) // 8
 
@@ -390,7 +398,8 @@ class TrainingCall:
     checkpoint per state (the backward then reads them followed by the inputs)."""
 
     __slots__ = ("handle", "counts", "store_state_seqs", "checkpoint_every", "packed_outputs",
-                 "pack_spikes", "plan", "first_saved", "output_packed", "saved_packed", "reduces_params")
+                 "pack_spikes", "plan", "first_saved", "output_packed", "saved_packed", "reduces_params",
+                 "num_saved")
 
     def __init__(self, handle, program, counts, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes):
         self.handle, self.counts = handle, counts
@@ -405,6 +414,8 @@ class TrainingCall:
         if self.plan is not None and any(packed for _, packed in self.plan):
             self.saved_packed = [packed for _, packed in self.plan]
         self.reduces_params = "scalar" in counts.params  # the CUDA backward needs a workspace
+        # Tensors `saved` holds: per step, the computed saved values; with checkpoints, one per state.
+        self.num_saved = counts.states if self.plan is None else sum(1 for j, _ in self.plan if j < 0)
 
     @property
     def program(self):

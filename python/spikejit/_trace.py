@@ -1,9 +1,11 @@
 """Translation of a traced one-step core (an ATen FX graph from make_fx) into the neuron text
 format. Covers the reference's op table (section 4.2) plus a few more elementwise ops; anything
 else raises UnsupportedOp naming the op."""
+import copy
 import functools
 import math
 import re
+import types
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -297,21 +299,52 @@ RULES: Dict[str, Callable] = {
 
 # ---- tensors the core closes over -------------------------------------------------------------
 
-def _collect_candidates(obj, out: List[Tensor], seen: set, depth: int = 0) -> None:
+class TensorSource:
+    """Where a tensor the core closes over lives, so that each call reads it again: a module's
+    parameter or buffer (functional_call, parametrizations and reassignment then take effect),
+    an object's attribute, a closure cell, a global. A tensor found only inside a container or a
+    partial's arguments is kept as it was (`owner` None)."""
+
+    __slots__ = ("tensor", "owner", "name")
+
+    def __init__(self, tensor: Tensor, owner=None, name: Optional[str] = None):
+        self.tensor, self.owner, self.name = tensor, owner, name
+
+    def get(self):
+        if self.owner is None:
+            return self.tensor
+        if isinstance(self.owner, dict):  # a module's globals
+            return self.owner.get(self.name)
+        return getattr(self.owner, self.name, None)
+
+    def __deepcopy__(self, memo):
+        # A closure cell or a global is shared by a copied core (functions are not copied): the
+        # copy keeps a copy of the tensor as it is now instead.
+        tensor = copy.deepcopy(self.tensor, memo)
+        if self.owner is None or isinstance(self.owner, (dict, types.CellType)):
+            return TensorSource(tensor)
+        return TensorSource(tensor, copy.deepcopy(self.owner, memo), self.name)
+
+    def describe(self) -> str:
+        if self.owner is None:
+            return "a tensor the core closes over"
+        return f"{'global' if isinstance(self.owner, dict) else type(self.owner).__name__} {self.name!r}"
+
+
+def _collect_candidates(obj, out: List[TensorSource], seen: set, depth: int = 0) -> None:
     """Tensors reachable from a callable: module parameters and buffers, tensor attributes,
     closure cells, functools.partial arguments, bound `self`, referenced globals."""
     if depth > 4 or id(obj) in seen:
         return
     seen.add(id(obj))
     if isinstance(obj, Tensor):
-        out.append(obj)
+        out.append(TensorSource(obj))
         return
     if isinstance(obj, torch.nn.Module):
-        out.extend(obj.parameters())
-        out.extend(obj.buffers())
-        for value in vars(obj).values():
-            if isinstance(value, (Tensor, list, tuple)):
-                _collect_candidates(value, out, seen, depth + 1)
+        for module in obj.modules():
+            for table in (module._parameters, module._buffers):
+                out.extend(TensorSource(t, module, name) for name, t in table.items() if t is not None)
+        _collect_attributes(obj, out, seen, depth)
         return
     if isinstance(obj, (list, tuple)):
         for item in obj:
@@ -333,27 +366,45 @@ def _collect_candidates(obj, out: List[Tensor], seen: set, depth: int = 0) -> No
     if code is not None:
         for cell in getattr(obj, "__closure__", None) or ():
             try:
-                _collect_candidates(cell.cell_contents, out, seen, depth + 1)
+                contents = cell.cell_contents
             except ValueError:  # an empty cell
-                pass
+                continue
+            if isinstance(contents, Tensor):
+                out.append(TensorSource(contents, cell, "cell_contents"))
+            else:
+                _collect_candidates(contents, out, seen, depth + 1)
         globals_ = getattr(obj, "__globals__", {})
         for name in code.co_names:
             value = globals_.get(name)
-            if isinstance(value, (Tensor, torch.nn.Module)):
+            if isinstance(value, Tensor):
+                out.append(TensorSource(value, globals_, name))
+            elif isinstance(value, torch.nn.Module):
                 _collect_candidates(value, out, seen, depth + 1)
         return
     if callable(obj) and hasattr(obj, "__dict__"):
         _collect_candidates(type(obj).__call__, out, seen, depth + 1)
-        for value in vars(obj).values():
-            if isinstance(value, (Tensor, torch.nn.Module, list, tuple)):
-                _collect_candidates(value, out, seen, depth + 1)
+        _collect_attributes(obj, out, seen, depth, also=(torch.nn.Module,))
+
+
+def _collect_attributes(obj, out: List[TensorSource], seen: set, depth: int, also=()) -> None:
+    """The tensors among an object's own attributes, and what its containers (and `also`) hold."""
+    for name, value in vars(obj).items():
+        if isinstance(value, Tensor):
+            out.append(TensorSource(value, obj, name))
+        elif isinstance(value, (list, tuple) + also):
+            _collect_candidates(value, out, seen, depth + 1)
+
+
+def captured_sources(core) -> List[TensorSource]:
+    """Where the tensors `core` can reach live (see _collect_candidates)."""
+    out: List[TensorSource] = []
+    _collect_candidates(core, out, set())
+    return out
 
 
 def captured_tensors(core) -> List[Tensor]:
-    """The tensors `core` can reach (see _collect_candidates)."""
-    out: List[Tensor] = []
-    _collect_candidates(core, out, set())
-    return out
+    """The tensors `core` can reach, as they are now."""
+    return [source.tensor for source in captured_sources(core)]
 
 
 def _same_storage(a: Tensor, b: Tensor) -> bool:
@@ -361,12 +412,12 @@ def _same_storage(a: Tensor, b: Tensor) -> bool:
             and a.stride() == b.stride() and a.data_ptr() == b.data_ptr())
 
 
-def _live_tensor(constant: Tensor, candidates: Sequence[Tensor]) -> Optional[Tensor]:
+def _live_source(constant: Tensor, candidates: Sequence[TensorSource]) -> Optional[TensorSource]:
     for c in candidates:
-        if c is constant:
+        if c.tensor is constant:
             return c
     for c in candidates:
-        if _same_storage(c, constant):
+        if _same_storage(c.tensor, constant):
             return c
     return None
 
@@ -374,9 +425,9 @@ def _live_tensor(constant: Tensor, candidates: Sequence[Tensor]) -> Optional[Ten
 # ---- translation -----------------------------------------------------------------------------
 
 class Traced:
-    """A translated core: its text, and the tensors bound to its IR parameters, in order."""
+    """A translated core: its text, and where the tensors bound to its IR parameters live, in order."""
 
-    def __init__(self, text: str, params: List[Tensor], param_kinds: List[str]):
+    def __init__(self, text: str, params: List[TensorSource], param_kinds: List[str]):
         self.text = text
         self.params = params
         self.param_kinds = param_kinds
@@ -403,7 +454,7 @@ def trace_core(core: Callable, num_inputs: int, num_states: int, num_outputs: in
         except Exception as e:  # tracing itself failed: data-dependent control flow, ...
             raise UnsupportedOp("tracing", f"{type(e).__name__}: {e}") from e
 
-    candidates = captured_tensors(core)
+    candidates = captured_sources(core)
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != num_inputs + num_states:
@@ -427,7 +478,7 @@ def trace_core(core: Callable, num_inputs: int, num_states: int, num_outputs: in
     values: Dict[torch.fx.Node, Value] = {}
     body: List[str] = []
     param_decls: List[str] = []
-    params: List[Tensor] = []
+    params: List[TensorSource] = []
     param_kinds: List[str] = []
     param_of: Dict[int, str] = {}
 
@@ -448,16 +499,17 @@ def trace_core(core: Callable, num_inputs: int, num_states: int, num_outputs: in
             constant = getattr(gm, node.target)
             if not isinstance(constant, Tensor) or not constant.dtype.is_floating_point:
                 raise UnsupportedOp("get_attr", f"a captured {getattr(constant, 'dtype', type(constant))} value")
-            live = _live_tensor(constant, candidates)
+            live = _live_source(constant, candidates)
             if live is None and constant.numel() == 1:
                 values[node] = literal(constant.item())  # a constant created inside the core
                 continue
-            tensor = live if live is not None else constant
+            source = live if live is not None else TensorSource(constant)
+            tensor = source.tensor
             key = id(tensor)
             if key not in param_of:
                 name = f"p{len(params)}"
                 param_of[key] = name
-                params.append(tensor)
+                params.append(source)
                 if tensor.numel() == 1:
                     param_kinds.append("scalar")
                     init = float(tensor.detach().item())

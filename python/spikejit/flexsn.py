@@ -80,11 +80,22 @@ class _CompiledCore:
             self.program = _core.Program.from_text(traced.text, "<FlexSN core>")
         except _core.ParseError as e:  # the translation produced something the IR rejects
             raise UnsupportedOp("translation", str(e)) from e
-        self.params = traced.params
+        self.sources = traced.params
         self.param_kinds = traced.param_kinds
         self.text = traced.text
         self.num_inputs, self.num_states, self.num_outputs = num_inputs, num_states, num_outputs
         self.handle = registry.register(self.program)
+
+    @property
+    def params(self) -> List[Tensor]:
+        """The tensors bound to the program's parameters, read where they live now (so that
+        torch.func.functional_call, parametrizations and reassigned attributes take effect)."""
+        tensors = [source.get() for source in self.sources]
+        for i, (t, source) in enumerate(zip(tensors, self.sources)):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"core parameter {i}: expected a tensor at {source.describe()}, got "
+                                f"{type(t).__name__}")
+        return tensors
 
     def runtime_params(self, x_seq: Tensor, params: Optional[Sequence[Tensor]] = None) -> List[Tensor]:
         """The parameter tensors as the ops take them: x_seq's dtype, scalars as [1], per-neuron
@@ -96,6 +107,9 @@ class _CompiledCore:
                 raise ValueError(f"core parameter {i}: on {p.device}, but the inputs are on {x_seq.device}")
             p = p.to(x_seq.dtype)
             if kind == "scalar":
+                if p.numel() != 1:
+                    raise ValueError(f"core parameter {i}: a scalar when traced, expected one element, got shape "
+                                     f"{list(p.shape)}")
                 out.append(p.reshape(1))
                 continue
             try:
@@ -293,7 +307,7 @@ class FlexSN(StatefulModule):
         new._finalizer = None
         if self._compiled is not None:
             compiled = copy.copy(self._compiled)
-            compiled.params = [copy.deepcopy(p, memo) for p in self._compiled.params]
+            compiled.sources = [copy.deepcopy(source, memo) for source in self._compiled.sources]
             registry.retain_owner(compiled.handle)
             new._compiled = compiled
             new._finalizer = registry.attach_owner(new, compiled.handle)

@@ -31,6 +31,7 @@ import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
 from . import _core, ops, registry
+from ._func_transforms import transforms_active
 from ._kernel_calls import check_checkpoint_every, check_pack_spikes, initial_states, resolve_checkpoint_every
 from . import surrogate as _surrogate
 
@@ -100,22 +101,19 @@ def builtin_handle(kind: str, v_threshold: float, v_reset: Optional[float], deta
 
 
 def needs_grad(tensors) -> bool:
-    """Whether a call on these tensors (None: absent) takes the training path."""
+    """Whether a call on these tensors (None: absent) takes the training path. (Under a
+    torch.func transform, wrapped tensors do not tell whether an outer grad tracks them.)"""
     if not torch.is_grad_enabled():
         return False
+    if not torch.compiler.is_compiling() and transforms_active():
+        return True
     return any(t is not None and t.requires_grad for t in tensors)
 
 
-def refuse_derivative_transforms(*groups) -> None:
-    """ValueError under forward-mode AD or a torch.func transform. The kernels have one derivative,
-    the reverse-mode one torch.autograd runs; under forward-mode AD PyTorch would hand on no
-    tangent (a custom op's forward-mode derivative silently counts as zero), and torch.func's
-    wrapped tensors have no memory that kernels could read."""
-    if torch._C._functorch.peek_interpreter_stack() is not None:
-        raise ValueError("inputs: spikejit's neuron kernels do not run under torch.func transforms (grad, vjp, "
-                         "jacrev, jvp, jacfwd, vmap): expected plain tensors; take gradients with "
-                         "torch.autograd (loss.backward() or torch.autograd.grad), batch along a neuron dimension; "
-                         "a FlexSN neuron with backend='torch' runs as PyTorch ops and supports them")
+def refuse_forward_mode(*groups) -> None:
+    """ValueError for inputs with a forward-mode tangent (torch.autograd.forward_ad): the kernels
+    have reverse-mode derivatives only, and PyTorch would hand on no tangent (an input without
+    requires_grad takes the inference path; a custom op's tangent silently counts as zero)."""
     if _forward_ad._current_level >= 0 and any(t is not None and _forward_ad.unpack_dual(t).tangent is not None
                                                for tensors in groups for t in tensors):
         raise ValueError("inputs: spikejit's neuron kernels have no forward-mode derivative (torch.autograd."
@@ -155,7 +153,7 @@ def run_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_stat
     the outputs returned as uint8 bit rows (see spikejit.ops)."""
     hook = None
     if not torch.compiler.is_compiling():
-        refuse_derivative_transforms(inputs, init_states, params)
+        refuse_forward_mode(inputs, init_states, params)
         hook = getattr(_call_hooks, "hook", None)
     if hook is not None:
         return hook(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,

@@ -42,8 +42,9 @@ import torch
 from torch import Tensor
 
 from . import _core
+from ._func_transforms import FuncInference, FuncTraining, transforms_active
 from ._kernel_calls import (ActiveReference, current_stream, describe, inference, inference_buffers, neurons_of,
-                            program_counts, row_bytes, training_call)
+                            output_gradients, program_counts, row_bytes, training_call)
 from ._surrogate_grads import SURROGATE_GRADIENTS, surrogate_gradient
 
 
@@ -116,14 +117,6 @@ def _(handle, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_
                                  grad_state_seqs)
 
 
-def _grad_outputs(grads, counts, packed_outputs):
-    """The outputs' gradients; none for packed outputs (bit rows carry none; autograd may still
-    hand over a uint8 tangent for them)."""
-    if not packed_outputs:
-        return grads[:counts.outputs]
-    return [None if packed_outputs >> i & 1 else g for i, g in enumerate(grads[:counts.outputs])]
-
-
 def _keep_for_backward(ctx, call, results, inputs, params):
     """Saves what the backward reads (TrainingCall.backward_inputs and the params) and the facts
     of the call, on the autograd context of its forward."""
@@ -154,7 +147,7 @@ def _backward_forward(ctx, grads):
     counts = call.counts
     ns, no, ni = counts.states, counts.outputs, counts.inputs
     saved, params = _saved_for_backward(ctx)
-    grad_outputs = _grad_outputs(grads, counts, call.packed_outputs)
+    grad_outputs = output_gradients(grads, counts, call.packed_outputs)
     grad_final_states = list(grads[no:no + ns])
     grad_state_seqs = list(grads[no + ns:no + 2 * ns]) if call.store_state_seqs else []
     results = torch.ops.spikejit.neuron_backward(
@@ -211,7 +204,7 @@ def _training_backward(ctx, *grads):
     counts = call.counts
     ns, no, ni = counts.states, counts.outputs, counts.inputs
     saved, params = _saved_for_backward(ctx)
-    grad_outputs = _grad_outputs(grads, counts, call.packed_outputs)
+    grad_outputs = output_gradients(grads, counts, call.packed_outputs)
     if ctx.carriers:  # the packed outputs' gradients, as their carriers received them
         grad_outputs = with_carriers(grad_outputs, grads[call.first_saved:], call.packed_outputs)
     # Only the gradients autograd asks for: none for inputs without requires_grad (e.g. data),
@@ -282,6 +275,10 @@ def run_training(handle: int, inputs, init_states, params, store_state_seqs: boo
     spikes a recomputed block returns, spikejit.Recompute) saves the full-width write this way."""
     if is_eager(inputs, init_states, params):
         call = training_call(handle, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes)
+        if transforms_active():
+            if carriers:
+                raise ValueError("carriers: expected False under torch.func transforms, got True")
+            return list(FuncTraining.apply(call, len(inputs), len(init_states), *inputs, *init_states, *params))
         return list(_Training.apply(call, carriers, len(inputs), len(init_states), *inputs, *init_states, *params))
     if carriers:
         raise ValueError("carriers: expected False inside torch.compile or a tensor subclass (the custom op "
@@ -294,6 +291,11 @@ def run_inference(handle: int, inputs, init_states, params, store_state_seqs: bo
                   packed_outputs: int = 0):
     """Inference (no autograd): [*outputs, *state_seqs (if stored), *final_states (if asked)]."""
     if is_eager(inputs, init_states, params):
+        if transforms_active():
+            _, counts = program_counts(handle)
+            results = FuncInference.apply(handle, counts, store_state_seqs, packed_outputs, len(inputs),
+                                          len(init_states), *inputs, *init_states, *params)
+            return list(results if final_state else results[:len(results) - counts.states])
         return inference(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs)
     return torch.ops.spikejit.neuron_inference(handle, inputs, init_states, params, store_state_seqs, final_state,
                                                packed_outputs)

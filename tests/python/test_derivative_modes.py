@@ -1,7 +1,8 @@
 """The derivatives spikejit's kernels have, and the ones they refuse: reverse mode through
 torch.autograd works (with create_graph=True too, as long as nothing differentiates the kernels'
-gradients again); forward-mode AD, torch.func transforms and second derivatives through the
-kernels are clear errors, never a tangent or a gradient silently left out."""
+gradients again; torch.func's reverse mode and vmap: test_func_transforms.py); forward-mode AD
+and second derivatives through the kernels are clear errors, never a tangent or a gradient
+silently left out. The spike function outside the kernels has every mode."""
 import pytest
 import torch
 import torch.autograd.forward_ad as forward_ad
@@ -9,7 +10,6 @@ import torch.autograd.forward_ad as forward_ad
 import spikejit
 from conftest import device_params, random_input
 
-TRANSFORM = r"^inputs: spikejit's neuron kernels do not run under torch\.func transforms"
 FORWARD_MODE = r"^inputs: spikejit's neuron kernels have no forward-mode derivative"
 
 
@@ -32,27 +32,15 @@ def run(node, x):
 
 
 @pytest.mark.parametrize("name", NEURONS)
-@pytest.mark.parametrize("transform", ["grad", "vjp", "jacrev", "jvp", "jacfwd", "vmap"])
+@pytest.mark.parametrize("transform", ["jvp", "jacfwd"])
 @pytest.mark.parametrize("device", device_params(), indirect=True)
-def test_torch_func_transforms_are_refused(name, transform, device):
+def test_torch_func_forward_mode_is_refused(name, transform, device):
     node, x = NEURONS[name]().to(device), random_input(4, 6, device=device)
-    calls = {
-        "grad": lambda: torch.func.grad(lambda xs: run(node, xs).sum())(x),
-        "vjp": lambda: torch.func.vjp(lambda xs: run(node, xs), x),
-        "jacrev": lambda: torch.func.jacrev(lambda xs: run(node, xs))(x),
-        "jvp": lambda: torch.func.jvp(lambda xs: run(node, xs), (x,), (torch.ones_like(x),)),
-        "jacfwd": lambda: torch.func.jacfwd(lambda xs: run(node, xs))(x),
-        "vmap": lambda: torch.func.vmap(lambda xs: run(node, xs), in_dims=1, out_dims=1)(x.unsqueeze(2).repeat(1, 1, 3)),
-    }
-    with pytest.raises(ValueError, match=TRANSFORM):
-        calls[transform]()
-
-
-def test_the_functional_api_refuses_transforms_too():
-    x = random_input(4, 6)
-    with pytest.raises(ValueError, match=TRANSFORM):
-        torch.func.grad(lambda xs: spikejit.functional.multistep_lif(xs, None, True, 2.0, 1.0, 0.0, False,
-                                                                      "sigmoid")[0].sum())(x)
+    with pytest.raises(ValueError, match=FORWARD_MODE):
+        if transform == "jvp":
+            torch.func.jvp(lambda xs: run(node, xs), (x,), (torch.ones_like(x),))
+        else:
+            torch.func.jacfwd(lambda xs: run(node, xs))(x)
 
 
 @pytest.mark.parametrize("name", NEURONS)

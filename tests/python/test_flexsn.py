@@ -357,6 +357,50 @@ def test_unused_graph_releases_the_active_reference():
     assert spikejit.registry.handle_info(handle) == {"owner_refs": 1, "active_refs": 0}
 
 
+def test_core_parameters_are_read_where_they_live_at_each_call():
+    """functional_call, a parametrization and a reassigned parameter all take effect (the kernels
+    read the core's tensors at each call, not those seen when tracing), each equal to a node
+    traced afresh with those values."""
+    core = AdaptiveCore()
+    node = spikejit.FlexSN(core, 1, 2, 1)
+    x = random_input(6, 9)
+
+    def fresh_with(tau_w, beta):
+        other = AdaptiveCore()
+        with torch.no_grad():
+            other.tau_w.copy_(tau_w)
+            other.beta.copy_(torch.tensor(beta))
+        return run_fresh(spikejit.FlexSN(other, 1, 2, 1), x)
+
+    swapped = {"core.tau_w": torch.tensor(-0.7), "core.beta": torch.tensor([0.05])}
+    node.reset()
+    assert torch.equal(torch.func.functional_call(node, swapped, (x,)), fresh_with(-0.7, [0.05]))
+    node.reset()
+    assert torch.equal(node(x), fresh_with(0.2, [0.3]))  # the module's own parameters again
+    core.tau_w = nn.Parameter(torch.tensor(1.1))
+    assert torch.equal(run_fresh(node, x), fresh_with(1.1, [0.3]))
+    torch.nn.utils.parametrize.register_parametrization(core, "beta", Doubled())
+    assert torch.equal(run_fresh(node, x), fresh_with(1.1, [0.6]))
+    core.tau_w = nn.Parameter(torch.ones(3))
+    with pytest.raises(ValueError, match=r"^core parameter 0: a scalar when traced, expected one element, got "
+                                         r"shape \[3\]$"):
+        run_fresh(node, x)
+    core.tau_w = None
+    expected = r"^core parameter 0: expected a tensor at \w*AdaptiveCore 'tau_w', got NoneType"
+    with pytest.raises(TypeError, match=expected):
+        run_fresh(node, x)
+
+
+class Doubled(nn.Module):
+    def forward(self, value):
+        return 2 * value
+
+
+def run_fresh(node, *inputs):
+    node.reset()
+    return node(*inputs)
+
+
 def test_deepcopy_shares_the_handle():
     node = spikejit.FlexSN(AdaptiveCore(), 1, 2, 1)
     handle = node.handle

@@ -1,0 +1,164 @@
+"""The neuron kernels under torch.func's reverse-mode and batching transforms (grad, vjp, jacrev,
+vmap, and their compositions such as per-sample gradients, vmap(grad(...))).
+
+The transforms need autograd.Functions in their own style (forward without ctx, setup_context)
+whose every part can be batched: the training forward, its backward and the inference call are
+each one here, with a vmap rule. A rule folds the vmapped dimension into the neuron dimensions,
+[T, *S] -> [T, B, *S] and [*S] -> [B, *S], and runs the kernels once; where that cannot express
+the batch (a scalar parameter batched, or its gradient wanted per batch element; bit rows, whose
+bytes mix neurons of neighbouring batch elements) it runs the batch elements one by one. The
+eager path (ops._Training) is untouched: these run only while a transform is active.
+"""
+import torch
+
+from ._kernel_calls import ActiveReference, inference, output_gradients
+
+SEQ, NEURON, SCALAR = "seq", "neuron", "scalar"  # how a tensor of a call carries the batch
+
+
+def transforms_active() -> bool:
+    return torch._C._functorch.peek_interpreter_stack() is not None
+
+
+def _fold(t, dim, kind, batch):
+    if t is None or kind == SCALAR:
+        return t
+    at = 1 if kind == SEQ else 0
+    if dim is not None:
+        return t.movedim(dim, at)
+    return t.unsqueeze(at).expand(*t.shape[:at], batch, *t.shape[at:])
+
+
+def batched(info, in_dims, tensors, kinds, out_kinds, run, fold: bool):
+    """(results, out_dims) of run(tensors, batch) over a vmapped batch (`tensors` are the call's
+    last arguments; `kinds` per tensor, `out_kinds` per result). Folded, run gets the folded
+    tensors and the batch size; else (fold=False, or a batched scalar) one call per element with
+    batch None."""
+    dims = in_dims[len(in_dims) - len(tensors):]
+    if fold and not any(d is not None and k == SCALAR for d, k in zip(dims, kinds)):
+        results = run([_fold(t, d, k, info.batch_size) for t, d, k in zip(tensors, dims, kinds)], info.batch_size)
+        return tuple(results), tuple(1 if k == SEQ else 0 for k in out_kinds)
+    per_element = [run([t if d is None else t.select(d, b) for t, d in zip(tensors, dims)], None)
+                   for b in range(info.batch_size)]
+    return tuple(torch.stack(rs) for rs in zip(*per_element)), (0,) * len(out_kinds)
+
+
+def _param_kinds(call_counts):
+    return [SCALAR if kind == "scalar" else NEURON for kind in call_counts.params]
+
+
+class FuncTraining(torch.autograd.Function):
+    """The training forward: (*outputs, *final_states, *state_seqs?, *saved)."""
+
+    @staticmethod
+    def forward(call, num_inputs, num_states, *tensors):
+        inputs = tensors[:num_inputs]
+        return tuple(call.forward(inputs, tensors[num_inputs:num_inputs + num_states],
+                                  tensors[num_inputs + num_states:]))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        call, num_inputs, num_states, *tensors = inputs
+        # The saved values stay differentiable outputs (their gradients are never used): then the
+        # backward's node depends on them, and a second derivative reaches FuncBackward.backward
+        # and raises instead of counting as zero.
+        saved = output[call.first_saved:]
+        ctx.set_materialize_grads(False)
+        xs, params = tensors[:num_inputs], tensors[num_inputs + num_states:]
+        back = call.backward_inputs(saved, xs)
+        ctx.save_for_backward(*back, *params)
+        ctx.call, ctx.num_back, ctx.num_states_given = call, len(back), num_states
+        ctx.active_reference = ActiveReference(call.handle)
+        ctx.seq_shape, ctx.dtype, ctx.device = list(xs[0].shape), xs[0].dtype, xs[0].device
+
+    @staticmethod
+    def backward(ctx, *grads):
+        call = ctx.call
+        counts = call.counts
+        no, ns, ni = counts.outputs, counts.states, counts.inputs
+        tensors = ctx.saved_tensors
+        back, params = tensors[:ctx.num_back], tensors[ctx.num_back:]
+        go = list(output_gradients(grads, counts, call.packed_outputs))
+        gf = list(grads[no:no + ns])
+        gs = list(grads[no + ns:no + 2 * ns]) if call.store_state_seqs else []
+        results = FuncBackward.apply(call, ctx.seq_shape, ctx.dtype, ctx.device, len(back), len(params), len(go),
+                                     len(gf), *back, *params, *go, *gf, *gs)
+        grad_states = results[ni:ni + ns] if ctx.num_states_given else ()
+        return (None, None, None, *results[:ni], *grad_states, *results[ni + ns:])
+
+    @staticmethod
+    def vmap(info, in_dims, call, num_inputs, num_states, *tensors):
+        counts = call.counts
+        kinds = [SEQ] * num_inputs + [NEURON] * num_states + _param_kinds(counts)
+        out_kinds = [SEQ] * counts.outputs + [NEURON] * counts.states + [SEQ] * (
+            counts.states if call.store_state_seqs else 0) + [SEQ] * call.num_saved
+        return batched(info, in_dims, tensors, kinds, out_kinds,
+                       lambda ts, batch: FuncTraining.apply(call, num_inputs, num_states, *ts),
+                       fold=not call.packed_outputs and not call.pack_spikes)
+
+
+class FuncBackward(torch.autograd.Function):
+    """The training backward: (*grad_inputs, *grad_initial_states, *grad_params). Its own
+    results are not differentiable again."""
+
+    @staticmethod
+    def forward(call, seq_shape, dtype, device, num_back, num_params, num_go, num_gf, *tensors):
+        back = tensors[:num_back]
+        params = tensors[num_back:num_back + num_params]
+        grads = tensors[num_back + num_params:]
+        return tuple(call.backward(list(seq_shape), dtype, device, list(back), list(params), list(grads[:num_go]),
+                                   list(grads[num_go:num_go + num_gf]), list(grads[num_go + num_gf:]),
+                                   checked=True))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("spikejit's neuron kernels have first derivatives only: a second derivative (a "
+                           "gradient of a gradient) cannot run through them")
+
+    @staticmethod
+    def vmap(info, in_dims, call, seq_shape, dtype, device, num_back, num_params, num_go, num_gf, *tensors):
+        counts = call.counts
+        param_kinds = _param_kinds(counts)
+        num_gs = len(tensors) - num_back - num_params - num_go - num_gf
+        kinds = [SEQ] * num_back + param_kinds + [SEQ] * num_go + [NEURON] * num_gf + [SEQ] * num_gs
+        out_kinds = [SEQ] * counts.inputs + [NEURON] * counts.states + param_kinds
+
+        def run(ts, batch):
+            shape = list(seq_shape) if batch is None else [seq_shape[0], batch, *seq_shape[1:]]
+            return FuncBackward.apply(call, shape, dtype, device, num_back, num_params, num_go, num_gf, *ts)
+
+        # A scalar parameter's gradient is one sum over the neurons: per batch element it needs a
+        # call of its own.
+        fold = SCALAR not in param_kinds and not call.pack_spikes
+        return batched(info, in_dims, tensors, kinds, out_kinds, run, fold)
+
+
+class FuncInference(torch.autograd.Function):
+    """Inference: (*outputs, *state_seqs?, *final_states); not differentiable."""
+
+    @staticmethod
+    def forward(handle, counts, store_state_seqs, packed_outputs, num_inputs, num_states, *tensors):
+        return tuple(inference(handle, tensors[:num_inputs], tensors[num_inputs:num_inputs + num_states],
+                               tensors[num_inputs + num_states:], store_state_seqs, True, packed_outputs))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.mark_non_differentiable(*output)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("spikejit: an inference call has no backward (it ran without gradients)")
+
+    @staticmethod
+    def vmap(info, in_dims, handle, counts, store_state_seqs, packed_outputs, num_inputs, num_states, *tensors):
+        kinds = [SEQ] * num_inputs + [NEURON] * num_states + _param_kinds(counts)
+        out_kinds = [SEQ] * counts.outputs + [SEQ] * (counts.states if store_state_seqs else 0) + \
+            [NEURON] * counts.states
+        return batched(info, in_dims, tensors, kinds, out_kinds,
+                       lambda ts, batch: FuncInference.apply(handle, counts, store_state_seqs, packed_outputs,
+                                                             num_inputs, num_states, *ts),
+                       fold=not packed_outputs)

@@ -1,0 +1,193 @@
+"""The neuron kernels under torch.func: grad, vjp, jacrev and vmap, and their compositions
+(per-sample gradients vmap(grad), grad(vmap), nested vmap), against torch.autograd and loops
+over the batch. Covers the folded vmap rule and the one-call-per-element one (a scalar
+parameter's per-sample gradient, packed outputs)."""
+import pytest
+import torch
+from torch.func import functional_call, grad, jacrev, vjp, vmap
+
+import spikejit
+from conftest import device_params, random_input
+
+
+def two_input_core(x, m, v):
+    h = v + (x * torch.sigmoid(m) - v) / 2.0
+    s = spikejit.surrogate.ATan()(h - 1.0)
+    return s, h * (1.0 - s)
+
+
+NEURONS = {
+    "LIF": (lambda: spikejit.LIFNode(step_mode="m"), 1),
+    "PLIF": (lambda: spikejit.ParametricLIFNode(step_mode="m"), 1),
+    "LIF checkpoints": (lambda: spikejit.LIFNode(step_mode="m", checkpoint_every=3), 1),
+    "PLIF checkpoints": (lambda: spikejit.ParametricLIFNode(step_mode="m", checkpoint_every=3), 1),
+    "two-input FlexSN": (lambda: spikejit.FlexSN(two_input_core, 2, 1, 1, strict=True), 2),
+    "FlexSN packed spikes": (lambda: spikejit.FlexSN(two_input_core, 2, 1, 1, strict=True, pack_spikes=True), 2),
+}
+
+
+def run(node, *xs):
+    node.reset()
+    return node(*xs)
+
+
+def dtype_on(device):
+    return torch.float64 if device.type == "cpu" else torch.float32
+
+
+def close(actual, expected):
+    tolerance = {} if actual.dtype == torch.float64 else dict(rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(actual, expected, **tolerance)
+
+
+def make(name, device, steps=7, batch=3, neurons=5):
+    factory, num_inputs = NEURONS[name]
+    dtype = dtype_on(device)
+    xs = [random_input(steps, batch, neurons, device=device, dtype=dtype) for _ in range(num_inputs)]
+    weights = torch.randn(steps, batch, neurons, device=device, dtype=dtype)
+    return factory().to(device), xs, weights
+
+
+def autograd_input_grads(node, xs, weights):
+    leaves = [x.clone().requires_grad_() for x in xs]
+    (run(node, *leaves) * weights).sum().backward()
+    return [leaf.grad for leaf in leaves]
+
+
+@pytest.mark.parametrize("name", NEURONS)
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_grad_and_vjp_equal_autograd(name, device):
+    node, xs, weights = make(name, device)
+    expected = autograd_input_grads(node, xs, weights)
+    grads = grad(lambda *a: (run(node, *a) * weights).sum(), argnums=tuple(range(len(xs))))(*xs)
+    for g, e in zip(grads, expected):
+        close(g, e)
+    out, pullback = vjp(lambda *a: run(node, *a), *xs)
+    assert torch.equal(out, run(node, *xs))
+    for g, e in zip(pullback(weights), expected):
+        close(g, e)
+
+
+@pytest.mark.parametrize("name", NEURONS)
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_vmap_equals_one_call_on_the_whole_batch(name, device):
+    """Neurons are independent, so vmapping over a batch dimension equals one call on it."""
+    node, xs, _ = make(name, device)
+    whole = run(node, *xs)
+    assert torch.equal(vmap(lambda *a: run(node, *a), in_dims=1, out_dims=1)(*xs), whole)
+    front = [x.movedim(1, 0) for x in xs]  # the batch first, vmap's default
+    assert torch.equal(vmap(lambda *a: run(node, *a))(*front), whole.movedim(1, 0))
+    with torch.no_grad():  # the inference call
+        assert torch.equal(vmap(lambda *a: run(node, *a), in_dims=1, out_dims=1)(*xs), whole)
+
+
+@pytest.mark.parametrize("name", NEURONS)
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_per_sample_gradients_equal_a_loop(name, device):
+    node, xs, weights = make(name, device)
+
+    def loss(*a):
+        *inputs, w = a
+        return (run(node, *inputs) * w).sum()
+
+    per_sample = vmap(grad(loss, argnums=tuple(range(len(xs)))), in_dims=1, out_dims=1)(*xs, weights)
+    for b in range(weights.shape[1]):
+        expected = autograd_input_grads(node, [x[:, b] for x in xs], weights[:, b])
+        for g, e in zip(per_sample, expected):
+            close(g[:, b], e)
+
+
+@pytest.mark.parametrize("name", NEURONS)
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_grad_of_vmap_and_nested_vmap_equal_autograd(name, device):
+    node, xs, weights = make(name, device, batch=4)
+    expected = autograd_input_grads(node, xs, weights)
+    batched = vmap(lambda *a: run(node, *a), in_dims=1, out_dims=1)
+    grads = grad(lambda *a: (batched(*a) * weights).sum(), argnums=tuple(range(len(xs))))(*xs)
+    for g, e in zip(grads, expected):
+        close(g, e)
+    split = [x.reshape(x.shape[0], 2, 2, x.shape[2]) for x in xs]
+    nested = vmap(vmap(lambda *a: run(node, *a), in_dims=1, out_dims=1), in_dims=1, out_dims=1)(*split)
+    assert torch.equal(nested.reshape(run(node, *xs).shape), run(node, *xs))
+
+
+@pytest.mark.parametrize("checkpoint_every", [0, 3])
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_plif_parameter_gradients_whole_and_per_sample(checkpoint_every, device):
+    """PLIF's w is a scalar: its per-sample gradient takes one call per batch element."""
+    node, (x,), weights = make("PLIF checkpoints" if checkpoint_every else "PLIF", device)
+    params = {name: p.detach() for name, p in node.named_parameters()}
+
+    def loss(p, xs, w):
+        node.reset()
+        return (functional_call(node, p, (xs,)) * w).sum()
+
+    node.reset()
+    (node(x) * weights).sum().backward()
+    close(grad(loss)(params, x, weights)["w"], node.w.grad)
+    per_sample = vmap(grad(loss), in_dims=(None, 1, 1))(params, x, weights)["w"]
+    for b in range(x.shape[1]):
+        node.zero_grad()
+        node.reset()
+        (node(x[:, b]) * weights[:, b]).sum().backward()
+        close(per_sample[b], node.w.grad)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_jacrev_equals_the_autograd_jacobian(device):
+    node, (x,), _ = make("LIF", device, steps=4, batch=1, neurons=3)
+    jacobian = torch.autograd.functional.jacobian(lambda xs: run(node, xs), x)
+    close(jacrev(lambda xs: run(node, xs))(x), jacobian)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_vmap_of_packed_outputs_equals_a_loop(device):
+    """Bit rows mix neighbouring neurons' bits: vmap runs one call per batch element."""
+    node = spikejit.FlexSN(two_input_core, 2, 1, 1, strict=True, packed_outputs=[0]).to(device)
+    xs = [random_input(6, 3, 13, device=device, dtype=dtype_on(device)) for _ in range(2)]
+    rows = vmap(lambda *a: run(node, *a), in_dims=1)(*xs)
+    for b in range(3):
+        assert torch.equal(rows[b], run(node, *[x[:, b] for x in xs]))
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_a_second_derivative_through_the_kernels_is_refused(device):
+    node, (x,), _ = make("LIF", device)
+    with pytest.raises(RuntimeError, match="^spikejit's neuron kernels have first derivatives only"):
+        grad(lambda xs: grad(lambda ys: run(node, ys).sum())(xs).sum())(x)
+
+
+class AdaptiveLIF(torch.nn.Module):
+    """A FlexSN neuron whose core reads a per-neuron parameter of its owner module."""
+
+    def __init__(self, neurons):
+        super().__init__()
+        self.tau_w = torch.nn.Parameter(torch.randn(neurons) * 0.3)
+        self.node = spikejit.FlexSN(self.core, 1, 1, 1, strict=True)
+
+    def core(self, x, v):
+        h = v + (x - v) * torch.sigmoid(self.tau_w)
+        s = spikejit.surrogate.Sigmoid()(h - 1.0)
+        return s, h * (1.0 - s)
+
+    def forward(self, x):
+        self.node.reset()
+        return self.node(x)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_functional_call_gradients_of_a_flexsn_parameter_whole_and_per_sample(device):
+    module = AdaptiveLIF(5).to(device=device, dtype=dtype_on(device))
+    _, (x,), weights = make("LIF", device)
+    params = {name: p.detach() for name, p in module.named_parameters()}
+
+    def loss(p, xs, w):
+        return (functional_call(module, p, (xs,)) * w).sum()
+
+    (module(x) * weights).sum().backward()
+    close(grad(loss)(params, x, weights)["tau_w"], module.tau_w.grad)
+    per_sample = vmap(grad(loss), in_dims=(None, 1, 1))(params, x, weights)["tau_w"]
+    for b in range(x.shape[1]):
+        module.zero_grad()
+        (module(x[:, b]) * weights[:, b]).sum().backward()
+        close(per_sample[b], module.tau_w.grad)
