@@ -138,7 +138,7 @@ class FuncBackward(torch.autograd.Function):
 
 
 class FuncInference(torch.autograd.Function):
-    """Inference: (*outputs, *state_seqs?, *final_states); not differentiable."""
+    """Inference (only under no_grad): (*outputs, *state_seqs?, *final_states), not differentiable."""
 
     @staticmethod
     def forward(handle, counts, store_state_seqs, packed_outputs, num_inputs, num_states, *tensors):
@@ -148,10 +148,6 @@ class FuncInference(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.mark_non_differentiable(*output)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        raise RuntimeError("spikejit: an inference call has no backward (it ran without gradients)")
 
     @staticmethod
     def vmap(info, in_dims, handle, counts, store_state_seqs, packed_outputs, num_inputs, num_states, *tensors):
