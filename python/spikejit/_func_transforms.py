@@ -20,6 +20,12 @@ def transforms_active() -> bool:
     return torch._C._functorch.peek_interpreter_stack() is not None
 
 
+def refuse_second_derivative(ctx, *grads):
+    """The backward of gradients the kernels computed (they have no graph of their own)."""
+    raise RuntimeError("spikejit's neuron kernels have first derivatives only: a second derivative (a gradient "
+                       "of a gradient) cannot run through them")
+
+
 def _fold(t, dim, kind, batch):
     if t is None or kind == SCALAR:
         return t
@@ -114,10 +120,7 @@ class FuncBackward(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         pass
 
-    @staticmethod
-    def backward(ctx, *grads):
-        raise RuntimeError("spikejit's neuron kernels have first derivatives only: a second derivative (a "
-                           "gradient of a gradient) cannot run through them")
+    backward = staticmethod(refuse_second_derivative)
 
     @staticmethod
     def vmap(info, in_dims, call, seq_shape, dtype, device, num_back, num_params, num_go, num_gf, *tensors):

@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from . import _core
-from ._func_transforms import FuncInference, FuncTraining, transforms_active
+from ._func_transforms import FuncInference, FuncTraining, refuse_second_derivative, transforms_active
 from ._kernel_calls import (ActiveReference, current_stream, describe, inference, inference_buffers, neurons_of,
                             output_gradients, program_counts, row_bytes, training_call)
 from ._surrogate_grads import SURROGATE_GRADIENTS, surrogate_gradient
@@ -231,10 +231,7 @@ class _SecondDerivativeRefused(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         pass
 
-    @staticmethod
-    def backward(ctx, *grads):
-        raise RuntimeError("spikejit's neuron kernels have first derivatives only: a second derivative (a "
-                           "gradient of a gradient taken with create_graph=True) cannot run through them")
+    backward = staticmethod(refuse_second_derivative)
 
 
 def _refusing_second_derivatives(results):
