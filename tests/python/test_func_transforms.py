@@ -191,3 +191,38 @@ def test_functional_call_gradients_of_a_flexsn_parameter_whole_and_per_sample(de
         module.zero_grad()
         (module(x[:, b]) * weights[:, b]).sum().backward()
         close(per_sample[b], module.tau_w.grad)
+
+
+def strange_core(x, m, v, a):
+    """Two inputs, two states, two outputs (test_flexsn's reference example)."""
+    gate = torch.sigmoid(m)
+    h = v + (x * gate - v) / 2.0 - a
+    s = spikejit.surrogate.ATan(alpha=2.0)(h - 1.0)
+    return s, s * gate, h * (1.0 - s), 0.9 * a + 0.1 * s
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_several_outputs_states_and_state_sequences_under_vmap_and_grad(device):
+    node = spikejit.FlexSN(strange_core, 2, 2, 2, strict=True, store_state_seqs=True).to(device)
+    dtype = dtype_on(device)
+    x, m = (random_input(6, 3, 4, device=device, dtype=dtype) for _ in range(2))
+    w1, w2 = (torch.randn(6, 3, 4, device=device, dtype=dtype) for _ in range(2))
+
+    def step(xs, ms):
+        node.reset()
+        s, y = node(xs, ms)
+        return s, y, *node.state_seqs, *node.states
+
+    whole = step(x, m)
+    batched = vmap(step, in_dims=1, out_dims=(1, 1, 1, 1, 0, 0))(x, m)
+    for b, w in zip(batched, whole):  # final states [B, N]: the batch is their first dimension
+        assert torch.equal(b, w)
+
+    def loss(xs, ms):
+        s, y, v_seq, a_seq, _, _ = step(xs, ms)
+        return (s * w1).sum() + (y * w2).sum() + v_seq.sum() + a_seq[-1].sum()
+
+    leaves = [x.clone().requires_grad_(), m.clone().requires_grad_()]
+    loss(*leaves).backward()
+    for g, leaf in zip(grad(loss, argnums=(0, 1))(x, m), leaves):
+        close(g, leaf.grad)
