@@ -68,9 +68,6 @@ KernelSource generate(const Program& program, const KernelSpec& spec) {
   id.hash = program.hash();
   id.canonical = program.canonical();
   id.neuron = &program.neuron();
-  for (int i = 0; i < static_cast<int>(program.neuron().states.size()); ++i) {
-    id.state_defaults.push_back(ir::state_default(program.neuron(), i));
-  }
   return generate_kernel(program.forward(), training ? &program.backward(spec.pack_spikes) : nullptr, id, spec);
 }
 

@@ -305,17 +305,14 @@ void check_results(const ir::Step& s, const char* what, size_t outputs, size_t s
   }
 }
 
-// The initial value of state i when its buffer is absent, rounded through the storage type as
-// a given state would be.
-std::string state_default_function(const KernelPlan& p, const std::vector<double>& defaults) {
-  if (defaults.size() != static_cast<size_t>(p.states)) {
-    throw Error("codegen: " + std::to_string(defaults.size()) + " state defaults for " + std::to_string(p.states) +
-                " states");
-  }
+// The initial value of state i when its buffer is absent (the neuron's declared default), rounded
+// through the storage type as a given state would be.
+std::string state_default_function(const KernelPlan& p, const ir::Neuron* neuron) {
+  if (neuron == nullptr && p.states > 0) throw Error("codegen: the neuron is needed for its states' defaults");
   std::string s = "\n// The initial value of state i when none is given (its buffer is null).\n"
                   "__device__ __forceinline__ real state_default(int i) {\n  real value = (real)0;\n";
   for (int i = 0; i < p.states; ++i) {
-    const double value = defaults[static_cast<size_t>(i)];
+    const double value = ir::state_default(*neuron, i);
     if (value == 0.0 && !std::signbit(value)) continue;
     s += "  if (i == " + std::to_string(i) + ") value = " +
          real_literal(value, p.spec.storage == DType::F64) + ";\n";
@@ -359,7 +356,7 @@ KernelSource generate_kernel(const ir::Step& forward, const ir::Step* backward,
   s = header_comment(p, neuron, backward);
   s += cuda_prelude(p.spec.storage);
   s += constants(p);
-  s += state_default_function(p, neuron.state_defaults);
+  s += state_default_function(p, neuron.neuron);
   s += forward_step_function(forward, backward, p);
   if (p.backward()) s += backward_step_function(*backward, p);
   s += kCommonBodies;

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <string>
-#include <vector>
 
 #include "spikejit/codegen.h"
 #include "spikejit/ir.h"
@@ -14,8 +13,7 @@ struct NeuronIdentity {
   std::string name;       // the neuron's name
   std::string hash;       // hex digest of its canonical text (entry names use 12 digits)
   std::string canonical;  // canonical text, quoted in a comment at the top ("" to leave out)
-  const ir::Neuron* neuron = nullptr;  // names buffers in that comment when given
-  std::vector<double> state_defaults;  // each state's initial value when its buffer is absent
+  const ir::Neuron* neuron = nullptr;  // its states' defaults; names buffers in that comment
 };
 
 // `backward` is needed (non-null) for TrainingForward and Backward.
