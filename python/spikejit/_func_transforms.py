@@ -11,7 +11,7 @@ eager path (ops._Training) is untouched: these run only while a transform is act
 """
 import torch
 
-from ._kernel_calls import ActiveReference, inference, output_gradients
+from ._kernel_calls import inference, keep_for_backward, output_gradients, saved_for_backward
 
 SEQ, NEURON, SCALAR = "seq", "neuron", "scalar"  # how a tensor of a call carries the batch
 
@@ -68,22 +68,16 @@ class FuncTraining(torch.autograd.Function):
         # The saved values stay differentiable outputs (their gradients are never used): then the
         # backward's node depends on them, and a second derivative reaches FuncBackward.backward
         # and raises instead of counting as zero.
-        saved = output[call.first_saved:]
         ctx.set_materialize_grads(False)
-        xs, params = tensors[:num_inputs], tensors[num_inputs + num_states:]
-        back = call.backward_inputs(saved, xs)
-        ctx.save_for_backward(*back, *params)
-        ctx.call, ctx.num_back, ctx.num_states_given = call, len(back), num_states
-        ctx.active_reference = ActiveReference(call.handle)
-        ctx.seq_shape, ctx.dtype, ctx.device = list(xs[0].shape), xs[0].dtype, xs[0].device
+        keep_for_backward(ctx, call, output, tensors[:num_inputs], tensors[num_inputs + num_states:])
+        ctx.num_states_given = num_states
 
     @staticmethod
     def backward(ctx, *grads):
         call = ctx.call
         counts = call.counts
         no, ns, ni = counts.outputs, counts.states, counts.inputs
-        tensors = ctx.saved_tensors
-        back, params = tensors[:ctx.num_back], tensors[ctx.num_back:]
+        back, params = saved_for_backward(ctx)
         go = list(output_gradients(grads, counts, call.packed_outputs))
         gf = list(grads[no:no + ns])
         gs = list(grads[no + ns:no + 2 * ns]) if call.store_state_seqs else []

@@ -586,3 +586,21 @@ class ActiveReference:
 
     def __del__(self):
         registry.release_active(self.handle)
+
+
+def keep_for_backward(ctx, call, results, inputs, params):
+    """Saves what the backward reads (TrainingCall.backward_inputs and the params) and the facts
+    of the call, on the autograd context of its forward."""
+    saved = call.backward_inputs(results[call.first_saved:], inputs)
+    ctx.save_for_backward(*saved, *params)
+    ctx.num_saved = len(saved)
+    ctx.call = call
+    ctx.active_reference = ActiveReference(call.handle)
+    x = inputs[0]
+    ctx.seq_shape, ctx.dtype, ctx.device = list(x.shape), x.dtype, x.device
+
+
+def saved_for_backward(ctx):
+    """(saved, params) as keep_for_backward kept them."""
+    tensors = ctx.saved_tensors
+    return tensors[:ctx.num_saved], tensors[ctx.num_saved:]

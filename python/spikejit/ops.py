@@ -43,8 +43,8 @@ from torch import Tensor
 
 from . import _core
 from ._func_transforms import FuncInference, FuncTraining, refuse_second_derivative, transforms_active
-from ._kernel_calls import (ActiveReference, current_stream, describe, inference, inference_buffers, neurons_of,
-                            output_gradients, program_counts, row_bytes, training_call)
+from ._kernel_calls import (current_stream, describe, inference, inference_buffers, keep_for_backward, neurons_of,
+                            output_gradients, program_counts, row_bytes, saved_for_backward, training_call)
 from ._surrogate_grads import SURROGATE_GRADIENTS, surrogate_gradient
 
 
@@ -117,28 +117,10 @@ def _(handle, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_
                                  grad_state_seqs)
 
 
-def _keep_for_backward(ctx, call, results, inputs, params):
-    """Saves what the backward reads (TrainingCall.backward_inputs and the params) and the facts
-    of the call, on the autograd context of its forward."""
-    saved = call.backward_inputs(results[call.first_saved:], inputs)
-    ctx.save_for_backward(*saved, *params)
-    ctx.num_saved = len(saved)
-    ctx.call = call
-    ctx.active_reference = ActiveReference(call.handle)
-    x = inputs[0]
-    ctx.seq_shape, ctx.dtype, ctx.device = list(x.shape), x.dtype, x.device
-
-
-def _saved_for_backward(ctx):
-    """(saved, params) as _keep_for_backward kept them."""
-    tensors = ctx.saved_tensors
-    return tensors[:ctx.num_saved], tensors[ctx.num_saved:]
-
-
 def _setup_forward(ctx, inputs, output):
     handle, xs, init_states, params, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes = inputs
     call = training_call(handle, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes)
-    _keep_for_backward(ctx, call, output, xs, params)
+    keep_for_backward(ctx, call, output, xs, params)
     ctx.states_given = len(init_states) > 0
 
 
@@ -146,7 +128,7 @@ def _backward_forward(ctx, grads):
     call = ctx.call
     counts = call.counts
     ns, no, ni = counts.states, counts.outputs, counts.inputs
-    saved, params = _saved_for_backward(ctx)
+    saved, params = saved_for_backward(ctx)
     grad_outputs = output_gradients(grads, counts, call.packed_outputs)
     grad_final_states = list(grads[no:no + ns])
     grad_state_seqs = list(grads[no + ns:no + 2 * ns]) if call.store_state_seqs else []
@@ -182,7 +164,7 @@ class _Training(torch.autograd.Function):
         # read an absent gradient as zero without allocating, filling and reading one. (Packed
         # outputs, uint8, carry no gradient: theirs is None too.)
         ctx.set_materialize_grads(False)
-        _keep_for_backward(ctx, call, results, inputs, params)
+        keep_for_backward(ctx, call, results, inputs, params)
         ctx.num_states_given = num_states
         ctx.carriers = carriers
         returned = tuple(results[:call.first_saved])
@@ -203,7 +185,7 @@ def _training_backward(ctx, *grads):
     call = ctx.call
     counts = call.counts
     ns, no, ni = counts.states, counts.outputs, counts.inputs
-    saved, params = _saved_for_backward(ctx)
+    saved, params = saved_for_backward(ctx)
     grad_outputs = output_gradients(grads, counts, call.packed_outputs)
     if ctx.carriers:  # the packed outputs' gradients, as their carriers received them
         grad_outputs = with_carriers(grad_outputs, grads[call.first_saved:], call.packed_outputs)

@@ -237,7 +237,7 @@ def test_state_seqs_and_final_states_agree():
     (lambda: spikejit.FlexSN(strange_core, 2, 2, 2, store_state_seqs=True), ("states", "state_seqs")),
     (lambda: spikejit.LIFNode(step_mode="m", store_v_seq=True), ("v", "v_seq"))])
 def test_state_attributes_stay_plain_unless_a_parameter_or_module_is_assigned(make, names):
-    """The state attributes skip nn.Module.__setattr__ once they exist (a host-time fast path);
+    """The state attributes bypass nn.Module.__setattr__ once they exist (a host-time fast path);
     a Parameter or Module assigned to one must still be registered as nn.Module would."""
     node = make()
     inputs = [random_input(4, 6) for _ in range(2 if isinstance(node, spikejit.FlexSN) else 1)]
