@@ -257,6 +257,12 @@ def _split_by_mask(tensors, packed):
     return ([None if p else t for t, p in zip(tensors, packed)], [t if p else None for t, p in zip(tensors, packed)])
 
 
+def _dense_like(t: Tensor) -> Tensor:
+    """An empty contiguous tensor of t's shape, dtype and device (the kernels write contiguous
+    results; empty_like would keep the strides of a permuted t)."""
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device)
+
+
 def _contiguous(tensors):
     if not tensors:
         return tensors
@@ -493,7 +499,7 @@ class TrainingCall:
                        for i in range(ni)]
         grad_states = [torch.empty(neuron_shape, dtype=dtype, device=device)
                        if wanted is None or wanted[ni + j] else None for j in range(ns)]
-        grad_params = [torch.empty_like(p) if wanted is None or wanted[ni + ns + k] else None
+        grad_params = [_dense_like(p) if wanted is None or wanted[ni + ns + k] else None
                        for k, p in enumerate(params)]
         program = self.program
         _launch_backward(program, device, seq_shape, _contiguous(saved), _contiguous(params),
@@ -519,7 +525,7 @@ class TrainingCall:
                              grad_state_seqs)
         return ([torch.empty(seq_shape, dtype=dtype, device=device) for _ in range(self.counts.inputs)]
                 + [torch.empty(seq_shape[1:], dtype=dtype, device=device) for _ in range(self.counts.states)]
-                + [torch.empty_like(p) for p in params])
+                + [_dense_like(p) for p in params])
 
     def _check_backward(self, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states,
                         grad_state_seqs):

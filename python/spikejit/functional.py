@@ -32,7 +32,9 @@ from torch import Tensor
 
 from . import _core, ops, registry
 from ._func_transforms import transforms_active
-from ._kernel_calls import check_checkpoint_every, check_pack_spikes, initial_states, resolve_checkpoint_every
+from ._kernel_calls import (check_checkpoint_every, check_pack_spikes, initial_states, program_counts,
+                            resolve_checkpoint_every)
+from ._layout import inverse, memory_order, neuron_order
 from . import surrogate as _surrogate
 
 __all__ = ["multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step",
@@ -170,6 +172,12 @@ def execute_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_
     check_checkpoint_every(checkpoint_every)  # also where inference leaves it unused
     check_pack_spikes(pack_spikes, checkpoint_every)
     init_states = initial_states(handle, init_states, inputs[0])
+    # Bit rows follow the neurons' memory order, so packed outputs keep the logical order (a copy).
+    in_place = not (packed_outputs or carriers or (not torch.compiler.is_compiling() and transforms_active()))
+    order = _call_memory_order(handle, inputs, init_states, params) if in_place else None
+    if order is not None:
+        return _in_memory_order(order, handle, num_outputs, num_states, inputs, init_states, params,
+                                store_state_seqs, checkpoint_every, pack_spikes)
     if needs_grad(list(inputs) + init_states + list(params)):
         checkpoint_every = resolve_checkpoint_every(checkpoint_every, handle, inputs[0], store_state_seqs,
                                                     packed_outputs, pack_spikes)
@@ -187,6 +195,38 @@ def execute_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_
         seqs = results[num_outputs:num_outputs + num_states] if store_state_seqs else None
         finals = results[len(results) - num_states:]
     return outputs, finals, seqs
+
+
+def _call_memory_order(handle, inputs, init_states, params):
+    """memory_order of inputs[0] (see _layout), when every tensor of the call has the shape the
+    call expects (else None: the call's own checks then name the one that does not)."""
+    order = memory_order(inputs[0])
+    if order is None:
+        return None
+    counts = program_counts(handle)[1]
+    sequence, neurons = inputs[0].shape, inputs[0].shape[1:]
+    fits = (len(inputs) == counts.inputs and len(params) == len(counts.params)
+            and all(isinstance(x, Tensor) and x.shape == sequence for x in inputs)
+            and all(isinstance(v, Tensor) and v.shape == neurons for v in init_states)
+            and all(isinstance(p, Tensor) and (kind != "per_neuron" or p.shape == neurons)
+                    for p, kind in zip(params, counts.params)))
+    return order if fits else None
+
+
+def _in_memory_order(order, handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
+                     checkpoint_every, pack_spikes):
+    """execute_neuron on the views of its tensors in the memory order `order` of inputs[0] (see
+    _layout), its results viewed back in the logical order: no copy of a channels-last input,
+    results in its layout. The views are autograd's, so gradients take the same way back."""
+    states_order = neuron_order(order)
+    kinds = program_counts(handle)[1].params
+    outputs, finals, seqs = execute_neuron(
+        handle, num_outputs, num_states, [x.permute(order) for x in inputs], [v.permute(states_order) for v in init_states],
+        [p.permute(states_order) if kind == "per_neuron" else p for p, kind in zip(params, kinds)],
+        store_state_seqs, checkpoint_every, 0, pack_spikes)
+    back, states_back = inverse(order), inverse(states_order)
+    return ([y.permute(back) for y in outputs], [v.permute(states_back) for v in finals],
+            None if seqs is None else [v.permute(back) for v in seqs])
 
 
 def _check_sequence(x_seq):
