@@ -19,10 +19,13 @@ def memory_order(x: Tensor) -> Optional[List[int]]:
     not one row per step (the call copies it)."""
     if x.dim() < 3 or x.is_contiguous():
         return None
-    strides = x.stride()
-    order = [0] + sorted(range(1, x.dim()), key=lambda d: -strides[d])
-    if order == list(range(x.dim())) or not x.permute(order).is_contiguous():
-        return None
+    sizes, strides = x.shape, x.stride()
+    order = [0] + sorted(range(1, x.dim()), key=strides.__getitem__, reverse=True)  # stable: ties keep their order
+    expected = 1  # the stride of each dimension, innermost first, were x.permute(order) contiguous
+    for d in reversed(order):
+        if sizes[d] != 1 and strides[d] != expected:
+            return None
+        expected *= sizes[d]
     return order
 
 

@@ -173,11 +173,17 @@ def execute_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_
     check_pack_spikes(pack_spikes, checkpoint_every)
     init_states = initial_states(handle, init_states, inputs[0])
     # Bit rows follow the neurons' memory order, so packed outputs keep the logical order (a copy).
-    in_place = not (packed_outputs or carriers or (not torch.compiler.is_compiling() and transforms_active()))
-    order = _call_memory_order(handle, inputs, init_states, params) if in_place else None
+    order = None if packed_outputs or carriers else _call_memory_order(handle, inputs, init_states, params)
     if order is not None:
         return _in_memory_order(order, handle, num_outputs, num_states, inputs, init_states, params,
                                 store_state_seqs, checkpoint_every, pack_spikes)
+    return _execute(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs, checkpoint_every,
+                    packed_outputs, pack_spikes, carriers)
+
+
+def _execute(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs, checkpoint_every,
+             packed_outputs, pack_spikes, carriers):
+    """execute_neuron after its checks, on the states initial_states gave."""
     if needs_grad(list(inputs) + init_states + list(params)):
         checkpoint_every = resolve_checkpoint_every(checkpoint_every, handle, inputs[0], store_state_seqs,
                                                     packed_outputs, pack_spikes)
@@ -201,15 +207,17 @@ def _call_memory_order(handle, inputs, init_states, params):
     """memory_order of inputs[0] (see _layout), when every tensor of the call has the shape the
     call expects (else None: the call's own checks then name the one that does not)."""
     order = memory_order(inputs[0])
-    if order is None:
+    if order is None or (not torch.compiler.is_compiling() and transforms_active()):  # vmap: strides unknown
         return None
     counts = program_counts(handle)[1]
+    if len(inputs) != counts.inputs or len(params) != len(counts.params):
+        return None
     sequence, neurons = inputs[0].shape, inputs[0].shape[1:]
-    fits = (len(inputs) == counts.inputs and len(params) == len(counts.params)
-            and all(isinstance(x, Tensor) and x.shape == sequence for x in inputs)
-            and all(isinstance(v, Tensor) and v.shape == neurons for v in init_states)
-            and all(isinstance(p, Tensor) and (kind != "per_neuron" or p.shape == neurons)
-                    for p, kind in zip(params, counts.params)))
+    fits = all(isinstance(x, Tensor) and x.shape == sequence for x in inputs[1:])
+    fits = fits and all(isinstance(v, Tensor) and v.shape == neurons for v in init_states)
+    if params:
+        fits = fits and all(isinstance(p, Tensor) and (kind != "per_neuron" or p.shape == neurons)
+                            for p, kind in zip(params, counts.params))
     return order if fits else None
 
 
@@ -220,10 +228,10 @@ def _in_memory_order(order, handle, num_outputs, num_states, inputs, init_states
     results in its layout. The views are autograd's, so gradients take the same way back."""
     states_order = neuron_order(order)
     kinds = program_counts(handle)[1].params
-    outputs, finals, seqs = execute_neuron(
+    outputs, finals, seqs = _execute(
         handle, num_outputs, num_states, [x.permute(order) for x in inputs], [v.permute(states_order) for v in init_states],
         [p.permute(states_order) if kind == "per_neuron" else p for p, kind in zip(params, kinds)],
-        store_state_seqs, checkpoint_every, 0, pack_spikes)
+        store_state_seqs, checkpoint_every, 0, pack_spikes, False)
     back, states_back = inverse(order), inverse(states_order)
     return ([y.permute(back) for y in outputs], [v.permute(states_back) for v in finals],
             None if seqs is None else [v.permute(back) for v in seqs])

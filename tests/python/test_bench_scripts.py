@@ -123,3 +123,10 @@ def test_profile_save_policies_dry_run_measures_every_policy(neuron):
     for row in ("| 4 | 256 | 0 |", "| 4 | 256 | 4 |", "| 16 | 64 | 0 |", "| 16 | 64 | 4 |", "| 16 | 64 | 16 |"):
         assert row in out, out
     assert "| 4 | 256 | 16 |" not in out, out  # k > T is not a policy of its own
+
+
+def test_layout_bench_dry_run_measures_every_case():
+    out = run_bench("bench_layouts.py", "--dry-run", "--device", "cpu")
+    for row in ("| infer | channels-last, in place |", "| train | channels-last, copied first |",
+                "| eager | in place |", "| compile | copied (before) |"):
+        assert row in out, out
