@@ -1,6 +1,7 @@
 """Helpers shared by the Python benchmarks: neuron construction for spikejit and SpikingJelly,
 minimal byte counts, statistics and markdown tables."""
 import statistics
+import time
 
 NEURONS = ("IF", "LIF", "PLIF")
 
@@ -59,3 +60,21 @@ def fmt(value, digits=3):
     if value is None:
         return "–"
     return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:.0f}"
+
+
+def burst_ms(fn, device, calls):
+    """Milliseconds per call of `calls` calls of fn() back to back (CUDA events on a GPU, wall
+    time on the CPU)."""
+    import torch
+    if device.type == "cuda":
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop) / calls
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) * 1e3 / calls

@@ -8,12 +8,11 @@ side in one run: LIF (tau = 2, hard reset to 0, sigmoid surrogate), inference an
 import argparse
 import functools
 import statistics
-import time
 
 import torch
 
 import spikejit
-from bench_common import markdown_table
+from bench_common import burst_ms, markdown_table
 
 
 def lif_core(x, v):
@@ -26,22 +25,6 @@ def make_nodes(device):
     builtin = spikejit.LIFNode(tau=2.0, surrogate_function=spikejit.surrogate.Sigmoid(), step_mode="m")
     flex = spikejit.FlexSN(lif_core, num_inputs=1, num_states=1, num_outputs=1, step_mode="m", strict=True)
     return {"built-in LIFNode": builtin.to(device), "FlexSN LIF": flex.to(device)}
-
-
-def burst_ms(fn, device, calls):
-    """Milliseconds per call of `calls` calls of fn() back to back (CUDA events on a GPU)."""
-    if device.type == "cuda":
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        stop.record()
-        stop.synchronize()
-        return start.elapsed_time(stop) / calls
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - t0) * 1e3 / calls
 
 
 def interleaved_ms(fns, device, bursts, calls):

@@ -18,13 +18,12 @@ import contextlib
 import os
 import statistics
 import sys
-import time
 
 import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import fmt, markdown_table, minimal_bytes  # noqa: E402
+from bench_common import burst_ms, fmt, markdown_table, minimal_bytes  # noqa: E402
 
 import spikejit  # noqa: E402
 from spikejit import functional  # noqa: E402
@@ -69,22 +68,7 @@ def ms_per_call(call, device, calls, bursts):
     """Median over bursts of the milliseconds per call (CUDA events on CUDA, wall time on the CPU)."""
     for _ in range(3):
         call()
-    times = []
-    for _ in range(bursts):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(calls):
-                call()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / calls)
-        else:
-            begin = time.perf_counter()
-            for _ in range(calls):
-                call()
-            times.append((time.perf_counter() - begin) / calls * 1e3)
-    return statistics.median(times)
+    return statistics.median(burst_ms(call, device, calls) for _ in range(bursts))
 
 
 def copy_bandwidth(device, numel):
