@@ -16,6 +16,14 @@ namespace spikejit::autodiff {
 // `saved_packed` then has one flag per saved value (without it: empty).
 ir::Step differentiate(const ir::Step& forward, bool pack_spikes = false);
 
+// Forward mode: the tangent neuron of `n`. It declares n's inputs, states, parameters and outputs,
+// then one tangent per input, state, parameter and output, in that order (named `<name>_tangent`;
+// tangent states start at 0), and computes n's step followed by its Jacobian-vector product:
+// each output's and next state's tangent from the tangents of the inputs, states and parameters.
+// spike(x)'s tangent is surrogate'(x) times x's tangent, detach's is zero: the transpose of what
+// `differentiate` computes. Inference of this neuron is the JVP of n over a whole sequence.
+ir::Neuron tangent(const ir::Neuron& n);
+
 // The surrogate derivative g'(x) as IR nodes appended to `nodes` (used by `differentiate`,
 // exposed for tests). Returns the id of the result.
 ir::ValueId append_surrogate_derivative(std::vector<ir::Node>& nodes, const ir::Surrogate& s,

@@ -1,6 +1,7 @@
 // Autodiff: every op's rule and every surrogate against independent references, whole-neuron
 // BPTT against finite differences (spikes replaced by an exact smooth stand-in) and against
-// SpikingJelly's hand-written IF/LIF/PLIF backward, and the save plan.
+// SpikingJelly's hand-written IF/LIF/PLIF backward, the save plan, and forward mode (the tangent
+// neuron) against finite differences and as the transpose of the backward.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "spikejit/builder.h"
 #include "spikejit/frontend.h"
 #include "spikejit/ir.h"
+#include "spikejit/program.h"
 #include "support/random_seed.h"
 #include "support/step_eval.h"
 
@@ -861,6 +863,217 @@ TEST(AutodiffSavePlan, MinimumCutPrefersTheNeededValues) {
   // exp's rule reuses its result: saving exp(a) leaves nothing to recompute.
   ASSERT_EQ(b.saved.size(), 1u) << ir::to_string(b);
   EXPECT_EQ(f.nodes[b.saved[0]].op, Op::Exp) << ir::to_string(b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// (5) Forward mode: the tangent neuron.
+
+struct Direction {
+  Matrix inputs;                    // [T][num_inputs]
+  std::vector<double> init_states;  // [num_states]
+  std::vector<double> params;       // [params]
+};
+
+Direction random_direction(const ir::Step& f, int T, SeededRng& rng) {
+  Direction d;
+  for (int t = 0; t < T; ++t) {
+    std::vector<double> dx;
+    for (int i = 0; i < f.num_inputs; ++i) dx.push_back(rng.uniform(-1.0, 1.0));
+    d.inputs.push_back(dx);
+  }
+  for (int i = 0; i < f.num_states; ++i) d.init_states.push_back(rng.uniform(-1.0, 1.0));
+  for (size_t i = 0; i < f.params.size(); ++i) d.params.push_back(rng.uniform(-1.0, 1.0));
+  return d;
+}
+
+std::vector<double> concat(std::vector<double> a, const std::vector<double>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The tangent neuron's sequence: each leaf followed by its tangent (the declaration order).
+testing::Sequence with_tangents(const testing::Sequence& seq, const Direction& d) {
+  testing::Sequence out;
+  for (size_t t = 0; t < seq.inputs.size(); ++t) out.inputs.push_back(concat(seq.inputs[t], d.inputs[t]));
+  out.init_states = concat(seq.init_states, d.init_states);
+  out.params = concat(seq.params, d.params);
+  return out;
+}
+
+// seq + h * d.
+testing::Sequence moved(const testing::Sequence& seq, const Direction& d, double h) {
+  testing::Sequence out = seq;
+  for (size_t t = 0; t < seq.inputs.size(); ++t)
+    for (size_t i = 0; i < seq.inputs[t].size(); ++i) out.inputs[t][i] += h * d.inputs[t][i];
+  for (size_t i = 0; i < seq.init_states.size(); ++i) out.init_states[i] += h * d.init_states[i];
+  for (size_t i = 0; i < seq.params.size(); ++i) out.params[i] += h * d.params[i];
+  return out;
+}
+
+// The JVP of the tangent neuron against central differences along the direction, spikes replaced
+// by the smooth stand-in (detached values frozen, as for the backward), and its primal results
+// against the neuron's own.
+void check_jvp(const ir::Neuron& n, SeededRng& rng, double input_scale = 1.0,
+               const std::vector<double>& state_offsets = {}) {
+  // The surrogates are replaced before the tangent is taken: its spike derivatives are theirs.
+  ir::Neuron smooth = n;
+  const double k = rng.uniform(1.0, 4.0);
+  for (ir::Node& node : smooth.nodes)
+    if (node.op == Op::Spike) node.surrogate = {SurrogateKind::Sigmoid, {k}};
+  const ir::Step f = ir::lower(smooth);
+  const ir::Step ft = ir::lower(autodiff::tangent(smooth));
+  SCOPED_TRACE("tangent step:\n" + ir::to_string(ft));
+  ASSERT_EQ(ft.num_inputs, 2 * f.num_inputs);
+  ASSERT_EQ(ft.num_states, 2 * f.num_states);
+  ASSERT_EQ(ft.num_outputs, 2 * f.num_outputs);
+  ASSERT_EQ(ft.params.size(), 2 * f.params.size());
+  const int T = 7;
+  const Problem p = random_problem(f, T, rng, input_scale, state_offsets);
+  const Direction d = random_direction(f, T, rng);
+  const testing::ForwardTrace base = testing::run_forward(f, p.seq, true);
+  const testing::ForwardTrace jvp = testing::run_forward(ft, with_tangents(p.seq, d), true);
+  const double h = 1e-6;
+  const testing::ForwardTrace up = testing::run_forward(f, moved(p.seq, d, h), true, &base);
+  const testing::ForwardTrace down = testing::run_forward(f, moved(p.seq, d, -h), true, &base);
+  for (int t = 0; t < T; ++t) {
+    const std::string at = " at t = " + std::to_string(t);
+    for (int i = 0; i < f.num_outputs; ++i) {
+      EXPECT_EQ(jvp.outputs[t][i], base.outputs[t][i]) << "primal output " << i << at;
+      expect_close(jvp.outputs[t][f.num_outputs + i], (up.outputs[t][i] - down.outputs[t][i]) / (2 * h), 1e-5,
+                   "tangent of output " + std::to_string(i) + at);
+    }
+    for (int i = 0; i < f.num_states; ++i) {
+      EXPECT_EQ(jvp.states[t][i], base.states[t][i]) << "primal state " << i << at;
+      expect_close(jvp.states[t][f.num_states + i], (up.states[t][i] - down.states[t][i]) / (2 * h), 1e-5,
+                   "tangent of state " + std::to_string(i) + at);
+    }
+  }
+}
+
+// With Heaviside spikes and any surrogate, the JVP and the backward are each other's transpose:
+// <J d, u> = <d, J^T u> for the loss weights u of random_problem.
+void check_jvp_transposes_backward(const ir::Neuron& n, SeededRng& rng) {
+  const ir::Step f = ir::lower(n);
+  const ir::Step ft = ir::lower(autodiff::tangent(n));
+  const int T = 9;
+  const Problem p = random_problem(f, T, rng, 1.5, {});
+  const Direction d = random_direction(f, T, rng);
+  const testing::ForwardTrace jvp = testing::run_forward(ft, with_tangents(p.seq, d), false);
+  const testing::SequenceGrads g =
+      testing::run_backward(f, autodiff::differentiate(f), p.seq, p.grad_outputs, p.grad_states, false);
+  double forward_side = 0.0, backward_side = 0.0, scale = 0.0;
+  for (int t = 0; t < T; ++t) {
+    for (int i = 0; i < f.num_outputs; ++i) {
+      forward_side += p.grad_outputs[t][i] * jvp.outputs[t][f.num_outputs + i];
+      scale += std::fabs(p.grad_outputs[t][i] * jvp.outputs[t][f.num_outputs + i]);
+    }
+    for (int i = 0; i < f.num_states; ++i) {
+      forward_side += p.grad_states[t][i] * jvp.states[t][f.num_states + i];
+      scale += std::fabs(p.grad_states[t][i] * jvp.states[t][f.num_states + i]);
+    }
+    for (int i = 0; i < f.num_inputs; ++i) backward_side += g.inputs[t][i] * d.inputs[t][i];
+  }
+  for (int i = 0; i < f.num_states; ++i) backward_side += g.init_states[i] * d.init_states[i];
+  for (size_t i = 0; i < f.params.size(); ++i) backward_side += g.params[i] * d.params[i];
+  EXPECT_GT(scale, 0.0) << "the tangents are all zero";
+  EXPECT_NEAR(forward_side, backward_side, 1e-9 * (1.0 + scale));
+}
+
+std::vector<Variant> forward_mode_neurons(SeededRng& rng) {
+  std::vector<Variant> out;
+  for (const char* name : {"if", "lif", "plif"})
+    for (Variant& v : builtin_variants(name, rng)) out.push_back(std::move(v));
+  out.push_back({"adaptive LIF", adaptive_lif()});
+  out.push_back({"two inputs, two outputs", two_in_two_out()});
+  out.push_back({"per-neuron and scalar params", learnable()});
+  return out;
+}
+
+TEST(AutodiffForwardMode, TangentsMatchFiniteDifferences) {
+  SeededRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (const Variant& v : forward_mode_neurons(rng)) {
+    SCOPED_TRACE(v.label);
+    check_jvp(v.neuron, rng);
+  }
+  SCOPED_TRACE("Izhikevich");
+  check_jvp(izhikevich(), rng, 10.0, {-65.0, -13.0});
+}
+
+TEST(AutodiffForwardMode, TangentsTransposeTheBackward) {
+  SeededRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (const Variant& v : forward_mode_neurons(rng)) {
+    SCOPED_TRACE(v.label);
+    for (int trial = 0; trial < 3; ++trial) check_jvp_transposes_backward(v.neuron, rng);
+  }
+}
+
+// op_step's computation as a neuron (inputs a, b, c; output y = op of them, Bool ops as floats).
+ir::Neuron op_neuron(Op op) {
+  NeuronBuilder b("one_op");
+  std::vector<Value> args = {b.input("a"), b.input("b"), b.input("c")};
+  b.output("y");
+  auto positive = [&](const Value& v) { return b.op(Op::Gt, {v, b.literal(0.0)}); };
+  if (op == Op::And || op == Op::Or || op == Op::Not || op == Op::ToFloat) {
+    args[0] = positive(args[0]);
+    args[1] = positive(args[1]);
+  }
+  if (op == Op::Where) args[0] = positive(args[0]);
+  const int arity = ir::op_info(op).arity;
+  Value y = arity == 1 ? b.op(op, {args[0]}) : arity == 2 ? b.op(op, {args[0], args[1]})
+                                                          : b.op(op, {args[0], args[1], args[2]});
+  b.assign("y", is_bool_op(op) ? b.op(Op::ToFloat, {y}) : y);
+  return b.build();
+}
+
+TEST(AutodiffForwardMode, EveryOpMatchesCentralDifferences) {
+  SeededRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (Op op : differentiable_test_ops()) {
+    SCOPED_TRACE(std::string("op ") + ir::op_info(op).name);
+    const ir::Neuron n = op_neuron(op);
+    const ir::Step f = ir::lower(n);
+    const ir::Step ft = ir::lower(autodiff::tangent(n));
+    for (int trial = 0; trial < 20; ++trial) {
+      const std::vector<double> x = sample_point(op, rng);
+      const std::vector<double> d = {rng.uniform(-1.0, 1.0), rng.uniform(-1.0, 1.0), rng.uniform(-1.0, 1.0)};
+      testing::Sequence seq;
+      seq.inputs = {concat(x, d)};
+      const double jvp = testing::run_forward(ft, seq, false).outputs[0][1];
+      const double h = 1e-6;
+      std::vector<double> up = x, down = x;
+      for (int i = 0; i < 3; ++i) {
+        up[i] += h * d[i];
+        down[i] -= h * d[i];
+      }
+      const double fd = op == Op::Detach ? 0.0 : (forward_at(f, up) - forward_at(f, down)) / (2 * h);
+      std::ostringstream what;
+      what << "along (" << d[0] << ", " << d[1] << ", " << d[2] << ") at (" << x[0] << ", " << x[1] << ", "
+           << x[2] << ")";
+      expect_close(jvp, fd, 1e-6, what.str());
+    }
+  }
+}
+
+// Tangent names never take a name of the neuron; the tangent neuron prints and parses back.
+TEST(AutodiffForwardMode, TangentNamesAreFreshAndTheNeuronRoundTrips) {
+  NeuronBuilder b("taken");
+  Value x = b.input("x");
+  Value v = b.state("v", 0.25);
+  b.output("s");
+  Value local = b.assign("x_tangent", x * 2.0);
+  Value s = b.assign("s", b.spike(local + v - 1.0, {SurrogateKind::ATan, {2.0}}));
+  b.assign("v", (v + x) * (1.0 - s));
+  const ir::Neuron t = autodiff::tangent(b.build());
+  ASSERT_EQ(t.inputs.size(), 2u);
+  EXPECT_EQ(t.inputs[1].name, "x_tangent_");
+  EXPECT_EQ(t.states[1].name, "v_tangent");
+  EXPECT_EQ(t.states[1].init, 0.0);
+  EXPECT_EQ(t.outputs[1].name, "s_tangent");
+  const Program program(t);
+  const Program reparsed = Program::from_text(program.canonical());
+  EXPECT_EQ(reparsed.hash(), program.hash()) << program.canonical();
 }
 
 }  // namespace
