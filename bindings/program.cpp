@@ -7,6 +7,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "spikejit/autodiff.h"
 #include "spikejit/ir.h"
 #include "spikejit/program.h"
 
@@ -36,6 +37,10 @@ void bind_program(nb::module_& m) {
           [](const std::string& text, const std::string& file) { return Program::from_text(text, file); },
           "text"_a, "file"_a = "<text>", "Parses the neuron text format (raises ParseError).")
       .def_static("from_file", &Program::from_file, "path"_a)
+      .def(
+          "tangent", [](const Program& p) { return Program(autodiff::tangent(p.neuron())); },
+          "The tangent neuron (forward mode): inputs, states, parameters and outputs of this neuron, "
+          "then one tangent of each in that order; its inference is this neuron's JVP.")
       .def_prop_ro("name", [](const Program& p) { return p.neuron().name; })
       .def_prop_ro("inputs", [](const Program& p) { return names(p.neuron().inputs); })
       .def_prop_ro("states", [](const Program& p) { return names(p.neuron().states); })

@@ -1,14 +1,15 @@
 // spikejit grad FILE: the lowered forward step, the backward step autodiff derives from it, and
-// the values the training forward saves for the backward.
+// the values the training forward saves for the backward; or, with --tangent, the tangent neuron.
 #include <iostream>
 
 #include "cli.h"
 #include "commands.h"
+#include "spikejit/autodiff.h"
 
 namespace spikejit::cli {
 
 static const char* const kAbout =
-    "usage: spikejit grad FILE [--set NAME=VALUE]... [--pack-spikes]\n"
+    "usage: spikejit grad FILE [--set NAME=VALUE]... [--pack-spikes] [--tangent]\n"
     "\n"
     "Prints the neuron's lowered forward step, its backward step (one reverse step of\n"
     "backpropagation through time: gradients of the inputs, of the previous states and of the\n"
@@ -17,15 +18,22 @@ static const char* const kAbout =
     "\n"
     "  --pack-spikes   the plan of the pack_spikes save policy: spike-valued values are saved\n"
     "                  as bits (marked `packed bits`), which may change what is saved\n"
+    "  --tangent       instead, forward mode: the tangent neuron (the neuron's step, then the\n"
+    "                  tangents of its outputs and next states from those of its inputs, states\n"
+    "                  and parameters), whose inference over a sequence is the JVP\n"
     "\n";
 
 int cmd_grad(int argc, char** argv) {
-  const Args args(argc, argv, {"set"}, {"pack-spikes"});
+  const Args args(argc, argv, {"set"}, {"pack-spikes", "tangent"});
   if (args.help()) {
     std::cout << kAbout << kNeuronSourceHelp;
     return 0;
   }
   const Program program = load_program(args.single_positional("FILE"), args.values("set"));
+  if (args.flag("tangent")) {
+    std::cout << Program(autodiff::tangent(program.neuron())).canonical();
+    return 0;
+  }
   const ir::Step& backward = program.backward(args.flag("pack-spikes"));
   std::cout << "# neuron " << program.neuron().name << "\n\n# forward step\n"
             << ir::to_string(program.forward()) << "\n# backward step\n"

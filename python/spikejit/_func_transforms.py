@@ -1,5 +1,6 @@
-"""The neuron kernels under torch.func's reverse-mode and batching transforms (grad, vjp, jacrev,
-vmap, and their compositions such as per-sample gradients, vmap(grad(...))).
+"""The neuron kernels under torch.func's transforms: reverse mode and batching (grad, vjp, jacrev,
+vmap, and their compositions such as per-sample gradients, vmap(grad(...))), and forward mode
+(torch.func.jvp, jacfwd, and torch.autograd.forward_ad outside torch.func) through FuncTangent.
 
 The transforms need autograd.Functions in their own style (forward without ctx, setup_context)
 whose every part can be batched: the training forward, its backward and the inference call are
@@ -10,8 +11,10 @@ bytes mix neurons of neighbouring batch elements) it runs the batch elements one
 eager path (ops._Training) is untouched: these run only while a transform is active.
 """
 import torch
+from torch._C._functorch import TransformType
+from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
-from ._kernel_calls import inference, keep_for_backward, output_gradients, saved_for_backward
+from ._kernel_calls import inference, keep_for_backward, output_gradients, program_counts, saved_for_backward
 
 SEQ, NEURON, SCALAR = "seq", "neuron", "scalar"  # how a tensor of a call carries the batch
 
@@ -20,10 +23,29 @@ def transforms_active() -> bool:
     return torch._C._functorch.peek_interpreter_stack() is not None
 
 
+def jvp_transform_active() -> bool:
+    """Whether a torch.func forward-mode transform (jvp, jacfwd) is active at any level. Raises
+    when a reverse-mode one (grad, vjp, jacrev) is active too: the tangent kernels' results have
+    no gradient, and it would silently be zero (jacrev(jacfwd(f)))."""
+    kinds = {level.key() for level in retrieve_all_functorch_interpreters()}
+    if TransformType.Jvp not in kinds:
+        return False
+    if TransformType.Grad in kinds:
+        refuse_reverse_of_forward_mode(None)
+    return True
+
+
 def refuse_second_derivative(ctx, *grads):
     """The backward of gradients the kernels computed (they have no graph of their own)."""
     raise RuntimeError("spikejit's neuron kernels have first derivatives only: a second derivative (a gradient "
                        "of a gradient) cannot run through them")
+
+
+def refuse_reverse_of_forward_mode(ctx, *grads):
+    """The backward of a call with forward-mode tangents."""
+    raise RuntimeError("spikejit's neuron kernels take forward-mode derivatives (tangents) or reverse-mode ones "
+                       "(gradients), not both through one call: a call whose inputs carry tangents gives no "
+                       "gradient")
 
 
 def _fold(t, dim, kind, batch):
@@ -155,3 +177,53 @@ class FuncInference(torch.autograd.Function):
                        lambda ts, batch: FuncInference.apply(handle, counts, store_state_seqs, packed_outputs,
                                                              num_inputs, num_states, *ts),
                        fold=not packed_outputs)
+
+
+class FuncTangent(torch.autograd.Function):
+    """Inference with forward-mode derivatives: (*outputs, *state_seqs?, *final_states) from the
+    neuron's inference kernels, and in jvp their tangents from the inference of its tangent neuron
+    (_core.Program.tangent: the step again, then the tangents), which takes each input, state and
+    parameter followed by its tangent. Its gradients are refused (refuse_reverse_of_forward_mode)."""
+
+    @staticmethod
+    def forward(handle, tangent_handle, store_state_seqs, num_inputs, num_states, *tensors):
+        return tuple(inference(handle, tensors[:num_inputs], tensors[num_inputs:num_inputs + num_states],
+                               tensors[num_inputs + num_states:], store_state_seqs, True))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, ctx.tangent_handle, ctx.store_state_seqs, ctx.num_inputs, ctx.num_states, *tensors = inputs
+        ctx.save_for_forward(*tensors)
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        primals = ctx.saved_tensors
+        tangents = [torch.zeros_like(p) if d is None else d for p, d in zip(primals, tangents[5:])]
+        ni, ns = ctx.num_inputs, ctx.num_states
+
+        def interleaved(begin, end):  # the tangent neuron's order: the primals, then their tangents
+            return [*primals[begin:end], *tangents[begin:end]]
+
+        _, counts = program_counts(ctx.tangent_handle)
+        results = FuncInference.apply(ctx.tangent_handle, counts, ctx.store_state_seqs, 0, 2 * ni, 2 * ns,
+                                      *interleaved(0, ni), *interleaved(ni, ni + ns),
+                                      *interleaved(ni + ns, len(primals)))
+        # [*outputs, *state_seqs?, *final_states] of the tangent neuron, each group its primal
+        # half then its tangent half: the tangent halves, in the primal call's result order.
+        no, nst = counts.outputs // 2, counts.states // 2
+        groups = [(0, no)] + ([(2 * no, nst)] if ctx.store_state_seqs else [])
+        groups.append((len(results) - 2 * nst, nst))
+        return tuple(t for start, n in groups for t in results[start + n:start + 2 * n])
+
+    backward = staticmethod(refuse_reverse_of_forward_mode)
+
+    @staticmethod
+    def vmap(info, in_dims, handle, tangent_handle, store_state_seqs, num_inputs, num_states, *tensors):
+        _, counts = program_counts(handle)
+        kinds = [SEQ] * num_inputs + [NEURON] * num_states + _param_kinds(counts)
+        out_kinds = [SEQ] * counts.outputs + [SEQ] * (counts.states if store_state_seqs else 0) + \
+            [NEURON] * counts.states
+        return batched(info, in_dims, tensors, kinds, out_kinds,
+                       lambda ts, batch: FuncTangent.apply(handle, tangent_handle, store_state_seqs, num_inputs,
+                                                           num_states, *ts),
+                       fold=True)

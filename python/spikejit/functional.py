@@ -31,7 +31,7 @@ import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
 from . import _core, ops, registry
-from ._func_transforms import transforms_active
+from ._func_transforms import FuncTangent, jvp_transform_active, transforms_active
 from ._kernel_calls import (check_checkpoint_every, check_pack_spikes, initial_states, program_counts,
                             resolve_checkpoint_every)
 from ._layout import inverse, memory_order, neuron_order
@@ -112,15 +112,30 @@ def needs_grad(tensors) -> bool:
     return any(t is not None and t.requires_grad for t in tensors)
 
 
-def refuse_forward_mode(*groups) -> None:
-    """ValueError for inputs with a forward-mode tangent (torch.autograd.forward_ad): the kernels
-    have reverse-mode derivatives only, and PyTorch would hand on no tangent (an input without
-    requires_grad takes the inference path; a custom op's tangent silently counts as zero)."""
-    if _forward_ad._current_level >= 0 and any(t is not None and _forward_ad.unpack_dual(t).tangent is not None
-                                               for tensors in groups for t in tensors):
-        raise ValueError("inputs: spikejit's neuron kernels have no forward-mode derivative (torch.autograd."
-                         "forward_ad): expected tensors without a tangent; use reverse mode (loss.backward() or "
-                         "torch.autograd.grad)")
+def has_tangents(*groups) -> bool:
+    """Whether the call takes forward-mode derivatives: under torch.func, when a jvp transform is
+    active at any level (jvp, jacfwd, with vmap inside or outside); else when a tensor of the
+    groups (None: absent) carries a torch.autograd.forward_ad tangent. Such a call runs through
+    FuncTangent: the ordinary paths would hand on no tangent (the inference path) or a zero one
+    (the op's)."""
+    if transforms_active():
+        return jvp_transform_active()
+    return _forward_ad._current_level >= 0 and any(t is not None and _forward_ad.unpack_dual(t).tangent is not None
+                                                   for tensors in groups for t in tensors)
+
+
+def _with_tangents(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs, packed_outputs):
+    """run_neuron for inputs with forward-mode tangents: inference, and the JVP of the tangent
+    neuron (made once per neuron, owned by its registry entry)."""
+    if packed_outputs:
+        raise ValueError(f"packed_outputs: expected 0 for inputs with forward-mode tangents (bit rows carry no "
+                         f"derivative), got {packed_outputs}")
+    init_states = initial_states(handle, init_states, inputs[0])
+    tangent_handle = registry.derived_handle(handle, "tangent", lambda program: program.tangent())
+    results = FuncTangent.apply(handle, tangent_handle, bool(store_state_seqs), len(inputs), len(init_states),
+                                *inputs, *init_states, *params)
+    seqs = list(results[num_outputs:num_outputs + num_states]) if store_state_seqs else None
+    return list(results[:num_outputs]), list(results[len(results) - num_states:]), seqs
 
 
 # spikejit.Recompute watches, and in its recomputation steers, the neuron calls of the block it
@@ -155,7 +170,9 @@ def run_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_stat
     the outputs returned as uint8 bit rows (see spikejit.ops)."""
     hook = None
     if not torch.compiler.is_compiling():
-        refuse_forward_mode(inputs, init_states, params)
+        if has_tangents(inputs, init_states, params):
+            return _with_tangents(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
+                                  packed_outputs)
         hook = getattr(_call_hooks, "hook", None)
     if hook is not None:
         return hook(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,

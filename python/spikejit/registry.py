@@ -26,13 +26,14 @@ _RESULT_LAYOUT = "spikejit-op-results-3"
 
 
 class _Entry:
-    __slots__ = ("program", "owner_refs", "active_refs", "derived")
+    __slots__ = ("program", "owner_refs", "active_refs", "derived", "owned")
 
     def __init__(self, program):
         self.program = program
         self.owner_refs = 1
         self.active_refs = 0
         self.derived = {}  # facts computed from the program, cached with it
+        self.owned = []  # handles of derived programs this entry holds an owner reference of
 
 
 def _as_handle(handle) -> int:
@@ -81,6 +82,32 @@ def program_and_cache(handle):
     return entry.program, entry.derived
 
 
+def derived_handle(handle, key: str, make) -> int:
+    """The handle of the program make(program) derives from `handle`'s (the tangent neuron, say),
+    made on first use; it lives as long as `handle`'s entry, which owns it."""
+    program, derived = program_and_cache(handle)
+    found = derived.get(key)
+    if found is not None:
+        return found
+    made = make(program)  # outside the lock: it may take a while
+    made_handle = _handle_of(made)
+    with _lock:
+        entry = _entries.get(_as_handle(handle))
+        if entry is None:
+            raise RuntimeError(f"spikejit: kernel handle {handle} is not registered (released or never created)")
+        found = entry.derived.get(key)
+        if found is not None:  # another thread made it meanwhile
+            return found
+        made_entry = _entries.get(made_handle)
+        if made_entry is None:
+            _entries[made_handle] = _Entry(made)
+        else:
+            made_entry.owner_refs += 1
+        entry.owned.append(made_handle)
+        entry.derived[key] = made_handle
+    return made_handle
+
+
 def _change(handle, owner_delta: int, active_delta: int) -> None:
     handle = _as_handle(handle)
     with _lock:
@@ -91,8 +118,11 @@ def _change(handle, owner_delta: int, active_delta: int) -> None:
             return
         entry.owner_refs = max(0, entry.owner_refs + owner_delta)
         entry.active_refs = max(0, entry.active_refs + active_delta)
-        if entry.owner_refs == 0 and entry.active_refs == 0:
-            del _entries[handle]
+        if entry.owner_refs or entry.active_refs:
+            return
+        del _entries[handle]
+    for owned in entry.owned:  # after the lock: releasing takes it
+        release_owner(owned)
 
 
 def retain_owner(handle) -> None:

@@ -1,7 +1,7 @@
 """The derivatives spikejit's kernels have, and the ones they refuse: reverse mode through
 torch.autograd works (with create_graph=True too, as long as nothing differentiates the kernels'
-gradients again; torch.func's reverse mode and vmap: test_func_transforms.py); forward-mode AD
-and second derivatives through the kernels are clear errors, never a tangent or a gradient
+gradients again; torch.func's reverse mode and vmap: test_func_transforms.py; forward mode:
+test_forward_mode.py); second derivatives through the kernels are clear errors, never a gradient
 silently left out. The spike function outside the kernels has every mode."""
 import pytest
 import torch
@@ -9,9 +9,6 @@ import torch.autograd.forward_ad as forward_ad
 
 import spikejit
 from conftest import device_params, random_input
-
-FORWARD_MODE = r"^inputs: spikejit's neuron kernels have no forward-mode derivative"
-
 
 def lif_core(x, v):
     h = v + (x - v) / 2.0
@@ -29,39 +26,6 @@ NEURONS = {
 def run(node, x):
     node.reset()
     return node(x)
-
-
-@pytest.mark.parametrize("name", NEURONS)
-@pytest.mark.parametrize("transform", ["jvp", "jacfwd"])
-@pytest.mark.parametrize("device", device_params(), indirect=True)
-def test_torch_func_forward_mode_is_refused(name, transform, device):
-    node, x = NEURONS[name]().to(device), random_input(4, 6, device=device)
-    with pytest.raises(ValueError, match=FORWARD_MODE):
-        if transform == "jvp":
-            torch.func.jvp(lambda xs: run(node, xs), (x,), (torch.ones_like(x),))
-        else:
-            torch.func.jacfwd(lambda xs: run(node, xs))(x)
-
-
-@pytest.mark.parametrize("name", NEURONS)
-@pytest.mark.parametrize("with_grad", [False, True])
-@pytest.mark.parametrize("device", device_params(), indirect=True)
-def test_forward_mode_tangents_are_refused(name, with_grad, device):
-    """Without requires_grad the call would take the inference path and hand on no tangent at all;
-    with it, the training op's forward-mode derivative would count as zero."""
-    node, x = NEURONS[name]().to(device), random_input(4, 6, device=device)
-    with forward_ad.dual_level():
-        dual = forward_ad.make_dual(x.requires_grad_(with_grad), torch.randn_like(x))
-        with pytest.raises(ValueError, match=FORWARD_MODE):
-            run(node, dual)
-
-
-@pytest.mark.parametrize("name", NEURONS)
-def test_tensors_without_tangents_run_inside_a_dual_level(name):
-    node, x = NEURONS[name](), random_input(4, 6)
-    expected = run(node, x)
-    with forward_ad.dual_level():
-        assert torch.equal(run(node, x), expected)
 
 
 def test_functional_call_is_no_transform():
