@@ -130,3 +130,10 @@ def test_layout_bench_dry_run_measures_every_case():
     for row in ("| infer | channels-last, in place |", "| train | channels-last, copied first |",
                 "| eager | in place |", "| compile | copied (before) |"):
         assert row in out, out
+
+
+def test_forward_mode_bench_dry_run_measures_every_call():
+    out = run_bench("bench_forward_mode.py", "--dry-run", "--device", "cpu")
+    for row in ("| 4 | inference |", "| 4 | training (forward + backward) |", "| 4 | jvp, spikejit kernels |",
+                "| 4 | jvp, eager scan (PyTorch forward mode) |"):
+        assert row in out, out
