@@ -205,9 +205,13 @@ class FuncTangent(torch.autograd.Function):
             return [*primals[begin:end], *tangents[begin:end]]
 
         _, counts = program_counts(ctx.tangent_handle)
-        results = FuncInference.apply(ctx.tangent_handle, counts, ctx.store_state_seqs, 0, 2 * ni, 2 * ns,
-                                      *interleaved(0, ni), *interleaved(ni, ni + ns),
-                                      *interleaved(ni + ns, len(primals)))
+        tensors = (*interleaved(0, ni), *interleaved(ni, ni + ns), *interleaved(ni + ns, len(primals)))
+        if transforms_active():  # batched tangents (jacfwd, vmap around jvp): through the vmap rule
+            results = FuncInference.apply(ctx.tangent_handle, counts, ctx.store_state_seqs, 0, 2 * ni, 2 * ns,
+                                          *tensors)
+        else:
+            results = inference(ctx.tangent_handle, tensors[:2 * ni], tensors[2 * ni:2 * ni + 2 * ns],
+                                tensors[2 * ni + 2 * ns:], ctx.store_state_seqs, True)
         # [*outputs, *state_seqs?, *final_states] of the tangent neuron, each group its primal
         # half then its tangent half: the tangent halves, in the primal call's result order.
         no, nst = counts.outputs // 2, counts.states // 2
