@@ -179,6 +179,30 @@ class FuncInference(torch.autograd.Function):
                        fold=not packed_outputs)
 
 
+def run_tangent_neuron(tangent_handle, store_state_seqs, num_inputs, num_states, primals, tangents):
+    """The tangent neuron's inference on a call's tensors (`primals`: inputs, initial states,
+    parameters) and their tangents (None: zero): (primal results, tangent results), each
+    [*outputs, *state_seqs?, *final_states] like the neuron's own inference."""
+    primals = list(primals)
+    tangents = [torch.zeros_like(p) if d is None else d for p, d in zip(primals, tangents)]
+    ni, ns = num_inputs, num_states
+    tensors = [group[begin:end] for begin, end in ((0, ni), (ni, ni + ns), (ni + ns, len(primals)))
+               for group in (primals, tangents)]  # each group's primals, then their tangents
+    inputs, states, params = tensors[0] + tensors[1], tensors[2] + tensors[3], tensors[4] + tensors[5]
+    _, counts = program_counts(tangent_handle)
+    if transforms_active():  # batched tangents (jacfwd, vmap around jvp): through the vmap rule
+        results = FuncInference.apply(tangent_handle, counts, store_state_seqs, 0, len(inputs), len(states),
+                                      *inputs, *states, *params)
+    else:
+        results = inference(tangent_handle, inputs, states, params, store_state_seqs, True)
+    # Each group of results (outputs, state sequences, final states) holds its primal half, then
+    # its tangent half.
+    no, nst = counts.outputs // 2, counts.states // 2
+    groups = [(0, no)] + ([(2 * no, nst)] if store_state_seqs else []) + [(len(results) - 2 * nst, nst)]
+    return ([r for start, n in groups for r in results[start:start + n]],
+            [r for start, n in groups for r in results[start + n:start + 2 * n]])
+
+
 class FuncTangent(torch.autograd.Function):
     """Inference with forward-mode derivatives: (*outputs, *state_seqs?, *final_states) from the
     neuron's inference kernels, and in jvp their tangents from the inference of its tangent neuron
@@ -197,27 +221,8 @@ class FuncTangent(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, *tangents):
-        primals = ctx.saved_tensors
-        tangents = [torch.zeros_like(p) if d is None else d for p, d in zip(primals, tangents[5:])]
-        ni, ns = ctx.num_inputs, ctx.num_states
-
-        def interleaved(begin, end):  # the tangent neuron's order: the primals, then their tangents
-            return [*primals[begin:end], *tangents[begin:end]]
-
-        _, counts = program_counts(ctx.tangent_handle)
-        tensors = (*interleaved(0, ni), *interleaved(ni, ni + ns), *interleaved(ni + ns, len(primals)))
-        if transforms_active():  # batched tangents (jacfwd, vmap around jvp): through the vmap rule
-            results = FuncInference.apply(ctx.tangent_handle, counts, ctx.store_state_seqs, 0, 2 * ni, 2 * ns,
-                                          *tensors)
-        else:
-            results = inference(ctx.tangent_handle, tensors[:2 * ni], tensors[2 * ni:2 * ni + 2 * ns],
-                                tensors[2 * ni + 2 * ns:], ctx.store_state_seqs, True)
-        # [*outputs, *state_seqs?, *final_states] of the tangent neuron, each group its primal
-        # half then its tangent half: the tangent halves, in the primal call's result order.
-        no, nst = counts.outputs // 2, counts.states // 2
-        groups = [(0, no)] + ([(2 * no, nst)] if ctx.store_state_seqs else [])
-        groups.append((len(results) - 2 * nst, nst))
-        return tuple(t for start, n in groups for t in results[start + n:start + 2 * n])
+        return tuple(run_tangent_neuron(ctx.tangent_handle, ctx.store_state_seqs, ctx.num_inputs, ctx.num_states,
+                                        ctx.saved_tensors, tangents[5:])[1])
 
     backward = staticmethod(refuse_reverse_of_forward_mode)
 

@@ -31,7 +31,7 @@ import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
 from . import _core, ops, registry
-from ._func_transforms import FuncTangent, jvp_transform_active, transforms_active
+from ._func_transforms import FuncTangent, jvp_transform_active, run_tangent_neuron, transforms_active
 from ._kernel_calls import (check_checkpoint_every, check_pack_spikes, initial_states, program_counts,
                             resolve_checkpoint_every)
 from ._layout import inverse, memory_order, neuron_order
@@ -126,14 +126,23 @@ def has_tangents(*groups) -> bool:
 
 def _with_tangents(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs, packed_outputs):
     """run_neuron for inputs with forward-mode tangents: inference, and the JVP of the tangent
-    neuron (made once per neuron, owned by its registry entry)."""
+    neuron (made once per neuron, owned by its registry entry). Under torch.func, or where a
+    gradient is wanted too (to refuse it), through FuncTangent (two passes: the primal results
+    come before the tangents are seen); plain dual tensors take one pass."""
     if packed_outputs:
         raise ValueError(f"packed_outputs: expected 0 for inputs with forward-mode tangents (bit rows carry no "
                          f"derivative), got {packed_outputs}")
     init_states = initial_states(handle, init_states, inputs[0])
     tangent_handle = registry.derived_handle(handle, "tangent", lambda program: program.tangent())
-    results = FuncTangent.apply(handle, tangent_handle, bool(store_state_seqs), len(inputs), len(init_states),
-                                *inputs, *init_states, *params)
+    tensors = [*inputs, *init_states, *params]
+    if transforms_active() or needs_grad(tensors):
+        results = FuncTangent.apply(handle, tangent_handle, bool(store_state_seqs), len(inputs), len(init_states),
+                                    *tensors)
+    else:  # dual tensors alone: one pass of the tangent neuron gives both halves
+        duals = [_forward_ad.unpack_dual(t) for t in tensors]
+        primal, tangent = run_tangent_neuron(tangent_handle, bool(store_state_seqs), len(inputs), len(init_states),
+                                             [d.primal for d in duals], [d.tangent for d in duals])
+        results = [_forward_ad.make_dual(p, d) for p, d in zip(primal, tangent)]
     seqs = list(results[num_outputs:num_outputs + num_states]) if store_state_seqs else None
     return list(results[:num_outputs]), list(results[len(results) - num_states:]), seqs
 
