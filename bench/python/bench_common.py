@@ -78,3 +78,20 @@ def burst_ms(fn, device, calls):
     for _ in range(calls):
         fn()
     return (time.perf_counter() - t0) * 1e3 / calls
+
+
+def median_ms(fn, device, calls, bursts, warm_up=3):
+    """Median over `bursts` bursts of the milliseconds per call of fn() (burst_ms), after warm-up calls."""
+    for _ in range(warm_up):
+        fn()
+    return statistics.median(burst_ms(fn, device, calls) for _ in range(bursts))
+
+
+def cuda_copy_bandwidth(device, numel):
+    """Bytes read + written per second by a device-to-device copy of `numel` float32; None off CUDA."""
+    import torch
+    if device.type != "cuda":
+        return None
+    src = torch.empty(numel, device=device)
+    dst = torch.empty_like(src)
+    return 2 * numel * 4 / (median_ms(lambda: dst.copy_(src), device, 10, 5) * 1e-3)

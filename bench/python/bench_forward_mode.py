@@ -12,13 +12,12 @@ counts its minimal bytes: x and the direction read, the spikes and their tangent
 """
 import argparse
 import os
-import statistics
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import burst_ms, fmt, markdown_table  # noqa: E402
+from bench_common import cuda_copy_bandwidth, fmt, markdown_table, median_ms  # noqa: E402
 
 import spikejit  # noqa: E402
 
@@ -48,20 +47,6 @@ def parse_args(argv=None):
     return args
 
 
-def ms_per_call(call, device, calls, bursts):
-    for _ in range(2):
-        call()
-    return statistics.median(burst_ms(call, device, calls) for _ in range(bursts))
-
-
-def copy_bandwidth(device, numel):
-    if device.type != "cuda":
-        return None
-    a = torch.empty(numel, device=device)
-    b = torch.empty_like(a)
-    return 2 * numel * 4 / (ms_per_call(lambda: b.copy_(a), device, 10, 5) * 1e-3)
-
-
 def rows_for(steps, args, device, bandwidth):
     x = torch.randn(steps, args.neurons, device=device) + 0.5
     direction, g = torch.randn_like(x), torch.randn_like(x)
@@ -88,7 +73,7 @@ def rows_for(steps, args, device, bandwidth):
              ("jvp, eager scan (PyTorch forward mode)", lambda: torch.func.jvp(spikes(scan), (x,), (direction,)), 16)]
     rows = []
     for name, call, minimal in cases:
-        ms = ms_per_call(call, device, args.calls, args.bursts)
+        ms = median_ms(call, device, args.calls, args.bursts)
         share = "–" if bandwidth is None else f"{100 * minimal * steps * args.neurons / (ms * 1e-3) / bandwidth:.0f} %"
         rows.append([steps, name, fmt(ms), share])
     return rows
@@ -99,7 +84,7 @@ def main(argv=None):
     device = torch.device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"# Forward mode, LIF fp32, N = {args.neurons}, {name}, torch {torch.__version__}")
-    bandwidth = copy_bandwidth(device, max(args.steps) * args.neurons)
+    bandwidth = cuda_copy_bandwidth(device, max(args.steps) * args.neurons)
     if bandwidth is not None:
         print(f"copy bandwidth: {bandwidth / 1e12:.2f} TB/s")
     print(f"median of {args.bursts} bursts of {args.calls} calls\n")

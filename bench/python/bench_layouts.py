@@ -16,14 +16,13 @@
 import argparse
 import contextlib
 import os
-import statistics
 import sys
 
 import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import burst_ms, fmt, markdown_table, minimal_bytes  # noqa: E402
+from bench_common import cuda_copy_bandwidth, fmt, markdown_table, median_ms, minimal_bytes  # noqa: E402
 
 import spikejit  # noqa: E402
 from spikejit import functional  # noqa: E402
@@ -64,22 +63,6 @@ def copy_path():
         functional._call_memory_order = in_place
 
 
-def ms_per_call(call, device, calls, bursts):
-    """Median over bursts of the milliseconds per call (CUDA events on CUDA, wall time on the CPU)."""
-    for _ in range(3):
-        call()
-    return statistics.median(burst_ms(call, device, calls) for _ in range(bursts))
-
-
-def copy_bandwidth(device, numel):
-    """Bytes per second of a device-to-device copy of `numel` float32 (read + write)."""
-    if device.type != "cuda":
-        return None
-    a = torch.empty(numel, device=device)
-    b = torch.empty_like(a)
-    return 2 * a.numel() * 4 / (ms_per_call(lambda: b.copy_(a), device, 20, 5) * 1e-3)
-
-
 def neuron_rows(args, device):
     shape = (args.steps_t, args.batch, args.channels, args.size, args.size)
     x = torch.randn(shape, device=device) + 0.5
@@ -91,7 +74,7 @@ def neuron_rows(args, device):
         "channels-last, copied first": lambda: (channels_last(x), channels_last(g)),
     }
     neurons = x[0].numel()
-    bandwidth = copy_bandwidth(device, x.numel())
+    bandwidth = cuda_copy_bandwidth(device, x.numel())
     rows = []
     for case, make in inputs.items():
         xs, gs = make()
@@ -109,7 +92,7 @@ def neuron_rows(args, device):
             node(xt.contiguous() if copies else xt).backward(gs)
 
         for mode, call in (("infer", infer), ("train", train)):
-            ms = ms_per_call(call, device, args.calls, args.bursts)
+            ms = median_ms(call, device, args.calls, args.bursts)
             share = None if bandwidth is None else minimal_bytes(mode, args.steps_t, neurons, 4) / (ms * 1e-3) / bandwidth
             rows.append([mode, case, fmt(ms), "–" if share is None else f"{100 * share:.0f} %"])
     return rows, bandwidth
@@ -149,7 +132,7 @@ def network_rows(args, device):
                 forward(x).square().mean().backward()
 
             with context():
-                ms = ms_per_call(step, device, args.calls, args.bursts)
+                ms = median_ms(step, device, args.calls, args.bursts)
             rows.append([mode, path, fmt(ms)])
     torch._dynamo.reset()
     return rows
