@@ -10,11 +10,15 @@ the batch (a scalar parameter batched, or its gradient wanted per batch element;
 bytes mix neurons of neighbouring batch elements) it runs the batch elements one by one. The
 eager path (ops._Training) is untouched: these run only while a transform is active.
 """
+import re
+
 import torch
 from torch._C._functorch import TransformType
 from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
-from ._kernel_calls import inference, keep_for_backward, output_gradients, program_counts, saved_for_backward
+from . import _core, registry
+from ._kernel_calls import (inference, keep_for_backward, output_gradients, program_counts, saved_for_backward,
+                            training_call)
 
 SEQ, NEURON, SCALAR = "seq", "neuron", "scalar"  # how a tensor of a call carries the batch
 
@@ -57,18 +61,75 @@ def _fold(t, dim, kind, batch):
     return t.unsqueeze(at).expand(*t.shape[:at], batch, *t.shape[at:])
 
 
-def batched(info, in_dims, tensors, kinds, out_kinds, run, fold: bool):
+def batched(info, in_dims, tensors, kinds, out_kinds, run, fold: bool, run_per_neuron=None):
     """(results, out_dims) of run(tensors, batch) over a vmapped batch (`tensors` are the call's
     last arguments; `kinds` per tensor, `out_kinds` per result). Folded, run gets the folded
-    tensors and the batch size; else (fold=False, or a batched scalar) one call per element with
-    batch None."""
+    tensors and the batch size; else (fold=False) one call per element with batch None.
+
+    A scalar parameter cannot hold a value per batch element, nor give a gradient per element.
+    Where one is batched, or one's gradient is a result, the call runs as run_per_neuron(tensors,
+    batch) when given: the same neuron with its scalar parameters declared per neuron
+    (per_neuron_handle), each broadcast over the neurons of its batch element, and each scalar
+    result (a gradient) summed over them; else one call per batch element."""
     dims = in_dims[len(in_dims) - len(tensors):]
-    if fold and not any(d is not None and k == SCALAR for d, k in zip(dims, kinds)):
+    scalar_batched = any(d is not None and k == SCALAR for d, k in zip(dims, kinds))
+    scalar_results = SCALAR in out_kinds
+    if fold and (scalar_batched or scalar_results) and run_per_neuron is not None:
+        neurons = _neuron_shape(tensors, dims, kinds)
+        spread = [_per_neuron(t, d, neurons, info.batch_size) if k == SCALAR else _fold(t, d, k, info.batch_size)
+                  for t, d, k in zip(tensors, dims, kinds)]
+        results = run_per_neuron(spread, info.batch_size)
+        results = [r.flatten(1).sum(1, keepdim=True) if k == SCALAR and r is not None else r
+                   for r, k in zip(results, out_kinds)]  # a scalar's gradient per batch element: [B, 1]
+        return tuple(results), tuple(1 if k == SEQ else 0 for k in out_kinds)
+    if fold and not scalar_batched and not scalar_results:
         results = run([_fold(t, d, k, info.batch_size) for t, d, k in zip(tensors, dims, kinds)], info.batch_size)
         return tuple(results), tuple(1 if k == SEQ else 0 for k in out_kinds)
     per_element = [run([t if d is None else t.select(d, b) for t, d in zip(tensors, dims)], None)
                    for b in range(info.batch_size)]
     return tuple(torch.stack(rs) for rs in zip(*per_element)), (0,) * len(out_kinds)
+
+
+def _neuron_shape(tensors, dims, kinds):
+    """The neuron shape S of one batch element, from the first sequence ([T, *S] per element)."""
+    t, d = next((t, d) for t, d, k in zip(tensors, dims, kinds) if k == SEQ)
+    shape = list(t.shape)
+    if d is not None:
+        del shape[d]
+    return shape[1:]
+
+
+def _per_neuron(t, dim, neurons, batch):
+    """A scalar parameter ([1] per batch element) as a folded per-neuron one, [B, *S]."""
+    values = t.reshape(1) if dim is None else t.movedim(dim, 0).reshape(batch)
+    values = values.expand(batch) if dim is None else values
+    return values.reshape(batch, *([1] * len(neurons))).expand(batch, *neurons)
+
+
+def tangent_handle_of(handle) -> int:
+    """The handle of the neuron's tangent neuron (forward mode), made once, owned by `handle`'s entry."""
+    return registry.derived_handle(handle, "tangent", lambda program: program.tangent())
+
+
+def per_neuron_handle(handle) -> int:
+    """The handle of the neuron with its scalar parameters declared per neuron (made once, owned
+    by `handle`'s entry): the same step, so the same kernels apart from the parameters' layout."""
+    return registry.derived_handle(handle, "scalar params per neuron", _scalar_params_per_neuron)
+
+
+def _scalar_params_per_neuron(program):
+    lines = [re.sub(r"^param (\w+) =", r"param \1[neuron] =", line) for line in program.canonical().splitlines()]
+    return _core.Program.from_text("\n".join(lines), f"<{program.name} with parameters per neuron>")
+
+
+def per_neuron_call(call):
+    """The TrainingCall of per_neuron_handle(call.handle) under call's policy, or None where its
+    saved values differ from call's (then a backward could not read what call's forward saved)."""
+    handle = per_neuron_handle(call.handle)
+    promoted = training_call(handle, call.store_state_seqs, call.checkpoint_every, call.packed_outputs,
+                             call.pack_spikes)
+    same = (call.plan is None and promoted.plan is None) or call.plan == promoted.plan
+    return promoted if same and promoted.num_saved == call.num_saved else None
 
 
 def _param_kinds(call_counts):
@@ -114,9 +175,12 @@ class FuncTraining(torch.autograd.Function):
         kinds = [SEQ] * num_inputs + [NEURON] * num_states + _param_kinds(counts)
         out_kinds = [SEQ] * counts.outputs + [NEURON] * counts.states + [SEQ] * (
             counts.states if call.store_state_seqs else 0) + [SEQ] * call.num_saved
+        promoted = per_neuron_call(call) if SCALAR in kinds else None
         return batched(info, in_dims, tensors, kinds, out_kinds,
                        lambda ts, batch: FuncTraining.apply(call, num_inputs, num_states, *ts),
-                       fold=not call.packed_outputs and not call.pack_spikes)
+                       fold=not call.packed_outputs and not call.pack_spikes,
+                       run_per_neuron=promoted and (lambda ts, batch: FuncTraining.apply(promoted, num_inputs,
+                                                                                         num_states, *ts)))
 
 
 class FuncBackward(torch.autograd.Function):
@@ -146,14 +210,18 @@ class FuncBackward(torch.autograd.Function):
         kinds = [SEQ] * num_back + param_kinds + [SEQ] * num_go + [NEURON] * num_gf + [SEQ] * num_gs
         out_kinds = [SEQ] * counts.inputs + [NEURON] * counts.states + param_kinds
 
-        def run(ts, batch):
-            shape = list(seq_shape) if batch is None else [seq_shape[0], batch, *seq_shape[1:]]
-            return FuncBackward.apply(call, shape, dtype, device, num_back, num_params, num_go, num_gf, *ts)
+        def runner(backward_call):
+            def run(ts, batch):
+                shape = list(seq_shape) if batch is None else [seq_shape[0], batch, *seq_shape[1:]]
+                return FuncBackward.apply(backward_call, shape, dtype, device, num_back, num_params, num_go, num_gf,
+                                          *ts)
+            return run
 
-        # A scalar parameter's gradient is one sum over the neurons: per batch element it needs a
-        # call of its own.
-        fold = SCALAR not in param_kinds and not call.pack_spikes
-        return batched(info, in_dims, tensors, kinds, out_kinds, run, fold)
+        # A scalar parameter's gradient is one sum over the neurons: per batch element, one sum
+        # over that element's neurons (of the gradients per neuron).
+        promoted = per_neuron_call(call) if SCALAR in param_kinds else None
+        return batched(info, in_dims, tensors, kinds, out_kinds, runner(call), not call.pack_spikes,
+                       run_per_neuron=promoted and runner(promoted))
 
 
 class FuncInference(torch.autograd.Function):
@@ -173,10 +241,13 @@ class FuncInference(torch.autograd.Function):
         kinds = [SEQ] * num_inputs + [NEURON] * num_states + _param_kinds(counts)
         out_kinds = [SEQ] * counts.outputs + [SEQ] * (counts.states if store_state_seqs else 0) + \
             [NEURON] * counts.states
-        return batched(info, in_dims, tensors, kinds, out_kinds,
-                       lambda ts, batch: FuncInference.apply(handle, counts, store_state_seqs, packed_outputs,
-                                                             num_inputs, num_states, *ts),
-                       fold=not packed_outputs)
+        def runner(run_handle):
+            run_counts = program_counts(run_handle)[1]
+            return lambda ts, batch: FuncInference.apply(run_handle, run_counts, store_state_seqs, packed_outputs,
+                                                         num_inputs, num_states, *ts)
+
+        return batched(info, in_dims, tensors, kinds, out_kinds, runner(handle), fold=not packed_outputs,
+                       run_per_neuron=runner(per_neuron_handle(handle)) if SCALAR in kinds else None)
 
 
 def run_tangent_neuron(tangent_handle, store_state_seqs, num_inputs, num_states, primals, tangents):
@@ -232,7 +303,13 @@ class FuncTangent(torch.autograd.Function):
         kinds = [SEQ] * num_inputs + [NEURON] * num_states + _param_kinds(counts)
         out_kinds = [SEQ] * counts.outputs + [SEQ] * (counts.states if store_state_seqs else 0) + \
             [NEURON] * counts.states
-        return batched(info, in_dims, tensors, kinds, out_kinds,
-                       lambda ts, batch: FuncTangent.apply(handle, tangent_handle, store_state_seqs, num_inputs,
-                                                           num_states, *ts),
-                       fold=True)
+        def runner(run_handle, run_tangent_handle):
+            return lambda ts, batch: FuncTangent.apply(run_handle, run_tangent_handle, store_state_seqs, num_inputs,
+                                                       num_states, *ts)
+
+        per_neuron = None
+        if SCALAR in kinds:
+            promoted = per_neuron_handle(handle)
+            per_neuron = runner(promoted, tangent_handle_of(promoted))
+        return batched(info, in_dims, tensors, kinds, out_kinds, runner(handle, tangent_handle), fold=True,
+                       run_per_neuron=per_neuron)

@@ -31,7 +31,8 @@ import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
 from . import _core, ops, registry
-from ._func_transforms import FuncTangent, jvp_transform_active, run_tangent_neuron, transforms_active
+from ._func_transforms import (FuncTangent, jvp_transform_active, run_tangent_neuron, tangent_handle_of,
+                               transforms_active)
 from ._kernel_calls import (check_checkpoint_every, check_pack_spikes, initial_states, program_counts,
                             resolve_checkpoint_every)
 from ._layout import inverse, memory_order, neuron_order
@@ -133,7 +134,7 @@ def _with_tangents(handle, num_outputs, num_states, inputs, init_states, params,
         raise ValueError(f"packed_outputs: expected 0 for inputs with forward-mode tangents (bit rows carry no "
                          f"derivative), got {packed_outputs}")
     init_states = initial_states(handle, init_states, inputs[0])
-    tangent_handle = registry.derived_handle(handle, "tangent", lambda program: program.tangent())
+    tangent_handle = tangent_handle_of(handle)
     tensors = [*inputs, *init_states, *params]
     if transforms_active() or needs_grad(tensors):
         results = FuncTangent.apply(handle, tangent_handle, bool(store_state_seqs), len(inputs), len(init_states),

@@ -1,7 +1,8 @@
 """The neuron kernels under torch.func: grad, vjp, jacrev and vmap, and their compositions
 (per-sample gradients vmap(grad), grad(vmap), nested vmap), against torch.autograd and loops
-over the batch. Covers the folded vmap rule and the one-call-per-element one (a scalar
-parameter's per-sample gradient, packed outputs)."""
+over the batch. Covers the folded vmap rule, the one for scalar parameters (batched, or with
+per-sample gradients: the neuron with its scalar parameters per neuron, one call) and the
+one-call-per-element one (packed outputs)."""
 import pytest
 import torch
 from torch.func import functional_call, grad, jacrev, vjp, vmap
@@ -114,7 +115,7 @@ def test_grad_of_vmap_and_nested_vmap_equal_autograd(name, device):
 @pytest.mark.parametrize("checkpoint_every", [0, 3])
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 def test_plif_parameter_gradients_whole_and_per_sample(checkpoint_every, device):
-    """PLIF's w is a scalar: its per-sample gradient takes one call per batch element."""
+    """PLIF's w is a scalar: its per-sample gradient is a sum over each sample's neurons."""
     node, (x,), weights = make("PLIF checkpoints" if checkpoint_every else "PLIF", device)
     params = {name: p.detach() for name, p in node.named_parameters()}
 
@@ -226,3 +227,56 @@ def test_several_outputs_states_and_state_sequences_under_vmap_and_grad(device):
     loss(*leaves).backward()
     for g, leaf in zip(grad(loss, argnums=(0, 1))(x, m), leaves):
         close(g, leaf.grad)
+
+
+def counting(monkeypatch, name):
+    """Counts the calls of spikejit._core.<name> (a kernel launch on the CPU)."""
+    calls = []
+    launch = getattr(spikejit._core, name)
+    monkeypatch.setattr(spikejit._core, name, lambda *a, **k: calls.append(1) or launch(*a, **k))
+    return calls
+
+
+def test_per_sample_gradients_of_a_scalar_parameter_take_one_call(monkeypatch):
+    node, (x,), weights = make("PLIF", torch.device("cpu"), batch=6)
+    params = {name: p.detach() for name, p in node.named_parameters()}
+
+    def loss(p, xs, w):
+        node.reset()
+        return (functional_call(node, p, (xs,)) * w).sum()
+
+    expected = vmap(grad(loss), in_dims=(None, 1, 1))(params, x, weights)["w"]
+    forwards, backwards = counting(monkeypatch, "cpu_forward"), counting(monkeypatch, "cpu_backward")
+    per_sample = vmap(grad(loss), in_dims=(None, 1, 1))(params, x, weights)["w"]
+    assert (len(forwards), len(backwards)) == (1, 1)
+    assert torch.equal(per_sample, expected) and per_sample.shape == (6,)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_a_batched_scalar_parameter_equals_a_loop(device, monkeypatch):
+    """vmap over PLIF's w (one time constant per batch element): the values, gradients (grad of
+    vmap) and tangents (vmap of jvp) of one call equal those of one call per element."""
+    dtype = dtype_on(device)
+    x = random_input(7, 4, 5, device=device, dtype=dtype)
+    ws = torch.linspace(-1.0, 1.5, 4, device=device, dtype=dtype)
+    weights = torch.randn(7, 4, 5, device=device, dtype=dtype)
+
+    def spikes(w, xs):
+        return spikejit.plif_multi_step(xs, None, w)[0]
+
+    if device.type == "cpu":
+        calls = counting(monkeypatch, "cpu_forward")
+    batched = vmap(spikes, in_dims=(0, 1), out_dims=1)(ws, x)
+    if device.type == "cpu":
+        assert len(calls) == 1
+    loop = torch.stack([spikes(ws[b], x[:, b]) for b in range(4)], dim=1)
+    assert torch.equal(batched, loop) and loop.sum() > 0
+    grads = grad(lambda w: (vmap(spikes, in_dims=(0, 1), out_dims=1)(w, x) * weights).sum())(ws)
+    for b in range(4):
+        close(grads[b], grad(lambda w: (spikes(w, x[:, b]) * weights[:, b]).sum())(ws[b]))
+    directions = torch.randn_like(ws)
+    tangents = vmap(lambda w, d, xs: torch.func.jvp(lambda v: spikes(v, xs), (w,), (d,))[1],
+                    in_dims=(0, 0, 1), out_dims=1)(ws, directions, x)
+    for b in range(4):
+        _, expected = torch.func.jvp(lambda v: spikes(v, x[:, b]), (ws[b],), (directions[b],))
+        close(tangents[:, b], expected)
