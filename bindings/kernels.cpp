@@ -56,25 +56,30 @@ std::vector<PackedView> to_packed_views(const PackedBuffers& buffers) {
   return out;
 }
 
+bool is_dtype_code(int code) { return code >= 0 && code <= static_cast<int>(DType::BF16); }
+
 DType dtype_of(int code, const std::string& argument) {
-  if (code < 0 || code > static_cast<int>(DType::BF16))
+  if (!is_dtype_code(code))
     throw ArgumentError(argument, "a dtype code 0..3 (float32, float64, float16, bfloat16)",
                         std::to_string(code));
   return static_cast<DType>(code);
 }
 
-TensorView to_view(const Buffer& b, const std::string& argument) {
+// `index` >= 0 names element `index` of the argument. (The name is built only for an error: a
+// launch converts several buffers, at small sizes on the path the host time of a step is made of.)
+TensorView to_view(const Buffer& b, const char* argument, int64_t index = -1) {
   if (!b) return TensorView();
   const auto& [data, code, shape, strides] = *b;
-  return TensorView(reinterpret_cast<void*>(data), dtype_of(code, argument), shape, strides);
+  const DType dtype = is_dtype_code(code) ? static_cast<DType>(code)
+                      : dtype_of(code, index < 0 ? std::string(argument)
+                                                 : std::string(argument) + "[" + std::to_string(index) + "]");
+  return TensorView(reinterpret_cast<void*>(data), dtype, shape, strides);
 }
 
 std::vector<TensorView> to_views(const Buffers& buffers, const char* argument) {
   std::vector<TensorView> out;
   out.reserve(buffers.size());
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    out.push_back(to_view(buffers[i], std::string(argument) + "[" + std::to_string(i) + "]"));
-  }
+  for (size_t i = 0; i < buffers.size(); ++i) out.push_back(to_view(buffers[i], argument, static_cast<int64_t>(i)));
   return out;
 }
 
