@@ -986,6 +986,11 @@ std::vector<Variant> forward_mode_neurons(SeededRng& rng) {
   out.push_back({"adaptive LIF", adaptive_lif()});
   out.push_back({"two inputs, two outputs", two_in_two_out()});
   out.push_back({"per-neuron and scalar params", learnable()});
+  // A local rebound, and the old state read after its next value is bound.
+  out.push_back({"rebound names", frontend::parse("neuron rebound\ninput x\nstate v = 0.2\noutput y\n"
+                                                  "h = x * 2 + v\nh = h * tanh(h)\nold = v\n"
+                                                  "v = h * 0.5\ny = h - x + old * v\n",
+                                                  "rebound.sj")});
   return out;
 }
 
