@@ -1,20 +1,19 @@
-"""The neuron kernels under torch.func's transforms: reverse mode and batching (grad, vjp, jacrev,
-vmap, and their compositions such as per-sample gradients, vmap(grad(...))), and forward mode
-(torch.func.jvp, jacfwd, and torch.autograd.forward_ad outside torch.func) through FuncTangent.
+"""The neuron kernels under torch.func's reverse-mode and batching transforms (grad, vjp, jacrev,
+vmap, and their compositions such as per-sample gradients, vmap(grad(...))); forward mode is in
+_forward_mode, on the batching rules here.
 
 The transforms need autograd.Functions in their own style (forward without ctx, setup_context)
 whose every part can be batched: the training forward, its backward and the inference call are
 each one here, with a vmap rule. A rule folds the vmapped dimension into the neuron dimensions,
 [T, *S] -> [T, B, *S] and [*S] -> [B, *S], and runs the kernels once; where that cannot express
-the batch (a scalar parameter batched, or its gradient wanted per batch element; bit rows, whose
-bytes mix neurons of neighbouring batch elements) it runs the batch elements one by one. The
+the batch directly (a scalar parameter batched, or its gradient wanted per batch element) it runs
+the neuron with its scalar parameters declared per neuron; bit rows, whose bytes mix neurons of
+neighbouring batch elements, run the batch elements one by one. The
 eager path (ops._Training) is untouched: these run only while a transform is active.
 """
 import re
 
 import torch
-from torch._C._functorch import TransformType
-from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
 from . import _core, registry
 from ._kernel_calls import (inference, keep_for_backward, output_gradients, program_counts, saved_for_backward,
@@ -27,29 +26,10 @@ def transforms_active() -> bool:
     return torch._C._functorch.peek_interpreter_stack() is not None
 
 
-def jvp_transform_active() -> bool:
-    """Whether a torch.func forward-mode transform (jvp, jacfwd) is active at any level. Raises
-    when a reverse-mode one (grad, vjp, jacrev) is active too: the tangent kernels' results have
-    no gradient, and it would silently be zero (jacrev(jacfwd(f)))."""
-    kinds = {level.key() for level in retrieve_all_functorch_interpreters()}
-    if TransformType.Jvp not in kinds:
-        return False
-    if TransformType.Grad in kinds:
-        refuse_reverse_of_forward_mode(None)
-    return True
-
-
 def refuse_second_derivative(ctx, *grads):
     """The backward of gradients the kernels computed (they have no graph of their own)."""
     raise RuntimeError("spikejit's neuron kernels have first derivatives only: a second derivative (a gradient "
                        "of a gradient) cannot run through them")
-
-
-def refuse_reverse_of_forward_mode(ctx, *grads):
-    """The backward of a call with forward-mode tangents."""
-    raise RuntimeError("spikejit's neuron kernels take forward-mode derivatives (tangents) or reverse-mode ones "
-                       "(gradients), not both through one call: a call whose inputs carry tangents gives no "
-                       "gradient")
 
 
 def _fold(t, dim, kind, batch):
@@ -106,11 +86,6 @@ def _per_neuron(t, dim, neurons, batch):
     return values.reshape(batch, *([1] * len(neurons))).expand(batch, *neurons)
 
 
-def tangent_handle_of(handle) -> int:
-    """The handle of the neuron's tangent neuron (forward mode), made once, owned by `handle`'s entry."""
-    return registry.derived_handle(handle, "tangent", lambda program: program.tangent())
-
-
 def per_neuron_handle(handle) -> int:
     """The handle of the neuron with its scalar parameters declared per neuron (made once, owned
     by `handle`'s entry): the same step, so the same kernels apart from the parameters' layout."""
@@ -132,7 +107,7 @@ def per_neuron_call(call):
     return promoted if same and promoted.num_saved == call.num_saved else None
 
 
-def _param_kinds(call_counts):
+def param_kinds(call_counts):
     return [SCALAR if kind == "scalar" else NEURON for kind in call_counts.params]
 
 
@@ -172,7 +147,7 @@ class FuncTraining(torch.autograd.Function):
     @staticmethod
     def vmap(info, in_dims, call, num_inputs, num_states, *tensors):
         counts = call.counts
-        kinds = [SEQ] * num_inputs + [NEURON] * num_states + _param_kinds(counts)
+        kinds = [SEQ] * num_inputs + [NEURON] * num_states + param_kinds(counts)
         out_kinds = [SEQ] * counts.outputs + [NEURON] * counts.states + [SEQ] * (
             counts.states if call.store_state_seqs else 0) + [SEQ] * call.num_saved
         promoted = per_neuron_call(call) if SCALAR in kinds else None
@@ -205,10 +180,10 @@ class FuncBackward(torch.autograd.Function):
     @staticmethod
     def vmap(info, in_dims, call, seq_shape, dtype, device, num_back, num_params, num_go, num_gf, *tensors):
         counts = call.counts
-        param_kinds = _param_kinds(counts)
+        kinds_of_params = param_kinds(counts)
         num_gs = len(tensors) - num_back - num_params - num_go - num_gf
-        kinds = [SEQ] * num_back + param_kinds + [SEQ] * num_go + [NEURON] * num_gf + [SEQ] * num_gs
-        out_kinds = [SEQ] * counts.inputs + [NEURON] * counts.states + param_kinds
+        kinds = [SEQ] * num_back + kinds_of_params + [SEQ] * num_go + [NEURON] * num_gf + [SEQ] * num_gs
+        out_kinds = [SEQ] * counts.inputs + [NEURON] * counts.states + kinds_of_params
 
         def runner(backward_call):
             def run(ts, batch):
@@ -219,7 +194,7 @@ class FuncBackward(torch.autograd.Function):
 
         # A scalar parameter's gradient is one sum over the neurons: per batch element, one sum
         # over that element's neurons (of the gradients per neuron).
-        promoted = per_neuron_call(call) if SCALAR in param_kinds else None
+        promoted = per_neuron_call(call) if SCALAR in kinds_of_params else None
         return batched(info, in_dims, tensors, kinds, out_kinds, runner(call), not call.pack_spikes,
                        run_per_neuron=promoted and runner(promoted))
 
@@ -238,7 +213,7 @@ class FuncInference(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, handle, counts, store_state_seqs, packed_outputs, num_inputs, num_states, *tensors):
-        kinds = [SEQ] * num_inputs + [NEURON] * num_states + _param_kinds(counts)
+        kinds = [SEQ] * num_inputs + [NEURON] * num_states + param_kinds(counts)
         out_kinds = [SEQ] * counts.outputs + [SEQ] * (counts.states if store_state_seqs else 0) + \
             [NEURON] * counts.states
         def runner(run_handle):
@@ -248,68 +223,3 @@ class FuncInference(torch.autograd.Function):
 
         return batched(info, in_dims, tensors, kinds, out_kinds, runner(handle), fold=not packed_outputs,
                        run_per_neuron=runner(per_neuron_handle(handle)) if SCALAR in kinds else None)
-
-
-def run_tangent_neuron(tangent_handle, store_state_seqs, num_inputs, num_states, primals, tangents):
-    """The tangent neuron's inference on a call's tensors (`primals`: inputs, initial states,
-    parameters) and their tangents (None: zero): (primal results, tangent results), each
-    [*outputs, *state_seqs?, *final_states] like the neuron's own inference."""
-    primals = list(primals)
-    tangents = [torch.zeros_like(p) if d is None else d for p, d in zip(primals, tangents)]
-    ni, ns = num_inputs, num_states
-    tensors = [group[begin:end] for begin, end in ((0, ni), (ni, ni + ns), (ni + ns, len(primals)))
-               for group in (primals, tangents)]  # each group's primals, then their tangents
-    inputs, states, params = tensors[0] + tensors[1], tensors[2] + tensors[3], tensors[4] + tensors[5]
-    _, counts = program_counts(tangent_handle)
-    if transforms_active():  # batched tangents (jacfwd, vmap around jvp): through the vmap rule
-        results = FuncInference.apply(tangent_handle, counts, store_state_seqs, 0, len(inputs), len(states),
-                                      *inputs, *states, *params)
-    else:
-        results = inference(tangent_handle, inputs, states, params, store_state_seqs, True)
-    # Each group of results (outputs, state sequences, final states) holds its primal half, then
-    # its tangent half.
-    no, nst = counts.outputs // 2, counts.states // 2
-    groups = [(0, no)] + ([(2 * no, nst)] if store_state_seqs else []) + [(len(results) - 2 * nst, nst)]
-    return ([r for start, n in groups for r in results[start:start + n]],
-            [r for start, n in groups for r in results[start + n:start + 2 * n]])
-
-
-class FuncTangent(torch.autograd.Function):
-    """Inference with forward-mode derivatives: (*outputs, *state_seqs?, *final_states) from the
-    neuron's inference kernels, and in jvp their tangents from the inference of its tangent neuron
-    (_core.Program.tangent: the step again, then the tangents), which takes each input, state and
-    parameter followed by its tangent. Its gradients are refused (refuse_reverse_of_forward_mode)."""
-
-    @staticmethod
-    def forward(handle, tangent_handle, store_state_seqs, num_inputs, num_states, *tensors):
-        return tuple(inference(handle, tensors[:num_inputs], tensors[num_inputs:num_inputs + num_states],
-                               tensors[num_inputs + num_states:], store_state_seqs, True))
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _, ctx.tangent_handle, ctx.store_state_seqs, ctx.num_inputs, ctx.num_states, *tensors = inputs
-        ctx.save_for_forward(*tensors)
-
-    @staticmethod
-    def jvp(ctx, *tangents):
-        return tuple(run_tangent_neuron(ctx.tangent_handle, ctx.store_state_seqs, ctx.num_inputs, ctx.num_states,
-                                        ctx.saved_tensors, tangents[5:])[1])
-
-    backward = staticmethod(refuse_reverse_of_forward_mode)
-
-    @staticmethod
-    def vmap(info, in_dims, handle, tangent_handle, store_state_seqs, num_inputs, num_states, *tensors):
-        _, counts = program_counts(handle)
-        kinds = [SEQ] * num_inputs + [NEURON] * num_states + _param_kinds(counts)
-        out_kinds = [SEQ] * counts.outputs + [SEQ] * (counts.states if store_state_seqs else 0) + \
-            [NEURON] * counts.states
-        def runner(run_handle, run_tangent_handle):
-            return lambda ts, batch: FuncTangent.apply(run_handle, run_tangent_handle, store_state_seqs, num_inputs,
-                                                       num_states, *ts)
-
-        per_neuron = None
-        if SCALAR in kinds:
-            promoted = per_neuron_handle(handle)
-            per_neuron = runner(promoted, tangent_handle_of(promoted))
-        return batched(info, in_dims, tensors, kinds, out_kinds, runner(handle, tangent_handle), fold=True,
-                       run_per_neuron=per_neuron)

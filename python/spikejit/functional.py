@@ -27,12 +27,11 @@ import threading
 from typing import Optional, Union
 
 import torch
-import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
 from . import _core, ops, registry
-from ._func_transforms import (FuncTangent, jvp_transform_active, run_tangent_neuron, tangent_handle_of,
-                               transforms_active)
+from ._forward_mode import has_tangents, run_with_tangents
+from ._func_transforms import transforms_active
 from ._kernel_calls import (check_checkpoint_every, check_pack_spikes, initial_states, program_counts,
                             resolve_checkpoint_every)
 from ._layout import inverse, memory_order, neuron_order
@@ -113,41 +112,6 @@ def needs_grad(tensors) -> bool:
     return any(t is not None and t.requires_grad for t in tensors)
 
 
-def has_tangents(*groups) -> bool:
-    """Whether the call takes forward-mode derivatives: under torch.func, when a jvp transform is
-    active at any level (jvp, jacfwd, with vmap inside or outside); else when a tensor of the
-    groups (None: absent) carries a torch.autograd.forward_ad tangent. Such a call runs through
-    FuncTangent: the ordinary paths would hand on no tangent (the inference path) or a zero one
-    (the op's)."""
-    if transforms_active():
-        return jvp_transform_active()
-    return _forward_ad._current_level >= 0 and any(t is not None and _forward_ad.unpack_dual(t).tangent is not None
-                                                   for tensors in groups for t in tensors)
-
-
-def _with_tangents(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs, packed_outputs):
-    """run_neuron for inputs with forward-mode tangents: inference, and the JVP of the tangent
-    neuron (made once per neuron, owned by its registry entry). Under torch.func, or where a
-    gradient is wanted too (to refuse it), through FuncTangent (two passes: the primal results
-    come before the tangents are seen); plain dual tensors take one pass."""
-    if packed_outputs:
-        raise ValueError(f"packed_outputs: expected 0 for inputs with forward-mode tangents (bit rows carry no "
-                         f"derivative), got {packed_outputs}")
-    init_states = initial_states(handle, init_states, inputs[0])
-    tangent_handle = tangent_handle_of(handle)
-    tensors = [*inputs, *init_states, *params]
-    if transforms_active() or needs_grad(tensors):
-        results = FuncTangent.apply(handle, tangent_handle, bool(store_state_seqs), len(inputs), len(init_states),
-                                    *tensors)
-    else:  # dual tensors alone: one pass of the tangent neuron gives both halves
-        duals = [_forward_ad.unpack_dual(t) for t in tensors]
-        primal, tangent = run_tangent_neuron(tangent_handle, bool(store_state_seqs), len(inputs), len(init_states),
-                                             [d.primal for d in duals], [d.tangent for d in duals])
-        results = [_forward_ad.make_dual(p, d) for p, d in zip(primal, tangent)]
-    seqs = list(results[num_outputs:num_outputs + num_states]) if store_state_seqs else None
-    return list(results[:num_outputs]), list(results[len(results) - num_states:]), seqs
-
-
 # spikejit.Recompute watches, and in its recomputation steers, the neuron calls of the block it
 # runs (recompute.py). Per thread: the recomputation runs on the autograd engine's thread.
 _call_hooks = threading.local()
@@ -181,8 +145,8 @@ def run_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_stat
     hook = None
     if not torch.compiler.is_compiling():
         if has_tangents(inputs, init_states, params):
-            return _with_tangents(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
-                                  packed_outputs)
+            return run_with_tangents(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
+                                     packed_outputs)
         hook = getattr(_call_hooks, "hook", None)
     if hook is not None:
         return hook(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
