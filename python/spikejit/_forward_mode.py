@@ -17,7 +17,7 @@ from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 from . import registry
 from ._func_transforms import (NEURON, SCALAR, SEQ, FuncInference, batched, param_kinds, per_neuron_handle,
                                transforms_active)
-from ._kernel_calls import inference, initial_states, program_counts
+from ._kernel_calls import inference, initial_states, program_counts, split_inference_results
 
 
 def has_tangents(*groups) -> bool:
@@ -50,8 +50,7 @@ def run_with_tangents(handle, num_outputs, num_states, inputs, init_states, para
         primal, tangent = run_tangent_neuron(tangent_handle, bool(store_state_seqs), len(inputs), len(init_states),
                                              [d.primal for d in duals], [d.tangent for d in duals])
         results = [_forward_ad.make_dual(p, d) for p, d in zip(primal, tangent)]
-    seqs = list(results[num_outputs:num_outputs + num_states]) if store_state_seqs else None
-    return list(results[:num_outputs]), list(results[len(results) - num_states:]), seqs
+    return split_inference_results(results, num_outputs, num_states, store_state_seqs)
 
 
 def jvp_transform_active() -> bool:

@@ -353,6 +353,13 @@ def inference_buffers(counts, inputs, init_states, params, store_state_seqs, fin
     return seq_shape, outputs, state_seqs, final_states
 
 
+def split_inference_results(results, num_outputs: int, num_states: int, store_state_seqs: bool):
+    """(outputs, final_states, state_seqs or None) of an inference call's results with final states,
+    [*outputs, *state_seqs (if stored), *final_states]."""
+    seqs = list(results[num_outputs:num_outputs + num_states]) if store_state_seqs else None
+    return list(results[:num_outputs]), list(results[len(results) - num_states:]), seqs
+
+
 def inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool,
               packed_outputs: int = 0):
     """[*outputs, *state_seqs (if store_state_seqs), *final_states (if final_state)]."""

@@ -33,7 +33,7 @@ from . import _core, ops, registry
 from ._forward_mode import has_tangents, run_with_tangents
 from ._func_transforms import transforms_active
 from ._kernel_calls import (check_checkpoint_every, check_pack_spikes, initial_states, program_counts,
-                            resolve_checkpoint_every)
+                            resolve_checkpoint_every, split_inference_results)
 from ._layout import inverse, memory_order, neuron_order
 from . import surrogate as _surrogate
 
@@ -188,9 +188,7 @@ def _execute(handle, num_outputs, num_states, inputs, init_states, params, store
                                         packed_outputs)
     else:
         results = ops.run_inference(handle, inputs, init_states, params, store_state_seqs, True, packed_outputs)
-        outputs = results[:num_outputs]
-        seqs = results[num_outputs:num_outputs + num_states] if store_state_seqs else None
-        finals = results[len(results) - num_states:]
+        outputs, finals, seqs = split_inference_results(results, num_outputs, num_states, store_state_seqs)
     return outputs, finals, seqs
 
 

@@ -229,16 +229,18 @@ def test_several_outputs_states_and_state_sequences_under_vmap_and_grad(device):
         close(g, leaf.grad)
 
 
-def counting(monkeypatch, name):
-    """Counts the calls of spikejit._core.<name> (a kernel launch on the CPU)."""
+def counting(monkeypatch, kind, device):
+    """Counts the kernel launches of `kind` ("forward" or "backward") on `device`'s kind."""
     calls = []
+    name = f"{device.type}_{kind}"
     launch = getattr(spikejit._core, name)
     monkeypatch.setattr(spikejit._core, name, lambda *a, **k: calls.append(1) or launch(*a, **k))
     return calls
 
 
-def test_per_sample_gradients_of_a_scalar_parameter_take_one_call(monkeypatch):
-    node, (x,), weights = make("PLIF", torch.device("cpu"), batch=6)
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_per_sample_gradients_of_a_scalar_parameter_take_one_call(device, monkeypatch):
+    node, (x,), weights = make("PLIF", device, batch=6)
     params = {name: p.detach() for name, p in node.named_parameters()}
 
     def loss(p, xs, w):
@@ -246,7 +248,7 @@ def test_per_sample_gradients_of_a_scalar_parameter_take_one_call(monkeypatch):
         return (functional_call(node, p, (xs,)) * w).sum()
 
     expected = vmap(grad(loss), in_dims=(None, 1, 1))(params, x, weights)["w"]
-    forwards, backwards = counting(monkeypatch, "cpu_forward"), counting(monkeypatch, "cpu_backward")
+    forwards, backwards = counting(monkeypatch, "forward", device), counting(monkeypatch, "backward", device)
     per_sample = vmap(grad(loss), in_dims=(None, 1, 1))(params, x, weights)["w"]
     assert (len(forwards), len(backwards)) == (1, 1)
     assert torch.equal(per_sample, expected) and per_sample.shape == (6,)
@@ -264,11 +266,9 @@ def test_a_batched_scalar_parameter_equals_a_loop(device, monkeypatch):
     def spikes(w, xs):
         return spikejit.plif_multi_step(xs, None, w)[0]
 
-    if device.type == "cpu":
-        calls = counting(monkeypatch, "cpu_forward")
+    calls = counting(monkeypatch, "forward", device)
     batched = vmap(spikes, in_dims=(0, 1), out_dims=1)(ws, x)
-    if device.type == "cpu":
-        assert len(calls) == 1
+    assert len(calls) == 1
     loop = torch.stack([spikes(ws[b], x[:, b]) for b in range(4)], dim=1)
     assert torch.equal(batched, loop) and loop.sum() > 0
     grads = grad(lambda w: (vmap(spikes, in_dims=(0, 1), out_dims=1)(w, x) * weights).sum())(ws)

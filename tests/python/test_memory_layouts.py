@@ -75,11 +75,13 @@ def test_results_and_gradients_equal_the_contiguous_input(name, layout, device):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("device", device_params(), indirect=True)
 @pytest.mark.parametrize("name", list(nodes()))
-def test_channels_last_runs_without_a_copy(name):
-    x = channels_last(random_input(T, B, C, H, W)).detach().requires_grad_()
-    g_s, g_v = channels_last(torch.randn(T, B, C, H, W)), channels_last(torch.randn(T, B, C, H, W))
-    node = nodes()[name]()
+def test_channels_last_runs_without_a_copy(name, device):
+    x = channels_last(random_input(T, B, C, H, W, device=device)).detach().requires_grad_()
+    g_s = channels_last(torch.randn(T, B, C, H, W, device=device))
+    g_v = channels_last(torch.randn(T, B, C, H, W, device=device))
+    node = nodes()[name]().to(device)
     run(node, x, g_s, g_v)  # the first call builds the kernels
     node.reset()
     x.grad = None
