@@ -40,6 +40,10 @@ enum class Type : uint8_t { Float, Bool };
   X(Erf, "erf", 1) X(Abs, "abs", 1) X(Relu, "relu", 1) X(Sign, "sign", 1)                     \
   X(Round, "round", 1) /* half to even, like torch.round */                                  \
   X(Floor, "floor", 1) X(Ceil, "ceil", 1)                                                     \
+  X(Log1p, "log1p", 1) X(Expm1, "expm1", 1) X(Exp2, "exp2", 1) X(Log10, "log10", 1)           \
+  X(Tan, "tan", 1) X(Atan, "atan", 1) X(Asin, "asin", 1) X(Acos, "acos", 1)                   \
+  X(Sinh, "sinh", 1) X(Cosh, "cosh", 1) X(Asinh, "asinh", 1) X(Acosh, "acosh", 1)             \
+  X(Atanh, "atanh", 1) X(Erfc, "erfc", 1) X(Atan2, "atan2", 2) X(Hypot, "hypot", 2)           \
   /* comparisons: Float x Float -> Bool */                                                   \
   X(Eq, "eq", 2) X(Ne, "ne", 2) X(Lt, "lt", 2) X(Le, "le", 2) X(Gt, "gt", 2) X(Ge, "ge", 2)      \
   /* logic: Bool -> Bool */                                                                  \

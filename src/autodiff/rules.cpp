@@ -138,6 +138,80 @@ ArgGrads erf_rule(Emitter& e, ValueId y, ValueId g) {
   return grads(e.mul(e.mul(e.literal(2.0 / std::sqrt(kPi)), bell), g));
 }
 
+ArgGrads erfc_rule(Emitter& e, ValueId y, ValueId g) {
+  ValueId a = Args(e, y).a;
+  ValueId bell = e.op(Op::Exp, e.neg(e.mul(a, a)));
+  return grads(e.mul(e.mul(e.literal(-2.0 / std::sqrt(kPi)), bell), g));
+}
+
+ArgGrads log1p_rule(Emitter& e, ValueId y, ValueId g) {
+  return grads(e.div(g, e.add(Args(e, y).a, e.literal(1.0))));
+}
+
+ArgGrads expm1_rule(Emitter& e, ValueId y, ValueId g) {
+  return grads(e.mul(g, e.add(y, e.literal(1.0))));
+}
+
+ArgGrads exp2_rule(Emitter& e, ValueId y, ValueId g) {
+  return grads(e.mul(g, e.mul(y, e.literal(std::log(2.0)))));
+}
+
+ArgGrads log10_rule(Emitter& e, ValueId y, ValueId g) {
+  return grads(e.div(g, e.mul(Args(e, y).a, e.literal(std::log(10.0)))));
+}
+
+ArgGrads tan_rule(Emitter& e, ValueId y, ValueId g) {
+  return grads(e.mul(g, e.add(e.literal(1.0), e.mul(y, y))));
+}
+
+ArgGrads atan_rule(Emitter& e, ValueId y, ValueId g) {
+  ValueId a = Args(e, y).a;
+  return grads(e.div(g, e.add(e.mul(a, a), e.literal(1.0))));
+}
+
+// asin and acos: +-1 / sqrt(1 - x^2).
+ArgGrads asin_acos_rule(Emitter& e, ValueId y, ValueId g, bool negate) {
+  ValueId a = Args(e, y).a;
+  ValueId d = e.op(Op::Rsqrt, e.sub(e.literal(1.0), e.mul(a, a)));
+  return grads(e.mul(g, negate ? e.neg(d) : d));
+}
+ArgGrads asin_rule(Emitter& e, ValueId y, ValueId g) { return asin_acos_rule(e, y, g, false); }
+ArgGrads acos_rule(Emitter& e, ValueId y, ValueId g) { return asin_acos_rule(e, y, g, true); }
+
+ArgGrads sinh_rule(Emitter& e, ValueId y, ValueId g) {
+  return grads(e.mul(g, e.op(Op::Cosh, Args(e, y).a)));
+}
+
+ArgGrads cosh_rule(Emitter& e, ValueId y, ValueId g) {
+  return grads(e.mul(g, e.op(Op::Sinh, Args(e, y).a)));
+}
+
+// asinh and acosh: 1 / sqrt(x^2 +- 1).
+ArgGrads asinh_acosh_rule(Emitter& e, ValueId y, ValueId g, Op plus_or_minus) {
+  ValueId a = Args(e, y).a;
+  return grads(e.mul(g, e.op(Op::Rsqrt, e.op(plus_or_minus, e.mul(a, a), e.literal(1.0)))));
+}
+ArgGrads asinh_rule(Emitter& e, ValueId y, ValueId g) { return asinh_acosh_rule(e, y, g, Op::Add); }
+ArgGrads acosh_rule(Emitter& e, ValueId y, ValueId g) { return asinh_acosh_rule(e, y, g, Op::Sub); }
+
+ArgGrads atanh_rule(Emitter& e, ValueId y, ValueId g) {
+  ValueId a = Args(e, y).a;
+  return grads(e.div(g, e.sub(e.literal(1.0), e.mul(a, a))));
+}
+
+// atan2(a, b): d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2).
+ArgGrads atan2_rule(Emitter& e, ValueId y, ValueId g) {
+  Args x(e, y);
+  ValueId r = e.op(Op::Reciprocal, e.add(e.mul(x.a, x.a), e.mul(x.b, x.b)));
+  return grads(e.mul(g, e.mul(x.b, r)), e.mul(g, e.mul(e.neg(x.a), r)));
+}
+
+// hypot(a, b): d/da = a / hypot, d/db = b / hypot.
+ArgGrads hypot_rule(Emitter& e, ValueId y, ValueId g) {
+  Args x(e, y);
+  return grads(e.mul(g, e.div(x.a, y)), e.mul(g, e.div(x.b, y)));
+}
+
 ArgGrads abs_rule(Emitter& e, ValueId y, ValueId g) {
   return grads(e.mul(g, e.op(Op::Sign, Args(e, y).a)));
 }
@@ -194,6 +268,22 @@ GradRule grad_rule(Op op) {
     case Op::Cos: return cos_rule;
     case Op::Erf: return erf_rule;
     case Op::Abs: return abs_rule;
+    case Op::Log1p: return log1p_rule;
+    case Op::Expm1: return expm1_rule;
+    case Op::Exp2: return exp2_rule;
+    case Op::Log10: return log10_rule;
+    case Op::Tan: return tan_rule;
+    case Op::Atan: return atan_rule;
+    case Op::Asin: return asin_rule;
+    case Op::Acos: return acos_rule;
+    case Op::Sinh: return sinh_rule;
+    case Op::Cosh: return cosh_rule;
+    case Op::Asinh: return asinh_rule;
+    case Op::Acosh: return acosh_rule;
+    case Op::Atanh: return atanh_rule;
+    case Op::Erfc: return erfc_rule;
+    case Op::Atan2: return atan2_rule;
+    case Op::Hypot: return hypot_rule;
     case Op::Relu: return relu_rule;
     case Op::Where: return where_rule;
     case Op::Spike: return spike_rule;

@@ -74,6 +74,22 @@ std::string expression(const ir::Step& step, ir::ValueId id, const StepLeaves& l
     case Op::Round: return call("sj_round", {a});
     case Op::Floor: return call("sj_floor", {a});
     case Op::Ceil: return call("sj_ceil", {a});
+    case Op::Log1p: return call("sj_log1p", {a});
+    case Op::Expm1: return call("sj_expm1", {a});
+    case Op::Exp2: return call("sj_exp2", {a});
+    case Op::Log10: return call("sj_log10", {a});
+    case Op::Tan: return call("sj_tan", {a});
+    case Op::Atan: return call("sj_atan", {a});
+    case Op::Asin: return call("sj_asin", {a});
+    case Op::Acos: return call("sj_acos", {a});
+    case Op::Sinh: return call("sj_sinh", {a});
+    case Op::Cosh: return call("sj_cosh", {a});
+    case Op::Asinh: return call("sj_asinh", {a});
+    case Op::Acosh: return call("sj_acosh", {a});
+    case Op::Atanh: return call("sj_atanh", {a});
+    case Op::Erfc: return call("sj_erfc", {a});
+    case Op::Atan2: return call("sj_atan2", {a, b});
+    case Op::Hypot: return call("sj_hypot", {a, b});
     case Op::Eq: return a + " == " + b;
     case Op::Ne: return a + " != " + b;
     case Op::Lt: return a + " < " + b;
@@ -142,11 +158,13 @@ std::vector<char> needed_nodes(const ir::Step& step, const std::vector<StepResul
 int op_cost(Op op) {
   switch (op) {
     case Op::Div: case Op::Reciprocal: case Op::Sqrt: case Op::Rsqrt: case Op::Exp: case Op::Log:
-    case Op::Log2: case Op::Sigmoid:
+    case Op::Log2: case Op::Sigmoid: case Op::Exp2: case Op::Log10: case Op::Log1p: case Op::Expm1:
       return 10;
-    case Op::Tanh: case Op::Erf: case Op::Fmod:
+    case Op::Tanh: case Op::Erf: case Op::Fmod: case Op::Erfc: case Op::Atan: case Op::Sinh:
+    case Op::Cosh: case Op::Asinh: case Op::Acosh: case Op::Atanh: case Op::Hypot:
       return 25;
-    case Op::Pow: case Op::Sin: case Op::Cos:
+    case Op::Pow: case Op::Sin: case Op::Cos: case Op::Tan: case Op::Asin: case Op::Acos:
+    case Op::Atan2:
       return 40;
     default:
       return ir::is_leaf(op) ? 0 : 1;

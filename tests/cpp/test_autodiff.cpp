@@ -120,7 +120,14 @@ std::vector<Range> domain(Op op) {
     case Op::Log:
     case Op::Log2:
     case Op::Sqrt:
-    case Op::Rsqrt: r[0] = {0.2, 3.0}; break;
+    case Op::Rsqrt:
+    case Op::Log10: r[0] = {0.2, 3.0}; break;
+    case Op::Log1p: r[0] = {-0.8, 3.0}; break;
+    case Op::Asin:
+    case Op::Acos:
+    case Op::Atanh: r[0] = {-0.9, 0.9}; break;
+    case Op::Acosh: r[0] = {1.1, 3.0}; break;
+    case Op::Tan: r[0] = {-1.2, 1.2}; break;
     case Op::Pow: r[0] = {0.2, 3.0}, r[1] = {-2.0, 2.0}; break;
     default: break;
   }
@@ -132,6 +139,8 @@ bool away_from_kinks(Op op, const std::vector<double>& x) {
   const double a = x[0], b = x[1], c = x[2];
   switch (op) {
     case Op::Div: return std::fabs(b) > 0.3;
+    case Op::Atan2:
+    case Op::Hypot: return std::hypot(a, b) > 0.3;
     case Op::Reciprocal: return std::fabs(a) > 0.3;
     case Op::Fmod: return std::fabs(b) > 0.3 && distance_to_integer(a / b) > 0.05;
     case Op::Min:

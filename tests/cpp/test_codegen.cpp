@@ -169,9 +169,12 @@ ax = abs(x) + 1
 e = exp(-ax) + log(ax) + log2(ax) + sqrt(ax) + rsqrt(ax) + sigmoid(x) + tanh(y) + sin(x) + cos(y)
 r = erf(y) + relu(x) + sign(y) + round(x * 3) + floor(y) + ceil(x) + fmod(x, 0.75) + pow(ax, 0.5)
 m = min(x, y) + max(x, h) + clamp(v, -1, 1) + reciprocal(ax) - (-y)
+t = tanh(y) * 0.5
+n = log1p(ax) + expm1(t) + exp2(t) + log10(ax) + tan(t) + atan(x) + asin(t) + acos(t) + sinh(t) + cosh(x)
+n = n + asinh(x) + acosh(ax) + atanh(t) + erfc(x) + atan2(x, y) + hypot(x, t)
 c = (x < y and not (y >= 1)) or (x == y) or (x != h and x <= g) or x > k
 b = bool(x) and c
-z = where(b, e, r) * g + float(c) * h + m * k + detach(v) / 3
+z = where(b, e, r) * g + float(c) * h + m * k + detach(v) / 3 + n * 0.01
 s = spike(z - v, super_spike(alpha = 2))
 q = float(s > 0.5 or x > 0) - v
 v = v + (z - v) * 0.5 - s

@@ -388,6 +388,10 @@ bool is_transcendental(ir::Op op) {
   switch (op) {
     case ir::Op::Exp: case ir::Op::Log: case ir::Op::Log2: case ir::Op::Sigmoid: case ir::Op::Tanh:
     case ir::Op::Sin: case ir::Op::Cos: case ir::Op::Erf: case ir::Op::Pow: case ir::Op::Fmod:
+    case ir::Op::Log1p: case ir::Op::Expm1: case ir::Op::Exp2: case ir::Op::Log10: case ir::Op::Tan:
+    case ir::Op::Atan: case ir::Op::Asin: case ir::Op::Acos: case ir::Op::Sinh: case ir::Op::Cosh:
+    case ir::Op::Asinh: case ir::Op::Acosh: case ir::Op::Atanh: case ir::Op::Erfc: case ir::Op::Atan2:
+    case ir::Op::Hypot:
       return true;
     default:
       return false;
@@ -817,6 +821,24 @@ v = where(h > 2.5, 2.5, h) * (1 - s) + s * 0.1
 m = tanh(h) * 0.5 + a
 )";
 
+// Every math op beyond the arithmetic of kMultiState, in the forward and (through their
+// derivatives) in the backward.
+const char* const kMathOps = R"(
+neuron math_ops
+input x
+input y
+state v = 0.1
+output s
+output m
+ax = abs(x) + 1
+t = tanh(y) * 0.5
+h = v * 0.5 + 0.1 * (log1p(ax) + expm1(t) + exp2(t) + log10(ax) + tan(t) + atan(x) + asin(t) + acos(t))
+g = 0.05 * (sinh(t) + cosh(t) + asinh(x) + acosh(ax) + atanh(t) + erfc(x) + atan2(x, y) + hypot(x, t))
+s = spike(h + g - 1, sigmoid(alpha = 4))
+v = (h + g) * (1 - s)
+m = h - g
+)";
+
 class CudaKernels : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -900,6 +922,19 @@ TEST_F(CudaKernels, MultiStateNeuronEveryKindEveryDtype) {
   for (DType d : {DType::F32, DType::F16, DType::BF16}) {
     for (size_t variant = 0; variant < 4; ++variant) {
       for (const Job& j : jobs_for(np, d, variant, 1, 5000)) jobs.push_back(j);
+    }
+  }
+  compile_all(jobs);
+  for (const Job& j : jobs) run_job(j, rng_);
+}
+
+TEST_F(CudaKernels, MathOpsNeuronEveryKind) {
+  SCOPED_TRACE(trace());
+  const NamedProgram np{"math_ops", Program::from_text(kMathOps)};
+  std::vector<Job> jobs;
+  for (DType d : {DType::F32, DType::BF16}) {
+    for (size_t variant = 0; variant < 4; ++variant) {
+      for (const Job& j : jobs_for(np, d, variant, 1, 3000)) jobs.push_back(j);
     }
   }
   compile_all(jobs);

@@ -71,6 +71,22 @@ __device__ __forceinline__ real sj_abs(real a) { return fabsf(a); }
 __device__ __forceinline__ real sj_round(real a) { return rintf(a); }  // half to even
 __device__ __forceinline__ real sj_floor(real a) { return floorf(a); }
 __device__ __forceinline__ real sj_ceil(real a) { return ceilf(a); }
+__device__ __forceinline__ real sj_log1p(real a) { return log1pf(a); }
+__device__ __forceinline__ real sj_expm1(real a) { return expm1f(a); }
+__device__ __forceinline__ real sj_exp2(real a) { return exp2f(a); }
+__device__ __forceinline__ real sj_log10(real a) { return log10f(a); }
+__device__ __forceinline__ real sj_tan(real a) { return tanf(a); }
+__device__ __forceinline__ real sj_atan(real a) { return atanf(a); }
+__device__ __forceinline__ real sj_asin(real a) { return asinf(a); }
+__device__ __forceinline__ real sj_acos(real a) { return acosf(a); }
+__device__ __forceinline__ real sj_sinh(real a) { return sinhf(a); }
+__device__ __forceinline__ real sj_cosh(real a) { return coshf(a); }
+__device__ __forceinline__ real sj_asinh(real a) { return asinhf(a); }
+__device__ __forceinline__ real sj_acosh(real a) { return acoshf(a); }
+__device__ __forceinline__ real sj_atanh(real a) { return atanhf(a); }
+__device__ __forceinline__ real sj_erfc(real a) { return erfcf(a); }
+__device__ __forceinline__ real sj_atan2(real a, real b) { return atan2f(a, b); }
+__device__ __forceinline__ real sj_hypot(real a, real b) { return hypotf(a, b); }
 
 __device__ __forceinline__ bool sj_isnan(real a) { return a != a; }
 __device__ __forceinline__ real sj_reciprocal(real a) { return sj_rcp(a); }
