@@ -1,6 +1,8 @@
 """Translation of a traced one-step core (an ATen FX graph from make_fx) into the neuron text
-format. Covers the reference's op table (section 4.2) plus a few more elementwise ops; anything
-else raises UnsupportedOp naming the op."""
+format. Covers the reference's op table (section 4.2) plus more elementwise math; in-place ops
+are traced as their out-of-place forms, and an op without a rule is traced as PyTorch's
+decomposition of it where there is one (softplus, gelu, hardtanh, lerp, ...). Anything else
+raises UnsupportedOp naming the op."""
 import copy
 import functools
 import math
@@ -224,6 +226,15 @@ def _pow_scalar_base(base, exponent, **kw):
     return _f(f"pow({as_float(base)}, {as_float(exponent)})")
 
 
+def _isnan(a, **kw):
+    t = as_float(a)
+    return _b(f"({t} != {t})")
+
+
+def _isinf(a, **kw):
+    return _b(f"(abs({as_float(a)}) == (1.0 / 0.0))")
+
+
 def _spike(x, name, params, **kw):
     if name not in SURROGATE_INFO:
         raise UnsupportedOp("spikejit.spike", f"unknown surrogate {name!r}")
@@ -257,6 +268,9 @@ RULES: Dict[str, Callable] = {
     **{f"aten.{op}.default": _call(op) for op in
        ("exp", "log", "log2", "sqrt", "rsqrt", "sigmoid", "tanh", "sin", "cos", "erf", "abs", "relu",
         "sign", "floor", "ceil")},
+    **{f"aten.{op}.default": _call(op) for op in
+       ("log1p", "expm1", "exp2", "log10", "tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh",
+        "atanh", "erfc", "atan2", "hypot")},
     "aten.sgn.default": _call("sign"),
     "aten.round.default": _round, "aten.round.decimals": _round,
     "aten.trunc.default": _trunc,
@@ -266,6 +280,7 @@ RULES: Dict[str, Callable] = {
     **{f"aten.{op}.{overload}": _compare(symbol)
        for op, symbol in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))
        for overload in ("Tensor", "Scalar")},
+    "aten.isnan.default": _isnan, "aten.isinf.default": _isinf,
     "aten.logical_and.default": _logic("and"), "aten.logical_or.default": _logic("or"),
     "aten.logical_not.default": lambda a, **kw: _b(f"(not {as_bool(a)})"),
     "aten.logical_xor.default": _xor,
@@ -439,41 +454,96 @@ def _safe_name(core) -> str:
     return "flexsn_" + name
 
 
-def trace_core(core: Callable, num_inputs: int, num_states: int, num_outputs: int,
-               example_inputs: Sequence[Tensor]) -> Traced:
-    from torch.fx.experimental.proxy_tensor import make_fx
+def _returned(gm) -> list:
+    """The values the traced step returns (nodes, or constants)."""
+    returned = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    return list(returned) if isinstance(returned, (tuple, list)) else [returned]
 
-    def step(*args):  # make_fx reads the signature; bound methods and partials need a plain one
-        return core(*args)
 
-    with torch.no_grad():
-        try:
-            gm = make_fx(step, tracing_mode="real")(*example_inputs)
-        except UnsupportedOp:
-            raise
-        except Exception as e:  # tracing itself failed: data-dependent control flow, ...
-            raise UnsupportedOp("tracing", f"{type(e).__name__}: {e}") from e
-
-    candidates = captured_sources(core)
-
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != num_inputs + num_states:
-        raise ValueError(f"core: expected {num_inputs + num_states} arguments, traced {len(placeholders)}")
-    output_node = next(n for n in gm.graph.nodes if n.op == "output")
-    returned = output_node.args[0]
-    returned = list(returned) if isinstance(returned, (tuple, list)) else [returned]
-    if len(returned) != num_outputs + num_states:
-        raise ValueError(f"core: expected {num_outputs} outputs and {num_states} next states "
-                         f"({num_outputs + num_states} values), got {len(returned)}")
-
-    # Only what the results depend on is translated (make_fx keeps dead autograd nodes).
-    needed, stack = set(), [r for r in returned if isinstance(r, torch.fx.Node)]
+def _needed(gm) -> set:
+    """The nodes the results depend on: only those are translated (make_fx keeps dead autograd
+    nodes, and functionalization the copies back into arguments the core mutated)."""
+    needed, stack = set(), [r for r in _returned(gm) if isinstance(r, torch.fx.Node)]
     while stack:
         node = stack.pop()
         if node in needed:
             continue
         needed.add(node)
         stack.extend(node.all_input_nodes)
+    return needed
+
+
+def _unruled(gm, needed) -> list:
+    """The ops of needed nodes that have no rule, in graph order."""
+    ops = []
+    for node in gm.graph.nodes:
+        if node in needed and node.op == "call_function" and str(node.target) not in RULES \
+                and node.target not in ops:
+            ops.append(node.target)
+    return ops
+
+
+def _make_graph(step: Callable, example_inputs: Sequence[Tensor], table: dict, functional: bool):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with torch.no_grad():
+        try:
+            return make_fx(torch.func.functionalize(step) if functional else step, decomposition_table=table,
+                           tracing_mode="real")(*example_inputs)
+        except UnsupportedOp:
+            raise
+        except Exception as e:  # tracing itself failed: data-dependent control flow, ...
+            raise UnsupportedOp("tracing", f"{type(e).__name__}: {e}") from e
+
+
+def _mutates(gm) -> bool:
+    return any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
+               for n in gm.graph.nodes)
+
+
+def trace_graph(step: Callable, example_inputs: Sequence[Tensor]):
+    """make_fx of `step`, functionalized when it has in-place ops (they become their out-of-place
+    forms; not always, as functionalization cannot trace an autograd.Function), each op without a
+    rule traced as PyTorch's decomposition of it where that leaves only ops with rules or with
+    decompositions of their own (which are tried next). An op whose decomposition would bring an
+    op that has neither stays, so that an error names the op the core used."""
+    from torch._decomp import decomposition_table
+
+    table, refused = {}, set()
+    gm = _make_graph(step, example_inputs, table, False)
+    functional = _mutates(gm)
+    if functional:
+        gm = _make_graph(step, example_inputs, table, True)
+    while True:
+        unruled = _unruled(gm, _needed(gm))
+        op = next((op for op in unruled if op in decomposition_table and op not in table and op not in refused),
+                  None)
+        if op is None:
+            return gm
+        trial = _make_graph(step, example_inputs, {**table, op: decomposition_table[op]}, functional)
+        if any(o not in unruled and o not in decomposition_table for o in _unruled(trial, _needed(trial))):
+            refused.add(op)
+            continue
+        table[op] = decomposition_table[op]
+        gm = trial
+
+
+def trace_core(core: Callable, num_inputs: int, num_states: int, num_outputs: int,
+               example_inputs: Sequence[Tensor]) -> Traced:
+    def step(*args):  # make_fx reads the signature; bound methods and partials need a plain one
+        return core(*args)
+
+    gm = trace_graph(step, example_inputs)
+    candidates = captured_sources(core)
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != num_inputs + num_states:
+        raise ValueError(f"core: expected {num_inputs + num_states} arguments, traced {len(placeholders)}")
+    returned = _returned(gm)
+    if len(returned) != num_outputs + num_states:
+        raise ValueError(f"core: expected {num_outputs} outputs and {num_states} next states "
+                         f"({num_outputs + num_states} values), got {len(returned)}")
+    needed = _needed(gm)
 
     values: Dict[torch.fx.Node, Value] = {}
     body: List[str] = []

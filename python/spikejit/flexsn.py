@@ -144,7 +144,8 @@ def _verify(compiled: _CompiledCore, core: Callable, device: torch.device) -> No
     trainable = [i for i, p in enumerate(compiled.params) if p.requires_grad]
     try:
         with torch.enable_grad():
-            eager = [e.expand(shape) for e in _as_list(core(*args))]
+            # Clones: a core may update its arguments in place (the kernels never write them).
+            eager = [e.expand(shape) for e in _as_list(core(*[a.clone() for a in args]))]
             # Results without a gradient (a spike written as a plain comparison) contribute
             # none; the compiled side below keeps every result, so a gradient it lets through
             # one of them shows up as a mismatch.

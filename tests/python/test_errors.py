@@ -111,20 +111,20 @@ def test_no_nvrtc_on_a_gpu_names_the_library(tmp_path):
 
 # ---- FlexSN --------------------------------------------------------------------------------------
 
-def atan_core(x, v):
-    h = v + torch.atan(x)  # aten.atan is not in the op table
+def lgamma_core(x, v):
+    h = v + torch.lgamma(x * x + 1.0)  # aten.lgamma has no rule (nor a decomposition into ops with one)
     s = spikejit.surrogate.ATan()(h - 1.0)
     return s, h * (1.0 - s)
 
 
-UNSUPPORTED = ("FlexSN: cannot compile the core: aten.atan.default: not supported "
+UNSUPPORTED = ("FlexSN: cannot compile the core: aten.lgamma.default: not supported "
                "(docs/user-guide.md lists the ops FlexSN compiles); ")
 
 
 def test_unsupported_op_warns_and_falls_back_to_an_eager_scan():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        node = spikejit.FlexSN(atan_core, num_inputs=1, num_states=1, num_outputs=1)
+        node = spikejit.FlexSN(lgamma_core, num_inputs=1, num_states=1, num_outputs=1)
     messages = [str(w.message) for w in caught if w.category is RuntimeWarning]
     assert messages == [UNSUPPORTED + "falling back to an eager scan"]
     assert node.handle is None
@@ -132,16 +132,16 @@ def test_unsupported_op_warns_and_falls_back_to_an_eager_scan():
     v = torch.zeros(16)
     expected = []
     for t in range(5):  # the fallback still computes the core's dynamics
-        s, v = atan_core(x[t], v)
+        s, v = lgamma_core(x[t], v)
         expected.append(s)
     torch.testing.assert_close(node(x), torch.stack(expected))
 
 
 def test_unsupported_op_in_strict_mode_raises():
     with pytest.raises(spikejit.UnsupportedCoreError) as info:
-        spikejit.FlexSN(atan_core, num_inputs=1, num_states=1, num_outputs=1, strict=True)
+        spikejit.FlexSN(lgamma_core, num_inputs=1, num_states=1, num_outputs=1, strict=True)
     assert str(info.value) == UNSUPPORTED + "strict=True, so no eager fallback"
-    assert info.value.op == "aten.atan.default"
+    assert info.value.op == "aten.lgamma.default"
     assert isinstance(info.value, NotImplementedError)
 
 
