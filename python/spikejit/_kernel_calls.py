@@ -159,6 +159,13 @@ def describe(t: Tensor) -> str:
     return f"{str(t.dtype).replace('torch.', '')}{list(t.shape)} on {t.device}"
 
 
+def check_strided(name: str, t: Tensor) -> None:
+    """TypeError unless t is a dense (strided) tensor: the kernels read memory by strides."""
+    if t.layout is not torch.strided:
+        raise TypeError(f"{name}: expected a dense (strided) tensor, got a {str(t.layout).replace('torch.', '')} "
+                        f"{describe(t)} (to_dense() makes one)")
+
+
 def _check_call(counts, inputs, init_states, params):
     """Validates counts, shapes, dtypes and devices; returns (seq_shape, neuron_shape)."""
     if counts.inputs == 0:
@@ -170,6 +177,7 @@ def _check_call(counts, inputs, init_states, params):
     if len(params) != len(counts.params):
         raise ValueError(f"params: expected {len(counts.params)} tensors, got {len(params)}")
     x = inputs[0]
+    check_strided("inputs[0]", x)
     if x.dim() < 1:
         raise ValueError(f"inputs[0]: expected a sequence [T, *S], got {describe(x)}")
     if x.dtype not in DTYPE_CODES:
@@ -181,6 +189,7 @@ def _check_call(counts, inputs, init_states, params):
     neuron_shape = seq_shape[1:]
 
     def same(t, name, shape):
+        check_strided(name, t)
         if t.dtype != x.dtype:
             raise TypeError(f"{name}: expected dtype {x.dtype} (that of inputs[0]), got {describe(t)}")
         if t.device != x.device:

@@ -10,6 +10,7 @@ results back to its own layout.
 """
 from typing import List, Optional
 
+import torch
 from torch import Tensor
 
 
@@ -17,7 +18,7 @@ def memory_order(x: Tensor) -> Optional[List[int]]:
     """The dimension order [0, ...] in which the [T, *S] tensor x is contiguous, when x itself is
     not but that view is (time outermost, S permuted); else None: x is contiguous, or its layout is
     not one row per step (the call copies it)."""
-    if x.dim() < 3 or x.is_contiguous():
+    if x.dim() < 3 or x.layout is not torch.strided or x.is_contiguous():  # (the call rejects a sparse x)
         return None
     sizes, strides = x.shape, x.stride()
     order = [0] + sorted(range(1, x.dim()), key=strides.__getitem__, reverse=True)  # stable: ties keep their order

@@ -43,8 +43,9 @@ from torch import Tensor
 
 from . import _core
 from ._func_transforms import FuncInference, FuncTraining, refuse_second_derivative, transforms_active
-from ._kernel_calls import (current_stream, describe, inference, inference_buffers, keep_for_backward, neurons_of,
-                            output_gradients, program_counts, row_bytes, saved_for_backward, training_call)
+from ._kernel_calls import (check_strided, current_stream, describe, inference, inference_buffers, keep_for_backward,
+                            neurons_of, output_gradients, program_counts, row_bytes, saved_for_backward,
+                            training_call)
 from ._surrogate_grads import SURROGATE_GRADIENTS, surrogate_gradient
 
 
@@ -395,6 +396,7 @@ def _run_bit_kernel(kernel: str, device: torch.device, first: Tensor, second: Te
 
 def _decompressed(compressed: Tensor, shape, dtype) -> Tensor:
     """Checks the arguments of bit_spike_decompress; returns the (empty) result tensor."""
+    check_strided("compressed", compressed)
     dtype = torch.uint8 if dtype is None else dtype
     _check_spike_dtype("dtype", dtype)
     if any(d < 0 for d in shape):
@@ -408,6 +410,7 @@ def _decompressed(compressed: Tensor, shape, dtype) -> Tensor:
 
 
 def _compress(s: Tensor) -> Tensor:
+    check_strided("s", s)
     _check_spike_dtype("s", s.dtype)
     s = s.contiguous()
     packed = torch.empty(((s.numel() + 7) // 8,), dtype=torch.uint8, device=s.device)
@@ -479,6 +482,7 @@ def _unpacked(packed: Tensor, shape, dtype) -> Tensor:
 @torch.library.custom_op("spikejit::pack_spike_rows", mutates_args=())
 def pack_spike_rows(s: Tensor) -> Tensor:
     """[T, *S] spikes (nonzero is a spike) -> uint8 [T, ceil(N/8)] bit rows."""
+    check_strided("s", s)
     _check_spike_dtype("s", s.dtype)
     _check_sequence_shape("s", list(s.shape))
     steps, n = s.shape[0], neurons_of(list(s.shape))

@@ -208,6 +208,21 @@ def test_dtype_mismatches_name_the_argument():
     expect(ValueError, "tau: expected a float > 1, got 0.5", lambda: spikejit.LIFNode(tau=0.5))
 
 
+def test_sparse_tensors_are_rejected_by_name():
+    x = random_input(4, 3)
+    sparse = "expected a dense (strided) tensor, got a sparse_coo"
+    expect(TypeError, f"inputs[0]: {sparse} float32[4, 3] on cpu (to_dense() makes one)",
+           lambda: spikejit.LIFNode(step_mode="m")(x.to_sparse()))
+    expect(TypeError, f"init_states[0]: {sparse} float32[3] on cpu (to_dense() makes one)",
+           lambda: spikejit.multistep_lif(x, torch.zeros(3).to_sparse()))
+    expect(TypeError, f"inputs[0]: {sparse} float32[4, 3] on cpu (to_dense() makes one)",
+           lambda: spikejit.FlexSN(lambda x, v: (x + v, v * 0.5), 1, 1, 1, strict=True)(x.to_sparse()))
+    expect(TypeError, f"s: {sparse} float32[4, 3] on cpu (to_dense() makes one)",
+           lambda: spikejit.bit_spike_compress((x > 0).float().to_sparse()))
+    expect(TypeError, f"compressed: {sparse} uint8[2] on cpu (to_dense() makes one)",
+           lambda: spikejit.bit_spike_decompress(torch.ones(2, dtype=torch.uint8).to_sparse(), (16,)))
+
+
 def test_device_mismatch_names_both_devices():
     x = random_input(4, 3, 5)
     expect(ValueError, "v_init: expected a tensor on cpu (that of x_seq), got one on meta",
