@@ -233,8 +233,9 @@ class FlexSN(StatefulModule):
         self.fallback_reason = None
         self._compiled = None
         self._finalizer = None
+        self._example_inputs = None if example_inputs is None else [e.detach().clone() for e in example_inputs]
         if backend in KERNEL_BACKENDS:
-            self._compile(example_inputs)
+            self._compile(self._example_inputs)
         self._packed_mask = self._check_packed_outputs(packed_outputs)
         self.packed_outputs = tuple(i for i in range(num_outputs) if self._packed_mask >> i & 1)
         self.states = None
@@ -249,7 +250,7 @@ class FlexSN(StatefulModule):
             if example_inputs is None:
                 examples = [torch.zeros(1, device=device) for _ in range(count)]
             else:
-                examples = [e.detach().clone() for e in example_inputs]
+                examples = [e.clone() for e in example_inputs]
                 device = examples[0].device
             compiled = _CompiledCore(self.core, self.num_inputs, self.num_states, self.num_outputs, examples)
             try:
@@ -313,6 +314,23 @@ class FlexSN(StatefulModule):
             new._compiled = compiled
             new._finalizer = registry.attach_owner(new, compiled.handle)
         return new
+
+    # A pickled FlexSN (torch.save of a whole model, multiprocessing) holds its core, not the
+    # program: it is traced and registered again where it is loaded (the core must be picklable:
+    # a module-level function or an nn.Module, not a lambda or a closure).
+    def __getstate__(self):
+        state = super().__getstate__().copy()
+        state["_compiled"], state["_finalizer"] = self._compiled is not None, None
+        return state
+
+    def __setstate__(self, state):
+        compiled = state.pop("_compiled")
+        super().__setstate__(state)
+        self._compiled = None
+        if compiled:
+            self._compile(self._example_inputs)
+            if self._compiled is None:
+                raise RuntimeError(f"FlexSN: the unpickled core no longer compiles: {self.fallback_reason}")
 
     # -- state ---------------------------------------------------------------------------------
 

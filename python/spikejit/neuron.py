@@ -84,6 +84,17 @@ class BaseNode(StatefulModule):
     def _refresh_program(self) -> None:
         self._program_handle = self._make_handle()
 
+    # A handle means a program of this process's registry: a pickled module (torch.save of a whole
+    # model, multiprocessing) carries its options and makes the handle again where it is loaded.
+    def __getstate__(self):
+        state = super().__getstate__().copy()
+        del state["_program_handle"]
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._refresh_program()
+
     # -- state ---------------------------------------------------------------------------------
 
     def _v_default(self) -> float:
