@@ -25,7 +25,7 @@ from torch import Tensor
 
 from . import _core, registry
 from ._trace import UnsupportedOp, captured_tensors, trace_core
-from .functional import run_neuron
+from .functional import refuse_stale_state, run_neuron
 from ._kernel_calls import AUTO, check_checkpoint_every, check_pack_spikes
 from ._stateful_module import StatefulModule
 from .scan import eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available, \
@@ -77,14 +77,20 @@ class _CompiledCore:
     def __init__(self, core, num_inputs, num_states, num_outputs, example_inputs):
         traced = trace_core(core, num_inputs, num_states, num_outputs, example_inputs)
         try:
-            self.program = _core.Program.from_text(traced.text, "<FlexSN core>")
+            program = _core.Program.from_text(traced.text, "<FlexSN core>")
         except _core.ParseError as e:  # the translation produced something the IR rejects
             raise UnsupportedOp("translation", str(e)) from e
         self.sources = traced.params
         self.param_kinds = traced.param_kinds
         self.text = traced.text
         self.num_inputs, self.num_states, self.num_outputs = num_inputs, num_states, num_outputs
-        self.handle = registry.register(self.program)
+        self.handle = registry.register(program)
+
+    @property
+    def program(self):
+        # Looked up, not held (like TrainingCall.program): a module kept alive to interpreter exit
+        # (say by a reference cycle) must not hold the extension's objects past the registry.
+        return registry.program(self.handle)
 
     @property
     def params(self) -> List[Tensor]:
@@ -351,6 +357,7 @@ class FlexSN(StatefulModule):
     def _current_states(self, step_shape):
         states = self.states
         if states is not None and all(s.shape == step_shape for s in states):
+            refuse_stale_state(self)
             return list(states)
         return None
 

@@ -134,6 +134,23 @@ class neuron_call_hook:
         _call_hooks.hook = self.previous
 
 
+def refuse_stale_state(module) -> None:
+    """For a neuron module about to start from a state an earlier call left: RuntimeError when the
+    call runs inside a backward pass (torch.utils.checkpoint recomputing its block, reentrant or
+    not). The forward has moved the state on since, so the recomputation would start from
+    another state than the forward did, and the gradients would be silently wrong.
+    spikejit.Recompute restores the states before its recomputation (its hook is set then)."""
+    if torch.compiler.is_compiling():  # (a compiled graph recomputes from its own inputs)
+        return
+    if torch._C._current_graph_task_id() != -1 and getattr(_call_hooks, "hook", None) is None:
+        raise RuntimeError(
+            f"{type(module).__name__}: called during a backward pass with the state an earlier call left "
+            "(torch.utils.checkpoint recomputing its block?): the recomputation would start from the state the "
+            "forward ended with, not the one it began with, and the gradients would be wrong. Use "
+            "spikejit.Recompute(block), which restores the neurons' states before recomputing, or reset() the "
+            "neurons inside the checkpointed function")
+
+
 def run_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_states, params,
                store_state_seqs: bool, checkpoint_every: Union[int, str] = "auto", packed_outputs: int = 0,
                pack_spikes: bool = False):

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from . import surrogate as _surrogate
-from .functional import builtin_handle, run_neuron
+from .functional import builtin_handle, refuse_stale_state, run_neuron
 from ._kernel_calls import AUTO, check_checkpoint_every
 from ._stateful_module import StatefulModule
 
@@ -118,9 +118,11 @@ class BaseNode(StatefulModule):
         v = self.v
         shape = x_seq.shape[1:]
         if isinstance(v, Tensor) and v.shape == shape:
+            refuse_stale_state(self)
             return v.to(device=x_seq.device, dtype=x_seq.dtype)
         if isinstance(v, Tensor) or v == self._v_default():
             return None
+        refuse_stale_state(self)
         return torch.full(shape, float(v), dtype=x_seq.dtype, device=x_seq.device)
 
     # -- subclasses ----------------------------------------------------------------------------

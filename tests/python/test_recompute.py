@@ -239,3 +239,50 @@ def test_the_unpacked_input_is_freed_before_the_neuron_runs(packed):
     x = spikes(3, 2, 4, 5, 5).requires_grad_()
     spikejit.Recompute(block)(x).sum().backward()
     assert alive == [True, not packed]  # the forward's input is x itself; then the recomputation's
+
+
+def checkpointed_core(x, v):
+    # A program of its own: PyTorch keeps the module of a failed checkpoint backward alive (in the
+    # hooks of its graph), and it must not add an owner to the handles other tests count.
+    s = spikejit.surrogate.Sigmoid(alpha=3.0)(0.6 * v + x - 1.0)
+    return s, (0.6 * v + x) * (1.0 - s)
+
+
+STATEFUL = {
+    "LIFNode": lambda: spikejit.LIFNode(step_mode="m"),
+    "ParametricLIFNode": lambda: spikejit.ParametricLIFNode(step_mode="m"),
+    "FlexSN": lambda: spikejit.FlexSN(checkpointed_core, 1, 1, 1, strict=True),
+    "single-step LIFNode": lambda: spikejit.LIFNode(step_mode="s"),
+}
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+@pytest.mark.parametrize("make", list(STATEFUL))
+def test_torch_checkpoint_recomputing_a_moved_on_state_is_an_error(make, reentrant):
+    """torch.utils.checkpoint runs the block again in the backward, where a neuron module holds
+    the state its forward ended with: an error, not silently wrong gradients."""
+    from torch.utils.checkpoint import checkpoint
+    linear, neuron = nn.Linear(6, 10), STATEFUL[make]()
+    x = torch.randn(5, 3, 6, requires_grad=True)
+    steps = [x] if neuron.step_mode == "m" else list(x)
+    outputs = [checkpoint(lambda x_t: neuron(linear(x_t)), x_t, use_reentrant=reentrant) for x_t in steps]
+    with pytest.raises(RuntimeError, match=f"{type(neuron).__name__}: called during a backward pass with the "
+                                           "state an earlier call left"):
+        torch.stack(outputs).sum().backward()
+
+
+def test_torch_checkpoint_of_a_block_that_resets_its_neurons_is_right():
+    from torch.utils.checkpoint import checkpoint
+    linear, neuron = nn.Linear(6, 10), spikejit.LIFNode(step_mode="m")
+
+    def block(x):
+        neuron.reset()
+        return neuron(linear(x))
+
+    x = torch.randn(5, 3, 6, requires_grad=True)
+    grads = []
+    for run in (block, lambda x: checkpoint(block, x, use_reentrant=False)):
+        x.grad = None
+        run(x).sum().backward()
+        grads.append(x.grad.clone())
+    assert torch.equal(grads[0], grads[1])
