@@ -8,6 +8,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "ir/float_math.h"
 #include "spikejit/ir.h"
 
 namespace spikejit::ir {
@@ -18,40 +19,6 @@ inline F round_half_even(F x) {
   return std::nearbyint(x);
 }
 
-inline float float_from_bits(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-// exp in float32 without branches or calls, so that the CPU executor's lane loops vectorize it
-// (libm's expf is a scalar call per lane). exp(x) = 2^n * exp(r) with n = round(x / ln 2) and
-// r = x - n ln 2 in [-ln2/2, ln2/2] (ln 2 split in two so that n * kLn2Hi is exact); exp(r) by its
-// Taylor polynomial of degree 7 (truncation error below 2^-27 relative); 2^n applied in two
-// factors so that results in the subnormal range round once. Within 2 ulp of the exact value;
-// NaN stays NaN, +inf gives +inf and -inf gives 0.
-inline float exp_f32(float x) {
-  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693145751953125f,
-                  kLn2Lo = 1.42860682030941723212e-6f, kRound = 12582912.0f;  // 1.5 * 2^23
-  float c = x > 89.0f ? 89.0f : x;  // NaN compares false and passes through
-  c = c < -104.0f ? -104.0f : c;
-  const float n = (c * kLog2e + kRound) - kRound;  // round to nearest under the default mode
-  const float r = (c - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t e = static_cast<int32_t>(n == n ? n : 0.0f);  // in [-150, 129]; NaN stays in p
-  const int32_t half = e / 2;
-  const float scale1 = float_from_bits(static_cast<uint32_t>(half + 127) << 23);
-  const float scale2 = float_from_bits(static_cast<uint32_t>(e - half + 127) << 23);
-  return p * scale1 * scale2;
-}
-
 template <class F>
 inline F exp_of(F x) {
   if constexpr (std::is_same_v<F, float>) {
@@ -59,6 +26,31 @@ inline F exp_of(F x) {
   } else {
     return std::exp(x);
   }
+}
+
+// The float32 forms of float_math.h (vectorizable); double precision takes libm's.
+template <class F>
+inline F expm1_of(F x) {
+  if constexpr (std::is_same_v<F, float>) return expm1_f32(x);
+  else return std::expm1(x);
+}
+
+template <class F>
+inline F log_of(F x) {
+  if constexpr (std::is_same_v<F, float>) return log_f32(x);
+  else return std::log(x);
+}
+
+template <class F>
+inline F log1p_of(F x) {
+  if constexpr (std::is_same_v<F, float>) return log1p_f32(x);
+  else return std::log1p(x);
+}
+
+template <class F>
+inline F tanh_of(F x) {
+  if constexpr (std::is_same_v<F, float>) return tanh_f32(x);
+  else return std::tanh(x);
 }
 
 template <class F>
@@ -85,12 +77,12 @@ inline F apply_op(Op op, F a, F b, F c) {
     // Like torch.clamp: min(max(x, lo), hi), so hi wins when lo > hi.
     case Op::Clamp: return std::isnan(a) ? a : std::min(std::max(a, b), c);
     case Op::Exp: return exp_of(a);
-    case Op::Log: return std::log(a);
+    case Op::Log: return log_of(a);
     case Op::Log2: return std::log2(a);
     case Op::Sqrt: return std::sqrt(a);
     case Op::Rsqrt: return F(1) / std::sqrt(a);
     case Op::Sigmoid: return sigmoid(a);
-    case Op::Tanh: return std::tanh(a);
+    case Op::Tanh: return tanh_of(a);
     case Op::Sin: return std::sin(a);
     case Op::Cos: return std::cos(a);
     case Op::Erf: return std::erf(a);
@@ -100,8 +92,8 @@ inline F apply_op(Op op, F a, F b, F c) {
     case Op::Round: return round_half_even(a);
     case Op::Floor: return std::floor(a);
     case Op::Ceil: return std::ceil(a);
-    case Op::Log1p: return std::log1p(a);
-    case Op::Expm1: return std::expm1(a);
+    case Op::Log1p: return log1p_of(a);
+    case Op::Expm1: return expm1_of(a);
     case Op::Exp2: return std::exp2(a);
     case Op::Log10: return std::log10(a);
     case Op::Tan: return std::tan(a);

@@ -1,6 +1,6 @@
-// The branch-free float32 exp of ir/scalar_ops.h (what the CPU executor's Exp and Sigmoid use)
-// against the exactly rounded exp of double precision, over every float of its range, and its
-// special values.
+// The branch-free float32 transcendentals of ir/float_math.h (what the CPU executor's Exp,
+// Sigmoid, Expm1, Tanh, Log and Log1p use) against libm's double precision, over their ranges
+// (a stride through every float), and their special values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -69,6 +69,87 @@ TEST(ScalarOps, ExpF32SpecialValues) {
   // The smallest subnormal results round like the exact value.
   EXPECT_EQ(ir::exp_f32(-103.5f), static_cast<float>(std::exp(-103.5)));
   EXPECT_EQ(ir::exp_f32(-100.0f), static_cast<float>(std::exp(-100.0)));
+}
+
+// The worst ulp error of f against the double-precision `exact` over every 61st float x with
+// lo < x < hi; `checked` counts the points.
+template <class F, class Exact>
+double worst_ulp_error(F f, Exact exact, float lo, float hi, float* worst_x, int64_t* checked) {
+  double worst = 0;
+  *checked = 0;
+  for (uint64_t bits = 0; bits <= 0xFFFFFFFFull; bits += 61) {
+    const float x = float_of_bits(static_cast<uint32_t>(bits));
+    if (!(x > lo && x < hi)) continue;
+    const double error = ulp_error(f(x), exact(static_cast<double>(x)));
+    if (error > worst) {
+      worst = error;
+      *worst_x = x;
+    }
+    ++*checked;
+  }
+  return worst;
+}
+
+TEST(ScalarOps, Expm1F32IsWithinTwoUlp) {
+  float at = 0;
+  int64_t checked = 0;
+  const double worst = worst_ulp_error(ir::expm1_f32, [](double x) { return std::expm1(x); }, -120.0f, 88.7f,
+                                       &at, &checked);
+  EXPECT_GT(checked, 10'000'000);
+  EXPECT_LE(worst, 2.0) << "at x = " << at;
+}
+
+TEST(ScalarOps, TanhF32IsWithinThreeUlp) {
+  float at = 0;
+  int64_t checked = 0;
+  const double worst = worst_ulp_error(ir::tanh_f32, [](double x) { return std::tanh(x); }, -50.0f, 50.0f, &at,
+                                       &checked);
+  EXPECT_GT(checked, 10'000'000);
+  EXPECT_LE(worst, 3.0) << "at x = " << at;
+}
+
+TEST(ScalarOps, LogF32IsWithinTwoUlp) {
+  float at = 0;
+  int64_t checked = 0;
+  const double worst = worst_ulp_error(ir::log_f32, [](double x) { return std::log(x); }, 0.0f,
+                                       std::numeric_limits<float>::max(), &at, &checked);
+  EXPECT_GT(checked, 10'000'000);
+  EXPECT_LE(worst, 2.0) << "at x = " << at;
+}
+
+TEST(ScalarOps, Log1pF32IsWithinTwoUlp) {
+  float at = 0;
+  int64_t checked = 0;
+  const double worst = worst_ulp_error(ir::log1p_f32, [](double x) { return std::log1p(x); }, -1.0f,
+                                       std::numeric_limits<float>::max(), &at, &checked);
+  EXPECT_GT(checked, 10'000'000);
+  EXPECT_LE(worst, 2.0) << "at x = " << at;
+}
+
+TEST(ScalarOps, Expm1TanhLogLog1pSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (auto f : {ir::expm1_f32, ir::tanh_f32, ir::log_f32, ir::log1p_f32}) EXPECT_TRUE(std::isnan(f(nan)));
+  EXPECT_EQ(ir::expm1_f32(inf), inf);
+  EXPECT_EQ(ir::expm1_f32(-inf), -1.0f);
+  EXPECT_EQ(ir::expm1_f32(0.0f), 0.0f);
+  EXPECT_TRUE(std::signbit(ir::expm1_f32(-0.0f)));
+  EXPECT_EQ(ir::expm1_f32(1e-30f), 1e-30f);
+  EXPECT_EQ(ir::tanh_f32(inf), 1.0f);
+  EXPECT_EQ(ir::tanh_f32(-inf), -1.0f);
+  EXPECT_TRUE(std::signbit(ir::tanh_f32(-0.0f)) && ir::tanh_f32(-0.0f) == 0.0f);
+  EXPECT_EQ(ir::tanh_f32(1e-30f), 1e-30f);
+  EXPECT_EQ(ir::log_f32(1.0f), 0.0f);
+  EXPECT_EQ(ir::log_f32(0.0f), -inf);
+  EXPECT_EQ(ir::log_f32(-0.0f), -inf);
+  EXPECT_TRUE(std::isnan(ir::log_f32(-1.0f)));
+  EXPECT_EQ(ir::log_f32(inf), inf);
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  EXPECT_LE(ulp_error(ir::log_f32(tiny), std::log(static_cast<double>(tiny))), 2.0);
+  EXPECT_EQ(ir::log1p_f32(0.0f), 0.0f);
+  EXPECT_EQ(ir::log1p_f32(-1.0f), -inf);
+  EXPECT_TRUE(std::isnan(ir::log1p_f32(-2.0f)));
+  EXPECT_EQ(ir::log1p_f32(inf), inf);
+  EXPECT_EQ(ir::log1p_f32(1e-30f), 1e-30f);
 }
 
 }  // namespace

@@ -1,0 +1,102 @@
+"""FlexSN cores that compile through in-place ops and PyTorch's decompositions, against the eager scan they ran as before.
+
+    python3 bench/python/bench_flexsn_ops.py [--device cuda] [--steps 32] [--neurons 1048576]
+
+Each core uses ops that FlexSN used to refuse (it then warned and ran the core as an eager scan,
+one PyTorch call per op per step): in-place updates, softplus, gelu, elu. Milliseconds per
+training step (forward, backward against a gradient, reset; median of bursts) of the compiled
+kernels and of the eager scan of the same core (backend="torch"), and their ratio; the built-in
+LIFNode beside them as the yardstick of a fused neuron.
+"""
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import fmt, markdown_table, median_ms  # noqa: E402
+
+import spikejit  # noqa: E402
+
+SURROGATE = spikejit.surrogate.Sigmoid()
+
+
+def in_place_lif(x, v):
+    v = v.clone()
+    v.mul_(0.5).add_(x, alpha=0.5)
+    s = SURROGATE(v - 1.0)
+    v.mul_(1.0 - s)
+    return s, v
+
+
+def softplus_adaptive(x, v, a):
+    h = v + (x - v) * 0.5
+    s = SURROGATE(h - 1.0 - F.softplus(a, beta=4.0))
+    return s, h * (1.0 - s), 0.9 * a + 0.1 * s
+
+
+def gelu_elu(x, v):
+    h = 0.7 * v + F.gelu(x)
+    s = SURROGATE(h - 1.0)
+    return s, (h - s) + 0.1 * F.elu(-h)
+
+
+CORES = {"in-place LIF": (in_place_lif, 1), "softplus adaptive threshold": (softplus_adaptive, 2),
+         "gelu input, elu leak": (gelu_elu, 1)}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--neurons", type=int, default=None,
+                        help="N (default: 1048576 on CUDA, 65536 on the CPU)")
+    parser.add_argument("--calls", type=int, default=5, help="calls per burst")
+    parser.add_argument("--bursts", type=int, default=5)
+    parser.add_argument("--dry-run", action="store_true", help="tiny sizes, few calls (a check that it runs)")
+    args = parser.parse_args(argv)
+    if args.neurons is None:
+        args.neurons = 1 << 20 if args.device.startswith("cuda") else 1 << 16
+    if args.dry_run:
+        args.steps, args.neurons, args.calls, args.bursts = 4, 64, 2, 2
+    for name in ("steps", "neurons", "calls", "bursts"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}: expected a count >= 1, got {getattr(args, name)}")
+    return args
+
+
+def training_ms(node, x, grad, args, device):
+    xt = x.clone().requires_grad_()
+
+    def step():
+        xt.grad = None
+        node.reset()
+        node(xt).backward(grad)
+
+    return median_ms(step, device, args.calls, args.bursts)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    print(f"# FlexSN cores through decompositions, fp32, T = {args.steps}, N = {args.neurons}, {name}, "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"training step (forward, backward, reset), ms, median of {args.bursts} bursts of {args.calls} calls\n")
+    x = torch.randn(args.steps, args.neurons, device=device) + 0.5
+    grad = torch.randn_like(x)
+    builtin = spikejit.LIFNode(step_mode="m", surrogate_function=SURROGATE).to(device)
+    rows = [["built-in LIFNode", fmt(training_ms(builtin, x, grad, args, device)), "–", "–"]]
+    for label, (core, states) in CORES.items():
+        compiled = spikejit.FlexSN(core, 1, states, 1, strict=True)
+        eager = spikejit.FlexSN(core, 1, states, 1, backend="torch")
+        kernel_ms = training_ms(compiled, x, grad, args, device)
+        eager_ms = training_ms(eager, x, grad, args, device)
+        rows.append([label, fmt(kernel_ms), fmt(eager_ms), f"{eager_ms / kernel_ms:.1f}x"])
+    print(markdown_table(["core", "compiled ms", "eager scan ms (before)", "speed-up"], rows))
+
+
+if __name__ == "__main__":
+    main()

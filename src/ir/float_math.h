@@ -1,0 +1,142 @@
+// Branch-free float32 transcendentals for the CPU executor: no calls and no branches (selects
+// only), so that its lane loops vectorize them (libm's float functions are a scalar call per
+// lane, 5-10x slower there). Each is within a few ulp of the exact value (tests/cpp/
+// test_scalar_ops.cpp sweeps its range) and keeps the special values of libm's.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace spikejit::ir {
+
+inline float float_from_bits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// exp in float32 without branches or calls, so that the CPU executor's lane loops vectorize it
+// (libm's expf is a scalar call per lane). exp(x) = 2^n * exp(r) with n = round(x / ln 2) and
+// r = x - n ln 2 in [-ln2/2, ln2/2] (ln 2 split in two so that n * kLn2Hi is exact); exp(r) by its
+// Taylor polynomial of degree 7 (truncation error below 2^-27 relative); 2^n applied in two
+// factors so that results in the subnormal range round once. Within 2 ulp of the exact value;
+// NaN stays NaN, +inf gives +inf and -inf gives 0.
+inline float exp_f32(float x) {
+  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693145751953125f,
+                  kLn2Lo = 1.42860682030941723212e-6f, kRound = 12582912.0f;  // 1.5 * 2^23
+  float c = x > 89.0f ? 89.0f : x;  // NaN compares false and passes through
+  c = c < -104.0f ? -104.0f : c;
+  const float n = (c * kLog2e + kRound) - kRound;  // round to nearest under the default mode
+  const float r = (c - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t e = static_cast<int32_t>(n == n ? n : 0.0f);  // in [-150, 129]; NaN stays in p
+  const int32_t half = e / 2;
+  const float scale1 = float_from_bits(static_cast<uint32_t>(half + 127) << 23);
+  const float scale2 = float_from_bits(static_cast<uint32_t>(e - half + 127) << 23);
+  return p * scale1 * scale2;
+}
+
+inline uint32_t bits_from_float(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+// expm1 of c in [-30, 30] (the callers clamp): 2^n expm1(r) + (2^n - 1) with n and r as in
+// exp_f32, which keeps expm1's relative accuracy near 0 (exp(c) - 1 would cancel there);
+// expm1(r) by its Taylor polynomial of degree 9 (|r| <= ln2/2: truncation below 2^-36 relative).
+inline float expm1_reduced(float c) {
+  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693145751953125f,
+                  kLn2Lo = 1.42860682030941723212e-6f, kRound = 12582912.0f;
+  const float n = (c * kLog2e + kRound) - kRound;
+  const float r = (c - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.0f / 362880.0f;
+  p = p * r + 1.0f / 40320.0f;
+  p = p * r + 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = (p * r) * r + r;
+  const int32_t e = static_cast<int32_t>(n == n ? n : 0.0f);  // in [-44, 44]; NaN stays in p
+  const float scale = float_from_bits(static_cast<uint32_t>(e + 127) << 23);
+  return e == 0 ? p : p * scale + (scale - 1.0f);  // (n = 0: expm1(r) itself, -0 kept)
+}
+
+// expm1: above 30, exp(x) - 1 rounds to exp(x); below -30 it is -1. NaN stays NaN.
+inline float expm1_f32(float x) {
+  float c = x > 30.0f ? 30.0f : x;  // NaN compares false and passes through
+  c = c < -30.0f ? -30.0f : c;
+  const float reduced = expm1_reduced(c);
+  const float out = x > 30.0f ? exp_f32(x) : reduced;
+  return x == 0.0f ? x : out;  // expm1(-0) = -0
+}
+
+// tanh(x) = sign(x) u / (u + 2) with u = expm1(2|x|), accurate near 0 too; beyond |x| = 9.01 it
+// is +-1 in float32. NaN stays NaN; tanh(-0) = -0.
+inline float tanh_f32(float x) {
+  const float a = std::fabs(x);
+  const float c = a < 10.0f ? a : 10.0f;
+  const float u = expm1_reduced(2.0f * c);
+  const float t = std::copysign(u / (u + 2.0f), x);
+  return x != x ? x : t;
+}
+
+// 2 atanh(s) = log((1 + s) / (1 - s)) for |s| <= 0.1716, by its series to s^11 (truncation below
+// 2^-33 relative).
+inline float two_atanh_small(float s) {
+  const float z = s * s;
+  float p = 2.0f / 11.0f;
+  p = p * z + 2.0f / 9.0f;
+  p = p * z + 2.0f / 7.0f;
+  p = p * z + 2.0f / 5.0f;
+  p = p * z + 2.0f / 3.0f;
+  return (p * z) * s + 2.0f * s;
+}
+
+// log(x) = e ln 2 + log(m) with x = m 2^e, m in [sqrt(1/2), sqrt(2)), log(m) = 2 atanh(s) with
+// s = (m - 1) / (m + 1). Subnormal x is scaled by 2^23 first. log(0) = -inf, log(x < 0) = NaN,
+// log(inf) = inf.
+inline float log_f32(float x) {
+  constexpr float kLn2Hi = 0.693145751953125f, kLn2Lo = 1.42860682030941723212e-6f;
+  const bool subnormal = x < std::numeric_limits<float>::min();
+  const uint32_t bits = bits_from_float(subnormal ? x * 8388608.0f : x);
+  int32_t e = static_cast<int32_t>((bits >> 23) & 0xffu) - (subnormal ? 150 : 127);
+  float m = float_from_bits((bits & 0x007fffffu) | 0x3f800000u);  // [1, 2)
+  const bool high = m > 1.41421356f;
+  m = high ? m * 0.5f : m;
+  e = high ? e + 1 : e;
+  const float f = m - 1.0f;  // exact (Sterbenz)
+  const float log_m = two_atanh_small(f / (m + 1.0f));
+  const float fe = static_cast<float>(e);
+  const float result = fe * kLn2Hi + (log_m + fe * kLn2Lo);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  float out = x < 0.0f ? std::numeric_limits<float>::quiet_NaN() : result;
+  out = x == 0.0f ? -kInf : out;
+  out = x == kInf ? kInf : out;
+  return x != x ? x : out;
+}
+
+// log1p(x): where 1 + x is in log_f32's reduced range, 2 atanh(x / (2 + x)) straight from x (no
+// rounding of 1 + x); elsewhere log(u) + (x - (u - 1)) / u, u = 1 + x rounded, the second term
+// correcting that rounding (u - 1 and the difference are exact there). log1p(-1) = -inf, below
+// -1 NaN, log1p(inf) = inf.
+inline float log1p_f32(float x) {
+  const float near = two_atanh_small(x / (2.0f + x));
+  const float u = 1.0f + x;
+  const float far = log_f32(u) + (u == 0.0f ? 0.0f : (x - (u - 1.0f)) / u);
+  const float out = (x > -0.29289322f && x < 0.41421356f) ? near : far;
+  return x == std::numeric_limits<float>::infinity() ? x : out;
+}
+
+}  // namespace spikejit::ir
