@@ -48,6 +48,12 @@ inline F log1p_of(F x) {
 }
 
 template <class F>
+inline F erf_of(F x) {
+  if constexpr (std::is_same_v<F, float>) return erf_f32(x);
+  else return std::erf(x);
+}
+
+template <class F>
 inline F tanh_of(F x) {
   if constexpr (std::is_same_v<F, float>) return tanh_f32(x);
   else return std::tanh(x);
@@ -85,7 +91,7 @@ inline F apply_op(Op op, F a, F b, F c) {
     case Op::Tanh: return tanh_of(a);
     case Op::Sin: return std::sin(a);
     case Op::Cos: return std::cos(a);
-    case Op::Erf: return std::erf(a);
+    case Op::Erf: return erf_of(a);
     case Op::Abs: return std::fabs(a);
     case Op::Relu: return std::isnan(a) ? a : (a > F(0) ? a : F(0));
     case Op::Sign: return std::isnan(a) ? a : F((a > F(0)) - (a < F(0)));

@@ -1,5 +1,5 @@
 // The branch-free float32 transcendentals of ir/float_math.h (what the CPU executor's Exp,
-// Sigmoid, Expm1, Tanh, Log and Log1p use) against libm's double precision, over their ranges
+// Sigmoid, Expm1, Tanh, Log, Log1p and Erf use) against libm's double precision, over their ranges
 // (a stride through every float), and their special values.
 #include <gtest/gtest.h>
 
@@ -126,9 +126,23 @@ TEST(ScalarOps, Log1pF32IsWithinTwoUlp) {
   EXPECT_LE(worst, 2.0) << "at x = " << at;
 }
 
-TEST(ScalarOps, Expm1TanhLogLog1pSpecialValues) {
+TEST(ScalarOps, ErfF32IsWithinThreeUlp) {
+  float at = 0;
+  int64_t checked = 0;
+  const double worst = worst_ulp_error(ir::erf_f32, [](double x) { return std::erf(x); }, -10.0f, 10.0f, &at,
+                                       &checked);
+  EXPECT_GT(checked, 10'000'000);
+  EXPECT_LE(worst, 3.0) << "at x = " << at;
+}
+
+TEST(ScalarOps, Expm1TanhLogLog1pErfSpecialValues) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  for (auto f : {ir::expm1_f32, ir::tanh_f32, ir::log_f32, ir::log1p_f32}) EXPECT_TRUE(std::isnan(f(nan)));
+  for (auto f : {ir::expm1_f32, ir::tanh_f32, ir::log_f32, ir::log1p_f32, ir::erf_f32}) {
+    EXPECT_TRUE(std::isnan(f(nan)));
+  }
+  EXPECT_EQ(ir::erf_f32(inf), 1.0f);
+  EXPECT_EQ(ir::erf_f32(-inf), -1.0f);
+  EXPECT_TRUE(std::signbit(ir::erf_f32(-0.0f)) && ir::erf_f32(-0.0f) == 0.0f);
   EXPECT_EQ(ir::expm1_f32(inf), inf);
   EXPECT_EQ(ir::expm1_f32(-inf), -1.0f);
   EXPECT_EQ(ir::expm1_f32(0.0f), 0.0f);

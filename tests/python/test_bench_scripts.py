@@ -137,3 +137,10 @@ def test_forward_mode_bench_dry_run_measures_every_call():
     for row in ("| 4 | inference |", "| 4 | training (forward + backward) |", "| 4 | jvp, spikejit kernels |",
                 "| 4 | jvp, eager scan (PyTorch forward mode) |"):
         assert row in out, out
+
+
+def test_flexsn_ops_bench_dry_run_measures_every_core():
+    out = run_bench("bench_flexsn_ops.py", "--dry-run", "--device", "cpu")
+    for row in ("| built-in LIFNode |", "| in-place LIF |", "| softplus adaptive threshold |",
+                "| gelu input, elu leak |"):
+        assert row in out, out
