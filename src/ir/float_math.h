@@ -1,6 +1,6 @@
 // Branch-free float32 transcendentals for the CPU executor: no calls and no branches (selects
 // only), so that its lane loops vectorize them (libm's float functions are a scalar call per
-// lane, 5-10x slower there). Each is within a few ulp of the exact value (tests/cpp/
+// lane, 5-10x slower there). Each is within 2-3.5 ulp of the exact value (tests/cpp/
 // test_scalar_ops.cpp sweeps its range) and keeps the special values of libm's.
 #pragma once
 
@@ -175,5 +175,39 @@ inline float erf_f32(float x) {
   const float r = std::copysign(a < 0.875f ? series : tail, x);
   return x != x ? x : r;
 }
+
+// atan: |x| reduced to |t| <= tan(pi/8) (atan x = pi/4 + atan((x - 1) / (x + 1)) up to tan(3pi/8),
+// pi/2 - atan(1 / x) above), then its Taylor series t - t^3/3 + ... to t^23 (truncation below 2^-33
+// relative); pi/4 and pi/2 split in two so that their rounding does not add up. NaN stays NaN,
+// atan(+-inf) = +-pi/2, atan(-0) = -0.
+inline float atan_f32(float x) {
+  constexpr float kPi2Hi = 1.57079637f, kPi2Lo = -4.37113883e-8f;  // pi/2 = kPi2Hi + kPi2Lo
+  const float a = std::fabs(x);
+  const bool big = a > 2.41421356f, mid = a > 0.41421356f;
+  const float t = big ? -1.0f / a : (mid ? (a - 1.0f) / (a + 1.0f) : a);
+  const float z = t * t;
+  float p = -0.0434782609f;
+  p = p * z + 0.0476190476f;
+  p = p * z - 0.0526315789f;
+  p = p * z + 0.0588235294f;
+  p = p * z - 0.0666666667f;
+  p = p * z + 0.0769230769f;
+  p = p * z - 0.0909090909f;
+  p = p * z + 0.111111111f;
+  p = p * z - 0.142857143f;
+  p = p * z + 0.2f;
+  p = p * z - 0.333333333f;
+  p = (p * z) * t + t;
+  const float hi = big ? kPi2Hi : (mid ? 0.5f * kPi2Hi : 0.0f);
+  const float lo = big ? kPi2Lo : (mid ? 0.5f * kPi2Lo : 0.0f);
+  const float r = std::copysign(hi + (p + lo), x);
+  return x != x ? x : r;
+}
+
+// asin(x) = atan(x / sqrt((1 - x)(1 + x))), acos(x) = 2 atan(sqrt((1 - x) / (1 + x))): NaN beyond
+// [-1, 1] (a negative square root), asin(+-1) = +-pi/2, acos(-1) = pi.
+inline float asin_f32(float x) { return atan_f32(x / std::sqrt((1.0f - x) * (1.0f + x))); }
+
+inline float acos_f32(float x) { return 2.0f * atan_f32(std::sqrt((1.0f - x) / (1.0f + x))); }
 
 }  // namespace spikejit::ir

@@ -54,6 +54,24 @@ inline F erf_of(F x) {
 }
 
 template <class F>
+inline F atan_of(F x) {
+  if constexpr (std::is_same_v<F, float>) return atan_f32(x);
+  else return std::atan(x);
+}
+
+template <class F>
+inline F asin_of(F x) {
+  if constexpr (std::is_same_v<F, float>) return asin_f32(x);
+  else return std::asin(x);
+}
+
+template <class F>
+inline F acos_of(F x) {
+  if constexpr (std::is_same_v<F, float>) return acos_f32(x);
+  else return std::acos(x);
+}
+
+template <class F>
 inline F tanh_of(F x) {
   if constexpr (std::is_same_v<F, float>) return tanh_f32(x);
   else return std::tanh(x);
@@ -103,9 +121,9 @@ inline F apply_op(Op op, F a, F b, F c) {
     case Op::Exp2: return std::exp2(a);
     case Op::Log10: return std::log10(a);
     case Op::Tan: return std::tan(a);
-    case Op::Atan: return std::atan(a);
-    case Op::Asin: return std::asin(a);
-    case Op::Acos: return std::acos(a);
+    case Op::Atan: return atan_of(a);
+    case Op::Asin: return asin_of(a);
+    case Op::Acos: return acos_of(a);
     case Op::Sinh: return std::sinh(a);
     case Op::Cosh: return std::cosh(a);
     case Op::Asinh: return std::asinh(a);

@@ -1,6 +1,6 @@
 // The branch-free float32 transcendentals of ir/float_math.h (what the CPU executor's Exp,
-// Sigmoid, Expm1, Tanh, Log, Log1p and Erf use) against libm's double precision, over their ranges
-// (a stride through every float), and their special values.
+// Sigmoid, Expm1, Tanh, Log, Log1p, Erf, Atan, Asin and Acos use) against libm's double
+// precision, over their ranges (a stride through every float), and their special values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -135,11 +135,39 @@ TEST(ScalarOps, ErfF32IsWithinThreeUlp) {
   EXPECT_LE(worst, 3.0) << "at x = " << at;
 }
 
-TEST(ScalarOps, Expm1TanhLogLog1pErfSpecialValues) {
+TEST(ScalarOps, AtanAsinAcosF32AreWithinThreeAndAHalfUlp) {
+  struct Case {
+    const char* name;
+    float (*f)(float);
+    double (*exact)(double);
+    float lo, hi;
+    double bound;  // the division of the reduction and, for asin and acos, the square root add their roundings
+  };
+  for (const Case& c : {Case{"atan", ir::atan_f32, [](double x) { return std::atan(x); }, -1e30f, 1e30f, 2.5},
+                        Case{"asin", ir::asin_f32, [](double x) { return std::asin(x); }, -1.0f, 1.0f, 3.5},
+                        Case{"acos", ir::acos_f32, [](double x) { return std::acos(x); }, -1.0f, 1.0f, 3.0}}) {
+    float at = 0;
+    int64_t checked = 0;
+    const double worst = worst_ulp_error(c.f, c.exact, c.lo, c.hi, &at, &checked);
+    EXPECT_GT(checked, 1'000'000) << c.name;
+    EXPECT_LE(worst, c.bound) << c.name << " at x = " << at;
+  }
+}
+
+TEST(ScalarOps, SpecialValuesOfTheOtherFunctions) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   for (auto f : {ir::expm1_f32, ir::tanh_f32, ir::log_f32, ir::log1p_f32, ir::erf_f32}) {
     EXPECT_TRUE(std::isnan(f(nan)));
   }
+  for (auto f : {ir::atan_f32, ir::asin_f32, ir::acos_f32}) EXPECT_TRUE(std::isnan(f(nan)));
+  EXPECT_EQ(ir::atan_f32(inf), static_cast<float>(M_PI / 2));
+  EXPECT_EQ(ir::atan_f32(-inf), static_cast<float>(-M_PI / 2));
+  EXPECT_TRUE(std::signbit(ir::atan_f32(-0.0f)) && ir::atan_f32(-0.0f) == 0.0f);
+  EXPECT_EQ(ir::asin_f32(1.0f), static_cast<float>(M_PI / 2));
+  EXPECT_EQ(ir::asin_f32(-1.0f), static_cast<float>(-M_PI / 2));
+  EXPECT_EQ(ir::acos_f32(-1.0f), static_cast<float>(M_PI));
+  EXPECT_EQ(ir::acos_f32(1.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(ir::asin_f32(1.5f)) && std::isnan(ir::acos_f32(-1.5f)));
   EXPECT_EQ(ir::erf_f32(inf), 1.0f);
   EXPECT_EQ(ir::erf_f32(-inf), -1.0f);
   EXPECT_TRUE(std::signbit(ir::erf_f32(-0.0f)) && ir::erf_f32(-0.0f) == 0.0f);
