@@ -19,67 +19,20 @@ inline F round_half_even(F x) {
   return std::nearbyint(x);
 }
 
-template <class F>
-inline F exp_of(F x) {
+// `float32(x)`, a branch-free form of float_math.h that the executor's lane loops vectorize, for
+// float; `libm(x)` for double.
+template <class F, class Float32, class Libm>
+inline F by_precision(F x, Float32 float32, Libm libm) {
   if constexpr (std::is_same_v<F, float>) {
-    return exp_f32(x);
+    return float32(x);
   } else {
-    return std::exp(x);
+    return libm(x);
   }
-}
-
-// The float32 forms of float_math.h (vectorizable); double precision takes libm's.
-template <class F>
-inline F expm1_of(F x) {
-  if constexpr (std::is_same_v<F, float>) return expm1_f32(x);
-  else return std::expm1(x);
-}
-
-template <class F>
-inline F log_of(F x) {
-  if constexpr (std::is_same_v<F, float>) return log_f32(x);
-  else return std::log(x);
-}
-
-template <class F>
-inline F log1p_of(F x) {
-  if constexpr (std::is_same_v<F, float>) return log1p_f32(x);
-  else return std::log1p(x);
-}
-
-template <class F>
-inline F erf_of(F x) {
-  if constexpr (std::is_same_v<F, float>) return erf_f32(x);
-  else return std::erf(x);
-}
-
-template <class F>
-inline F atan_of(F x) {
-  if constexpr (std::is_same_v<F, float>) return atan_f32(x);
-  else return std::atan(x);
-}
-
-template <class F>
-inline F asin_of(F x) {
-  if constexpr (std::is_same_v<F, float>) return asin_f32(x);
-  else return std::asin(x);
-}
-
-template <class F>
-inline F acos_of(F x) {
-  if constexpr (std::is_same_v<F, float>) return acos_f32(x);
-  else return std::acos(x);
-}
-
-template <class F>
-inline F tanh_of(F x) {
-  if constexpr (std::is_same_v<F, float>) return tanh_f32(x);
-  else return std::tanh(x);
 }
 
 template <class F>
 inline F sigmoid(F x) {
-  return F(1) / (F(1) + exp_of(-x));
+  return F(1) / (F(1) + by_precision(-x, exp_f32, [](F v) { return std::exp(v); }));
 }
 
 // Applies `op` to a, b, c (unused ones ignored). `op` must not be a leaf or Spike's surrogate
@@ -100,30 +53,30 @@ inline F apply_op(Op op, F a, F b, F c) {
     case Op::Max: return (std::isnan(a) || std::isnan(b)) ? a + b : (a > b ? a : b);
     // Like torch.clamp: min(max(x, lo), hi), so hi wins when lo > hi.
     case Op::Clamp: return std::isnan(a) ? a : std::min(std::max(a, b), c);
-    case Op::Exp: return exp_of(a);
-    case Op::Log: return log_of(a);
+    case Op::Exp: return by_precision(a, exp_f32, [](F v) { return std::exp(v); });
+    case Op::Log: return by_precision(a, log_f32, [](F v) { return std::log(v); });
     case Op::Log2: return std::log2(a);
     case Op::Sqrt: return std::sqrt(a);
     case Op::Rsqrt: return F(1) / std::sqrt(a);
     case Op::Sigmoid: return sigmoid(a);
-    case Op::Tanh: return tanh_of(a);
+    case Op::Tanh: return by_precision(a, tanh_f32, [](F v) { return std::tanh(v); });
     case Op::Sin: return std::sin(a);
     case Op::Cos: return std::cos(a);
-    case Op::Erf: return erf_of(a);
+    case Op::Erf: return by_precision(a, erf_f32, [](F v) { return std::erf(v); });
     case Op::Abs: return std::fabs(a);
     case Op::Relu: return std::isnan(a) ? a : (a > F(0) ? a : F(0));
     case Op::Sign: return std::isnan(a) ? a : F((a > F(0)) - (a < F(0)));
     case Op::Round: return round_half_even(a);
     case Op::Floor: return std::floor(a);
     case Op::Ceil: return std::ceil(a);
-    case Op::Log1p: return log1p_of(a);
-    case Op::Expm1: return expm1_of(a);
+    case Op::Log1p: return by_precision(a, log1p_f32, [](F v) { return std::log1p(v); });
+    case Op::Expm1: return by_precision(a, expm1_f32, [](F v) { return std::expm1(v); });
     case Op::Exp2: return std::exp2(a);
     case Op::Log10: return std::log10(a);
     case Op::Tan: return std::tan(a);
-    case Op::Atan: return atan_of(a);
-    case Op::Asin: return asin_of(a);
-    case Op::Acos: return acos_of(a);
+    case Op::Atan: return by_precision(a, atan_f32, [](F v) { return std::atan(v); });
+    case Op::Asin: return by_precision(a, asin_f32, [](F v) { return std::asin(v); });
+    case Op::Acos: return by_precision(a, acos_f32, [](F v) { return std::acos(v); });
     case Op::Sinh: return std::sinh(a);
     case Op::Cosh: return std::cosh(a);
     case Op::Asinh: return std::asinh(a);
