@@ -3,6 +3,8 @@ in-place ops (traced functionalized) and the ops FlexSN compiles through PyTorch
 decompositions. Each core compiles under strict=True, and its values and gradients equal an
 eager loop of the same core: in fp64 on the CPU (to rounding: the translations are exact
 formulas) and in fp32 on CUDA."""
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -153,3 +155,40 @@ def test_an_op_whose_decomposition_needs_an_unsupported_op_is_named_itself():
     with pytest.raises(spikejit.UnsupportedCoreError) as info:
         spikejit.FlexSN(core, 1, 1, 1, strict=True)
     assert info.value.op == "aten.copysign.Tensor"
+
+
+class InPlaceCoreWithParameters(torch.nn.Module):
+    """A learnable scalar decay and per-neuron threshold, the state updated in place."""
+
+    def __init__(self, neurons):
+        super().__init__()
+        self.decay = torch.nn.Parameter(torch.tensor(0.6))
+        self.threshold = torch.nn.Parameter(torch.linspace(0.5, 1.2, neurons))
+
+    def forward(self, x, v):
+        h = v.clone()
+        h.mul_(self.decay).add_(x)
+        s = spikejit.surrogate.Sigmoid()(h - self.threshold)
+        h.mul_(1.0 - s)
+        return s, h
+
+
+def test_an_in_place_core_keeps_its_module_parameters_learnable():
+    """Functionalization must not turn the core's parameters into constants: they stay IR
+    parameters, read at each call, with the gradients of eager autograd."""
+    neurons = 12
+    core = InPlaceCoreWithParameters(neurons)
+    node = spikejit.FlexSN(core, 1, 1, 1, strict=True, example_inputs=[torch.zeros(neurons)] * 2)
+    assert node.program.canonical().count("param ") == 2
+    x = random_input(7, neurons, dtype=torch.float64)
+    node.double()
+    reference = copy.deepcopy(core)
+    node(x).sum().backward()
+    v = torch.zeros(neurons, dtype=torch.float64)
+    spikes = []
+    for t in range(x.shape[0]):
+        s, v = reference(x[t], v)
+        spikes.append(s)
+    torch.stack(spikes).sum().backward()
+    for got, want in ((core.decay.grad, reference.decay.grad), (core.threshold.grad, reference.threshold.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
