@@ -210,4 +210,52 @@ inline float asin_f32(float x) { return atan_f32(x / std::sqrt((1.0f - x) * (1.0
 
 inline float acos_f32(float x) { return 2.0f * atan_f32(std::sqrt((1.0f - x) / (1.0f + x))); }
 
+// Where exp(|x|) overflows but sinh and cosh do not (|x| in (88, 89.4]): exp(|x|) / 2 as
+// (exp(|x| / 2) / 2) exp(|x| / 2).
+inline float half_exp_large(float a) {
+  const float h = exp_f32(0.5f * a);
+  return (0.5f * h) * h;
+}
+
+// sinh(x) = sign(x) (E + E / (E + 1)) / 2 with E = expm1(|x|): accurate near 0 too.
+inline float sinh_f32(float x) {
+  const float a = std::fabs(x);
+  const float e = expm1_f32(a);
+  const float r = a < 88.0f ? 0.5f * (e + e / (e + 1.0f)) : half_exp_large(a);
+  return std::copysign(r, x);  // NaN takes the second branch and stays NaN
+}
+
+// cosh(x) = (e + 1 / e) / 2 with e = exp(|x|).
+inline float cosh_f32(float x) {
+  const float a = std::fabs(x);
+  const float e = exp_f32(a);
+  return a < 88.0f ? 0.5f * (e + 1.0f / e) : half_exp_large(a);
+}
+
+// atanh(x) = sign(x) log1p(2|x| / (1 - |x|)) / 2, the argument written 2a + 2a^2 / (1 - a) below
+// 0.5 (its large part exact). atanh(+-1) = +-inf; NaN beyond (a log1p below -1).
+inline float atanh_f32(float x) {
+  const float a = std::fabs(x);
+  const float t = a + a;
+  const float arg = a < 0.5f ? t + t * a / (1.0f - a) : t / (1.0f - a);
+  return std::copysign(0.5f * log1p_f32(arg), x);
+}
+
+// asinh(x) = sign(x) log1p(a + a^2 / (1 + sqrt(1 + a^2))), a = |x|; log(a) + log(2) from 2^12 on,
+// where a^2 + 1 rounds to a^2 (and before it overflows).
+inline float asinh_f32(float x) {
+  constexpr float kLn2 = 0.693147181f;
+  const float a = std::fabs(x);
+  const float small = log1p_f32(a + a * a / (1.0f + std::sqrt(1.0f + a * a)));
+  return std::copysign(a < 4096.0f ? small : log_f32(a) + kLn2, x);
+}
+
+// acosh(x) = log1p(t + sqrt(2t + t^2)), t = x - 1; log(x) + log(2) from 2^12 on. NaN below 1.
+inline float acosh_f32(float x) {
+  constexpr float kLn2 = 0.693147181f;
+  const float t = x - 1.0f;
+  const float r = x < 4096.0f ? log1p_f32(t + std::sqrt(t + t + t * t)) : log_f32(x) + kLn2;
+  return x < 1.0f ? std::numeric_limits<float>::quiet_NaN() : r;
+}
+
 }  // namespace spikejit::ir

@@ -77,11 +77,11 @@ inline F apply_op(Op op, F a, F b, F c) {
     case Op::Atan: return by_precision(a, atan_f32, [](F v) { return std::atan(v); });
     case Op::Asin: return by_precision(a, asin_f32, [](F v) { return std::asin(v); });
     case Op::Acos: return by_precision(a, acos_f32, [](F v) { return std::acos(v); });
-    case Op::Sinh: return std::sinh(a);
-    case Op::Cosh: return std::cosh(a);
-    case Op::Asinh: return std::asinh(a);
-    case Op::Acosh: return std::acosh(a);
-    case Op::Atanh: return std::atanh(a);
+    case Op::Sinh: return by_precision(a, sinh_f32, [](F v) { return std::sinh(v); });
+    case Op::Cosh: return by_precision(a, cosh_f32, [](F v) { return std::cosh(v); });
+    case Op::Asinh: return by_precision(a, asinh_f32, [](F v) { return std::asinh(v); });
+    case Op::Acosh: return by_precision(a, acosh_f32, [](F v) { return std::acosh(v); });
+    case Op::Atanh: return by_precision(a, atanh_f32, [](F v) { return std::atanh(v); });
     case Op::Erfc: return std::erfc(a);
     case Op::Atan2: return std::atan2(a, b);
     case Op::Hypot: return std::hypot(a, b);

@@ -1,6 +1,7 @@
 // The branch-free float32 transcendentals of ir/float_math.h (what the CPU executor's Exp,
-// Sigmoid, Expm1, Tanh, Log, Log1p, Erf, Atan, Asin and Acos use) against libm's double
-// precision, over their ranges (a stride through every float), and their special values.
+// Sigmoid, Expm1, Tanh, Log, Log1p, Erf, Atan, Asin, Acos, Sinh, Cosh, Atanh, Asinh and Acosh
+// use) against libm's double precision, over their ranges (a stride through every float), and
+// their special values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -106,7 +107,12 @@ TEST(ScalarOps, EachFunctionIsWithinItsUlpBound) {
                         Case{"erf", ir::erf_f32, [](double x) { return std::erf(x); }, -10.0f, 10.0f, 3.0},
                         Case{"atan", ir::atan_f32, [](double x) { return std::atan(x); }, -1e30f, 1e30f, 2.5},
                         Case{"asin", ir::asin_f32, [](double x) { return std::asin(x); }, -1.0f, 1.0f, 3.5},
-                        Case{"acos", ir::acos_f32, [](double x) { return std::acos(x); }, -1.0f, 1.0f, 3.0}}) {
+                        Case{"acos", ir::acos_f32, [](double x) { return std::acos(x); }, -1.0f, 1.0f, 3.0},
+                        Case{"sinh", ir::sinh_f32, [](double x) { return std::sinh(x); }, -89.4f, 89.4f, 3.0},
+                        Case{"cosh", ir::cosh_f32, [](double x) { return std::cosh(x); }, -89.4f, 89.4f, 3.0},
+                        Case{"atanh", ir::atanh_f32, [](double x) { return std::atanh(x); }, -1.0f, 1.0f, 3.0},
+                        Case{"asinh", ir::asinh_f32, [](double x) { return std::asinh(x); }, -1e30f, 1e30f, 3.0},
+                        Case{"acosh", ir::acosh_f32, [](double x) { return std::acosh(x); }, 1.0f, 1e30f, 3.0}}) {
     float at = 0;
     int64_t checked = 0;
     const double worst = worst_ulp_error(c.f, c.exact, c.lo, c.hi, &at, &checked);
@@ -129,6 +135,23 @@ TEST(ScalarOps, SpecialValuesOfTheOtherFunctions) {
   EXPECT_EQ(ir::acos_f32(-1.0f), static_cast<float>(M_PI));
   EXPECT_EQ(ir::acos_f32(1.0f), 0.0f);
   EXPECT_TRUE(std::isnan(ir::asin_f32(1.5f)) && std::isnan(ir::acos_f32(-1.5f)));
+  for (auto f : {ir::sinh_f32, ir::cosh_f32, ir::atanh_f32, ir::asinh_f32, ir::acosh_f32}) {
+    EXPECT_TRUE(std::isnan(f(nan)));
+  }
+  EXPECT_EQ(ir::sinh_f32(inf), inf);
+  EXPECT_EQ(ir::sinh_f32(-inf), -inf);
+  EXPECT_EQ(ir::sinh_f32(100.0f), inf);
+  EXPECT_TRUE(std::signbit(ir::sinh_f32(-0.0f)) && ir::sinh_f32(-0.0f) == 0.0f);
+  EXPECT_EQ(ir::cosh_f32(0.0f), 1.0f);
+  EXPECT_EQ(ir::cosh_f32(-inf), inf);
+  EXPECT_EQ(ir::atanh_f32(1.0f), inf);
+  EXPECT_EQ(ir::atanh_f32(-1.0f), -inf);
+  EXPECT_TRUE(std::isnan(ir::atanh_f32(1.5f)));
+  EXPECT_EQ(ir::asinh_f32(-inf), -inf);
+  EXPECT_TRUE(std::signbit(ir::asinh_f32(-0.0f)));
+  EXPECT_EQ(ir::acosh_f32(1.0f), 0.0f);
+  EXPECT_EQ(ir::acosh_f32(inf), inf);
+  EXPECT_TRUE(std::isnan(ir::acosh_f32(0.5f)) && std::isnan(ir::acosh_f32(-1e6f)));
   EXPECT_EQ(ir::erf_f32(inf), 1.0f);
   EXPECT_EQ(ir::erf_f32(-inf), -1.0f);
   EXPECT_TRUE(std::signbit(ir::erf_f32(-0.0f)) && ir::erf_f32(-0.0f) == 0.0f);
