@@ -6,30 +6,38 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
+
+#include "common/float16.h"
 
 namespace spikejit::ir {
 
-inline float float_from_bits(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
+using detail::bits_float;
+using detail::float_bits;
 
-// exp in float32 without branches or calls, so that the CPU executor's lane loops vectorize it
-// (libm's expf is a scalar call per lane). exp(x) = 2^n * exp(r) with n = round(x / ln 2) and
-// r = x - n ln 2 in [-ln2/2, ln2/2] (ln 2 split in two so that n * kLn2Hi is exact); exp(r) by its
-// Taylor polynomial of degree 7 (truncation error below 2^-27 relative); 2^n applied in two
-// factors so that results in the subnormal range round once. Within 2 ulp of the exact value;
-// NaN stays NaN, +inf gives +inf and -inf gives 0.
-inline float exp_f32(float x) {
+// c = n ln 2 + r with n = round(c / ln 2) and r in [-ln2/2, ln2/2]; ln 2 is split in two so that
+// n * kLn2Hi is exact. The reduction of exp_f32 and expm1_reduced.
+struct Ln2Reduced {
+  float n, r;
+};
+
+inline Ln2Reduced reduce_by_ln2(float c) {
   constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693145751953125f,
                   kLn2Lo = 1.42860682030941723212e-6f, kRound = 12582912.0f;  // 1.5 * 2^23
+  const float n = (c * kLog2e + kRound) - kRound;  // round to nearest under the default mode
+  return {n, (c - n * kLn2Hi) - n * kLn2Lo};
+}
+
+// n as an int32 (0 for NaN, which the caller's polynomial carries instead).
+inline int32_t exponent_of(float n) { return static_cast<int32_t>(n == n ? n : 0.0f); }
+
+// exp(x) = 2^n * exp(r) (reduce_by_ln2); exp(r) by its Taylor polynomial of degree 7 (truncation
+// error below 2^-27 relative); 2^n applied in two factors so that results in the subnormal range
+// round once. Within 2 ulp of the exact value; NaN stays NaN, +inf gives +inf and -inf gives 0.
+inline float exp_f32(float x) {
   float c = x > 89.0f ? 89.0f : x;  // NaN compares false and passes through
   c = c < -104.0f ? -104.0f : c;
-  const float n = (c * kLog2e + kRound) - kRound;  // round to nearest under the default mode
-  const float r = (c - n * kLn2Hi) - n * kLn2Lo;
+  const auto [n, r] = reduce_by_ln2(c);
   float p = 1.0f / 5040.0f;
   p = p * r + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
@@ -38,27 +46,18 @@ inline float exp_f32(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const int32_t e = static_cast<int32_t>(n == n ? n : 0.0f);  // in [-150, 129]; NaN stays in p
+  const int32_t e = exponent_of(n);  // in [-150, 129]
   const int32_t half = e / 2;
-  const float scale1 = float_from_bits(static_cast<uint32_t>(half + 127) << 23);
-  const float scale2 = float_from_bits(static_cast<uint32_t>(e - half + 127) << 23);
+  const float scale1 = bits_float(static_cast<uint32_t>(half + 127) << 23);
+  const float scale2 = bits_float(static_cast<uint32_t>(e - half + 127) << 23);
   return p * scale1 * scale2;
 }
 
-inline uint32_t bits_from_float(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return bits;
-}
-
-// expm1 of c in [-30, 30] (the callers clamp): 2^n expm1(r) + (2^n - 1) with n and r as in
-// exp_f32, which keeps expm1's relative accuracy near 0 (exp(c) - 1 would cancel there);
-// expm1(r) by its Taylor polynomial of degree 9 (|r| <= ln2/2: truncation below 2^-36 relative).
+// expm1 of c in [-30, 30] (the callers clamp): 2^n expm1(r) + (2^n - 1) (reduce_by_ln2), which
+// keeps expm1's relative accuracy near 0 (exp(c) - 1 would cancel there); expm1(r) by its Taylor
+// polynomial of degree 9 (|r| <= ln2/2: truncation below 2^-36 relative).
 inline float expm1_reduced(float c) {
-  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693145751953125f,
-                  kLn2Lo = 1.42860682030941723212e-6f, kRound = 12582912.0f;
-  const float n = (c * kLog2e + kRound) - kRound;
-  const float r = (c - n * kLn2Hi) - n * kLn2Lo;
+  const auto [n, r] = reduce_by_ln2(c);
   float p = 1.0f / 362880.0f;
   p = p * r + 1.0f / 40320.0f;
   p = p * r + 1.0f / 5040.0f;
@@ -68,8 +67,8 @@ inline float expm1_reduced(float c) {
   p = p * r + 1.0f / 6.0f;
   p = p * r + 0.5f;
   p = (p * r) * r + r;
-  const int32_t e = static_cast<int32_t>(n == n ? n : 0.0f);  // in [-44, 44]; NaN stays in p
-  const float scale = float_from_bits(static_cast<uint32_t>(e + 127) << 23);
+  const int32_t e = exponent_of(n);  // in [-44, 44]
+  const float scale = bits_float(static_cast<uint32_t>(e + 127) << 23);
   return e == 0 ? p : p * scale + (scale - 1.0f);  // (n = 0: expm1(r) itself, -0 kept)
 }
 
@@ -110,9 +109,9 @@ inline float two_atanh_small(float s) {
 inline float log_f32(float x) {
   constexpr float kLn2Hi = 0.693145751953125f, kLn2Lo = 1.42860682030941723212e-6f;
   const bool subnormal = x < std::numeric_limits<float>::min();
-  const uint32_t bits = bits_from_float(subnormal ? x * 8388608.0f : x);
+  const uint32_t bits = float_bits(subnormal ? x * 8388608.0f : x);
   int32_t e = static_cast<int32_t>((bits >> 23) & 0xffu) - (subnormal ? 150 : 127);
-  float m = float_from_bits((bits & 0x007fffffu) | 0x3f800000u);  // [1, 2)
+  float m = bits_float((bits & 0x007fffffu) | 0x3f800000u);  // [1, 2)
   const bool high = m > 1.41421356f;
   m = high ? m * 0.5f : m;
   e = high ? e + 1 : e;
