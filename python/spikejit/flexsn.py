@@ -256,7 +256,7 @@ class FlexSN(StatefulModule):
             if example_inputs is None:
                 examples = [torch.zeros(1, device=device) for _ in range(count)]
             else:
-                examples = [e.clone() for e in example_inputs]
+                examples = [e.clone() for e in example_inputs]  # tracing an in-place core writes them
                 device = examples[0].device
             compiled = _CompiledCore(self.core, self.num_inputs, self.num_states, self.num_outputs, examples)
             try:

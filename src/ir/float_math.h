@@ -53,9 +53,11 @@ inline float exp_f32(float x) {
   return p * scale1 * scale2;
 }
 
-// expm1 of c in [-30, 30] (the callers clamp): 2^n expm1(r) + (2^n - 1) (reduce_by_ln2), which
+// expm1 of c in [-30, 89] (the callers clamp): 2^n expm1(r) + (2^n - 1) (reduce_by_ln2), which
 // keeps expm1's relative accuracy near 0 (exp(c) - 1 would cancel there); expm1(r) by its Taylor
-// polynomial of degree 9 (|r| <= ln2/2: truncation below 2^-36 relative).
+// polynomial of degree 9 (|r| <= ln2/2: truncation below 2^-36 relative). From n = 25 on the -1 is
+// below half an ulp: (expm1(r) + 1) 2^n, with 2^n in two factors as in exp_f32, so that it
+// overflows only where expm1 does.
 inline float expm1_reduced(float c) {
   const auto [n, r] = reduce_by_ln2(c);
   float p = 1.0f / 362880.0f;
@@ -67,17 +69,20 @@ inline float expm1_reduced(float c) {
   p = p * r + 1.0f / 6.0f;
   p = p * r + 0.5f;
   p = (p * r) * r + r;
-  const int32_t e = exponent_of(n);  // in [-44, 44]
-  const float scale = bits_float(static_cast<uint32_t>(e + 127) << 23);
-  return e == 0 ? p : p * scale + (scale - 1.0f);  // (n = 0: expm1(r) itself, -0 kept)
+  const int32_t e = exponent_of(n);  // in [-44, 129]
+  const int32_t half = e / 2;
+  const float scale1 = bits_float(static_cast<uint32_t>(half + 127) << 23);
+  const float scale2 = bits_float(static_cast<uint32_t>(e - half + 127) << 23);
+  const float scale = scale1 * scale2;
+  const float large = ((p + 1.0f) * scale1) * scale2;
+  return e == 0 ? p : (e > 24 ? large : p * scale + (scale - 1.0f));  // (n = 0: expm1(r), -0 kept)
 }
 
-// expm1: above 30, exp(x) - 1 rounds to exp(x); below -30 it is -1. NaN stays NaN.
+// expm1: -1 below -30 (in float32), inf above 88.72. NaN stays NaN.
 inline float expm1_f32(float x) {
-  float c = x > 30.0f ? 30.0f : x;  // NaN compares false and passes through
+  float c = x > 89.0f ? 89.0f : x;  // NaN compares false and passes through
   c = c < -30.0f ? -30.0f : c;
-  const float reduced = expm1_reduced(c);
-  const float out = x > 30.0f ? exp_f32(x) : reduced;
+  const float out = expm1_reduced(c);
   return x == 0.0f ? x : out;  // expm1(-0) = -0
 }
 
