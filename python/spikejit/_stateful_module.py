@@ -23,3 +23,23 @@ class StatefulModule(nn.Module):
             self.__dict__[name] = value
             return
         super().__setattr__(name, value)
+
+    def __getstate__(self):
+        """A copy (copy.deepcopy, pickle) takes the state as it is, detached: a state computed in
+        a forward with autograd is not a leaf, and a copy cannot share its graph anyway."""
+        return self._with_detached_state(super().__getstate__())
+
+    def _with_detached_state(self, state: dict) -> dict:
+        state = state.copy()
+        for name in self._STATE_NAMES:
+            if name in state:
+                state[name] = _detached(state[name])
+        return state
+
+
+def _detached(value):
+    if isinstance(value, Tensor):
+        return value.detach()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_detached(v) for v in value)
+    return value

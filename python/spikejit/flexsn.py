@@ -308,7 +308,7 @@ class FlexSN(StatefulModule):
     def __deepcopy__(self, memo):
         new = type(self).__new__(type(self))
         memo[id(self)] = new
-        for key, value in self.__dict__.items():
+        for key, value in self._with_detached_state(self.__dict__).items():
             if key == "_finalizer":
                 continue
             new.__dict__[key] = copy.deepcopy(value, memo) if key != "_compiled" else None
@@ -325,7 +325,7 @@ class FlexSN(StatefulModule):
     # program: it is traced and registered again where it is loaded (the core must be picklable:
     # a module-level function or an nn.Module, not a lambda or a closure).
     def __getstate__(self):
-        state = super().__getstate__().copy()
+        state = super().__getstate__()
         state["_compiled"], state["_finalizer"] = self._compiled is not None, None
         return state
 

@@ -87,7 +87,7 @@ class BaseNode(StatefulModule):
     # A handle means a program of this process's registry: a pickled module (torch.save of a whole
     # model, multiprocessing) carries its options and makes the handle again where it is loaded.
     def __getstate__(self):
-        state = super().__getstate__().copy()
+        state = super().__getstate__()
         del state["_program_handle"]
         return state
 

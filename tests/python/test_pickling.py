@@ -117,3 +117,25 @@ def test_a_flexsn_with_a_lambda_core_cannot_be_pickled():
     node = spikejit.FlexSN(lambda x, v: (x + v, 0.5 * v), 1, 1, 1, strict=True)
     with pytest.raises((pickle.PicklingError, AttributeError), match="lambda"):
         pickle.dumps(node)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_model_copied_mid_training_keeps_its_state_detached(cores, how):
+    """After a forward with autograd the states are not leaves (torch cannot deepcopy those);
+    the copy takes them detached, with their values, and goes on from them like the original."""
+    import copy
+    model = make_model(cores)
+    for m in model:
+        m.reset()
+    x = random_input(6, 12).requires_grad_()
+    model(x).sum().backward()
+    assert all(not s.is_leaf for s in (model[0].v, model[1].v, *model[2].states))
+    copied = copy.deepcopy(model) if how == "deepcopy" else pickle.loads(pickle.dumps(model))
+    for original, twin in zip(model, copied):
+        states = [original.v, twin.v] if hasattr(original, "v") else [*original.states, *twin.states]
+        pairs = list(zip(states[:len(states) // 2], states[len(states) // 2:]))
+        for want, got in pairs:
+            assert not got.requires_grad
+            assert torch.equal(got, want.detach())
+    x2 = random_input(6, 12)
+    assert torch.equal(copied(x2), model(x2))  # both go on from the same states
