@@ -6,7 +6,9 @@
 // [T, ceil(N / 8)]: `packed_outputs`, `packed_saved`) are (data_ptr, shape, strides) or None. The
 // GIL is released while a kernel runs. `checkpoint_every` and `pack_spikes` are the save policy of
 // spikejit/buffers.h (0: per step; k: checkpoints, and the backward reads `inputs`). A
-// backward's `workspace` is BackwardBuffers::workspace (float64 scratch, or None).
+// backward's `workspace` is BackwardBuffers::workspace (float64 scratch, or None). `seed` is the
+// address of the call's uint64 seed (an int64 tensor's data_ptr, in the call's memory) or None:
+// ForwardBuffers::seed and BackwardBuffers::seed, for neurons that draw random numbers.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -37,11 +39,16 @@ using Buffers = std::vector<Buffer>;
 using Shape = std::vector<int64_t>;
 using PackedBuffers = std::vector<std::optional<std::tuple<uintptr_t, std::vector<int64_t>, std::vector<int64_t>>>>;
 
-// The save policy of a training call.
+// The save policy of a training call, and the seed of its draws.
 struct Policy {
   int64_t checkpoint_every = 0;
   bool pack_spikes = false;
+  std::optional<uintptr_t> seed;
 };
+
+const void* seed_pointer(const Policy& policy) {
+  return policy.seed ? reinterpret_cast<const void*>(*policy.seed) : nullptr;
+}
 
 std::vector<PackedView> to_packed_views(const PackedBuffers& buffers) {
   std::vector<PackedView> out;
@@ -103,6 +110,7 @@ ForwardBuffers forward_buffers(int64_t steps, const Shape& neuron_shape, const B
   b.packed_saved = to_packed_views(packed_saved);
   b.checkpoint_every = policy.checkpoint_every;
   b.pack_spikes = policy.pack_spikes;
+  b.seed = seed_pointer(policy);
   return b;
 }
 
@@ -128,6 +136,7 @@ BackwardBuffers backward_buffers(int64_t steps, const Shape& neuron_shape, const
   b.inputs = to_views(inputs, "inputs");
   b.workspace = to_view(workspace, "workspace");
   b.checkpoint_every = policy.checkpoint_every;
+  b.seed = seed_pointer(policy);
   return b;
 }
 
@@ -147,10 +156,10 @@ void cpu_forward(const Program& program, int64_t steps, const Shape& neuron_shap
                  const Buffers& outputs, const Buffers& state_seqs, const Buffers& final_states,
                  const Buffers& saved, int threads, const std::string& compute,
                  int64_t checkpoint_every, const PackedBuffers& packed_outputs,
-                 const PackedBuffers& packed_saved, bool pack_spikes) {
+                 const PackedBuffers& packed_saved, bool pack_spikes, std::optional<uintptr_t> seed) {
   ForwardBuffers b = forward_buffers(steps, neuron_shape, inputs, initial_states, params, outputs,
                                      state_seqs, final_states, saved, packed_outputs, packed_saved,
-                                     {checkpoint_every, pack_spikes});
+                                     {checkpoint_every, pack_spikes, seed});
   cpu::Options o = cpu_options(threads, compute);
   nb::gil_scoped_release release;
   cpu::forward(program, b, o);
@@ -162,10 +171,10 @@ void cpu_backward(const Program& program, int64_t steps, const Shape& neuron_sha
                   const Buffers& grad_inputs, const Buffers& grad_initial_states,
                   const Buffers& grad_params, int threads, const std::string& compute,
                   const Buffers& inputs, int64_t checkpoint_every, const PackedBuffers& packed_saved,
-                  bool pack_spikes, const Buffer& workspace) {
+                  bool pack_spikes, const Buffer& workspace, std::optional<uintptr_t> seed) {
   BackwardBuffers b = backward_buffers(steps, neuron_shape, saved, packed_saved, params, grad_outputs,
                                        grad_state_seqs, grad_final_states, grad_inputs, grad_initial_states,
-                                       grad_params, inputs, workspace, {checkpoint_every, pack_spikes});
+                                       grad_params, inputs, workspace, {checkpoint_every, pack_spikes, seed});
   cpu::Options o = cpu_options(threads, compute);
   nb::gil_scoped_release release;
   cpu::backward(program, b, o);
@@ -175,10 +184,11 @@ void cuda_forward(const Program& program, int64_t steps, const Shape& neuron_sha
                   const Buffers& inputs, const Buffers& initial_states, const Buffers& params,
                   const Buffers& outputs, const Buffers& state_seqs, const Buffers& final_states,
                   const Buffers& saved, uintptr_t stream, int device, int64_t checkpoint_every,
-                  const PackedBuffers& packed_outputs, const PackedBuffers& packed_saved, bool pack_spikes) {
+                  const PackedBuffers& packed_outputs, const PackedBuffers& packed_saved, bool pack_spikes,
+                  std::optional<uintptr_t> seed) {
   ForwardBuffers b = forward_buffers(steps, neuron_shape, inputs, initial_states, params, outputs,
                                      state_seqs, final_states, saved, packed_outputs, packed_saved,
-                                     {checkpoint_every, pack_spikes});
+                                     {checkpoint_every, pack_spikes, seed});
   nb::gil_scoped_release release;
   cuda::forward(program, b, reinterpret_cast<void*>(stream), device);
 }
@@ -189,10 +199,10 @@ void cuda_backward(const Program& program, int64_t steps, const Shape& neuron_sh
                    const Buffers& grad_inputs, const Buffers& grad_initial_states,
                    const Buffers& grad_params, uintptr_t stream, int device,
                    const Buffers& inputs, int64_t checkpoint_every, const PackedBuffers& packed_saved,
-                   bool pack_spikes, const Buffer& workspace) {
+                   bool pack_spikes, const Buffer& workspace, std::optional<uintptr_t> seed) {
   BackwardBuffers b = backward_buffers(steps, neuron_shape, saved, packed_saved, params, grad_outputs,
                                        grad_state_seqs, grad_final_states, grad_inputs, grad_initial_states,
-                                       grad_params, inputs, workspace, {checkpoint_every, pack_spikes});
+                                       grad_params, inputs, workspace, {checkpoint_every, pack_spikes, seed});
   nb::gil_scoped_release release;
   cuda::backward(program, b, reinterpret_cast<void*>(stream), device);
 }
@@ -214,25 +224,25 @@ void bind_kernels(nb::module_& m) {
   m.def("cpu_forward", &cpu_forward, "program"_a, "steps"_a, "neuron_shape"_a, "inputs"_a,
         "initial_states"_a, "params"_a, "outputs"_a, "state_seqs"_a, "final_states"_a, "saved"_a,
         "threads"_a = 0, "compute"_a = "auto", "checkpoint_every"_a = 0, "packed_outputs"_a = PackedBuffers(),
-        "packed_saved"_a = PackedBuffers(), "pack_spikes"_a = false,
+        "packed_saved"_a = PackedBuffers(), "pack_spikes"_a = false, "seed"_a = nb::none(),
         "Inference (saved empty) or training forward on CPU buffers.");
   m.def("cpu_backward", &cpu_backward, "program"_a, "steps"_a, "neuron_shape"_a, "saved"_a,
         "params"_a, "grad_outputs"_a, "grad_state_seqs"_a, "grad_final_states"_a, "grad_inputs"_a,
         "grad_initial_states"_a, "grad_params"_a, "threads"_a = 0, "compute"_a = "auto",
         "inputs"_a = Buffers(), "checkpoint_every"_a = 0, "packed_saved"_a = PackedBuffers(),
-        "pack_spikes"_a = false, "workspace"_a = nb::none(),
+        "pack_spikes"_a = false, "workspace"_a = nb::none(), "seed"_a = nb::none(),
         "Backward on CPU buffers (checkpoints: also the forward's inputs; `workspace` is checked, "
         "not used).");
   m.def("cuda_forward", &cuda_forward, "program"_a, "steps"_a, "neuron_shape"_a, "inputs"_a,
         "initial_states"_a, "params"_a, "outputs"_a, "state_seqs"_a, "final_states"_a, "saved"_a,
         "stream"_a, "device"_a, "checkpoint_every"_a = 0, "packed_outputs"_a = PackedBuffers(),
-        "packed_saved"_a = PackedBuffers(), "pack_spikes"_a = false,
+        "packed_saved"_a = PackedBuffers(), "pack_spikes"_a = false, "seed"_a = nb::none(),
         "Inference or training forward on device buffers, launched on `stream` (a CUstream).");
   m.def("cuda_backward", &cuda_backward, "program"_a, "steps"_a, "neuron_shape"_a, "saved"_a,
         "params"_a, "grad_outputs"_a, "grad_state_seqs"_a, "grad_final_states"_a, "grad_inputs"_a,
         "grad_initial_states"_a, "grad_params"_a, "stream"_a, "device"_a, "inputs"_a = Buffers(),
         "checkpoint_every"_a = 0, "packed_saved"_a = PackedBuffers(), "pack_spikes"_a = false,
-        "workspace"_a = nb::none(),
+        "workspace"_a = nb::none(), "seed"_a = nb::none(),
         "Backward on device buffers, launched on `stream` (a CUstream); `workspace`: float64 scratch "
         "of backward_workspace_elements elements (None: the stream's own, not while capturing a "
         "CUDA graph).");

@@ -48,6 +48,8 @@ void bind_program(nb::module_& m) {
       .def_prop_ro("num_inputs", [](const Program& p) { return p.neuron().inputs.size(); })
       .def_prop_ro("num_states", [](const Program& p) { return p.neuron().states.size(); })
       .def_prop_ro("num_outputs", [](const Program& p) { return p.neuron().outputs.size(); })
+      .def_prop_ro("uses_random", &Program::uses_random,
+                   "True when the neuron draws random numbers (uniform()): its calls take a seed.")
       .def_prop_ro(
           "params",
           [](const Program& p) {

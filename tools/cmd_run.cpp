@@ -29,7 +29,8 @@ static const char* const kAbout =
 static const char* const kOptions =
     "  --steps T        time steps (>= 1)\n"
     "  --neurons N      neurons (>= 1)\n"
-    "  --seed S         random seed (default: a fresh one, printed)\n"
+    "  --seed S         random seed of the inputs and of the neuron's uniform() draws\n"
+    "                   (default: a fresh one, printed)\n"
     "  --threads K      worker threads (default 0: all hardware threads)\n"
     "  --dtype D        storage: float32 (default), float16, bfloat16, float64\n"
     "  --mean M --std S input distribution (default mean 1, std 1)\n"
@@ -108,6 +109,7 @@ double time_training(const Program& program, ForwardBuffers& fwd, DType dtype, s
     }
   }
   bwd.params = fwd.params;
+  bwd.seed = fwd.seed;
   bwd.grad_outputs = views(grad_outputs);
   bwd.grad_inputs = views(grad_inputs);
   bwd.grad_initial_states = views(grad_initial);
@@ -179,6 +181,7 @@ int cmd_run(int argc, char** argv) {
   fwd.params = views(params);
   fwd.outputs = views(outputs);
   fwd.final_states = views(final_states);
+  fwd.seed = &seed;
 
   const unsigned threads = options.threads > 0 ? static_cast<unsigned>(options.threads)
                                                : std::max(1u, std::thread::hardware_concurrency());

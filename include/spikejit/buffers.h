@@ -79,6 +79,10 @@ struct ForwardBuffers {
   std::vector<PackedView> packed_saved;
   int64_t checkpoint_every = 0;          // the save policy
   bool pack_spikes = false;              // the save policy (per step only)
+  // The seed of the neuron's random draws (Program::uses_random; else unused): one uint64 in the
+  // call's memory (host memory for the CPU backend, device memory for CUDA, read by the
+  // kernels, so that a captured CUDA graph reads each replay's seed). Required when used.
+  const void* seed = nullptr;
 };
 
 struct BackwardBuffers {
@@ -102,6 +106,9 @@ struct BackwardBuffers {
   // that a CUDA graph captures must pass its own (absent then is an error). The CPU backend
   // checks it and does not use it.
   TensorView workspace;
+  // The forward's seed (ForwardBuffers::seed): required under checkpoints of a neuron that
+  // draws random numbers (the recomputation draws them again), unused otherwise.
+  const void* seed = nullptr;
 };
 
 // The float64 elements of BackwardBuffers::workspace for N neurons: one per scalar parameter per

@@ -64,6 +64,8 @@ class NeuronBuilder {
   Value op(ir::Op op, std::initializer_list<Value> args);
   Value spike(Value x, const ir::Surrogate& surrogate);
   Value detach(Value x) { return op(ir::Op::Detach, {x}); }
+  // A fresh draw in [0, 1) per neuron and step (its own stream: each call is independent).
+  Value uniform();
 
   // Binds `name` to `v` for the rest of the body (the last binding of a state is its next value).
   Value assign(const std::string& name, Value v);

@@ -65,6 +65,7 @@ enum class BufferRole : uint8_t {
   GradOutput, GradStateSeq, GradFinalState, GradInput, GradInitialState, GradParam,
   Workspace,     // Backward with scalar parameters: per-block partial sums, see KernelVariant
   PackedOutput,  // output `index` as bit-packed rows (KernelSpec::packed_outputs)
+  Seed,          // the call's uint64 seed (a neuron that draws: forward kinds, checkpointed backward)
 };
 struct BufferSlot {
   BufferRole role;
@@ -81,6 +82,9 @@ struct BufferSlot {
   // pack_spikes policy saves packed.
   bool packed = false;
 };
+// Whether the kernels access a slot as rows of per-neuron elements (with 16-byte vector accesses
+// in the variants that need every such row aligned).
+bool accessed_as_rows(const BufferSlot& slot);
 
 // One compiled entry of a KernelSource. All variants of a source share its buffers (same ABI)
 // and compute the same results; they differ in how many neurons a thread owns.

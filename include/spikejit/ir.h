@@ -19,7 +19,8 @@ namespace spikejit::ir {
 enum class Type : uint8_t { Float, Bool };
 
 // X(enum name, text name, arity)
-// Leaves first; `index` selects the slot for slot leaves, `value` holds the literal.
+// Leaves first (and Uniform last); `index` selects the slot for slot leaves and the stream of
+// Uniform, `value` holds the literal.
 #define SPIKEJIT_IR_OPS(X)                                                                   \
   /* leaves */                                                                               \
   X(Literal, "literal", 0)   /* value */                                                      \
@@ -54,7 +55,9 @@ enum class Type : uint8_t { Float, Bool };
   X(ToBool, "bool", 1)   /* Float -> Bool (x != 0) */                                         \
   /* spiking */                                                                              \
   X(Spike, "spike", 1)   /* forward x >= 0 ? 1 : 0; backward grad * surrogate'(x) */          \
-  X(Detach, "detach", 1) /* identity forward, zero gradient */
+  X(Detach, "detach", 1) /* identity forward, zero gradient */                               \
+  /* random numbers (a leaf; last, so that adding it kept the other ops' numbers) */          \
+  X(Uniform, "uniform", 0) /* forward: a draw in [0, 1) of stream `index` (ir/random.h) */
 
 enum class Op : uint8_t {
 #define SPIKEJIT_IR_ENUM(name, text, arity) name,

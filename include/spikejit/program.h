@@ -29,6 +29,9 @@ class Program {
   // For each output: true when its value is spike-valued (ir::spike_valued), so that it may be
   // written as packed bits (ForwardBuffers::packed_outputs).
   const std::vector<bool>& packable_outputs() const;
+  // True when the neuron draws random numbers (uniform()): its calls need a seed
+  // (ForwardBuffers::seed, and BackwardBuffers::seed under checkpoints).
+  bool uses_random() const;
   std::string canonical() const;     // canonical text of the neuron
   std::string hash() const;          // hex digest of the canonical text
 

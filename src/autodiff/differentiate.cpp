@@ -186,7 +186,7 @@ ir::Step differentiate(const ir::Step& forward, bool pack_spikes) {
     for (ValueId v : b.saved) b.saved_packed.push_back(binary[static_cast<size_t>(v)]);
   }
   for (const ir::Node& node : b.nodes)
-    if (node.op == Op::Input || node.op == Op::State)
+    if (node.op == Op::Input || node.op == Op::State || node.op == Op::Uniform)
       throw Error("autodiff: the backward step still reads a forward " +
                   std::string(ir::op_info(node.op).name) + " (save plan is incomplete)");
   return b;

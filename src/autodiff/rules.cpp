@@ -245,6 +245,7 @@ GradRule grad_rule(Op op) {
     case Op::Saved:
     case Op::GradOutput:
     case Op::GradState:
+    case Op::Uniform:
       throw Error(std::string("no gradient rule for the leaf op '") + ir::op_info(op).name + "'");
     case Op::Add: return add_rule;
     case Op::Sub: return sub_rule;

@@ -6,7 +6,8 @@
 // training forward and read by the backward (32); an input is already in memory, so the backward
 // can read it there (16); under pack_spikes a spike-valued value is written and read as one bit
 // (2: its size next to a float16 value, and half that next to a float32 one, the planner prefers
-// it either way).
+// it either way). A random draw (uniform()) is a source like an input, but in no buffer: the
+// backward gets it, or what depends on it, saved (the per-step backward has no seed).
 #include "autodiff/save_plan.h"
 
 #include <algorithm>
@@ -96,7 +97,7 @@ std::vector<ir::ValueId> choose_saved(const std::vector<ir::Node>& forward,
   std::vector<char> varying(n, 0);
   for (int v = 0; v < n; ++v) {
     const ir::Node& node = forward[v];
-    varying[v] = node.op == ir::Op::Input || node.op == ir::Op::State;
+    varying[v] = node.op == ir::Op::Input || node.op == ir::Op::State || node.op == ir::Op::Uniform;
     for (int a = 0; a < ir::op_info(node.op).arity; ++a) varying[v] |= varying[node.args[a]];
   }
   bool any_sink = false;
@@ -110,7 +111,8 @@ std::vector<ir::ValueId> choose_saved(const std::vector<ir::Node>& forward,
     if (!varying[v]) continue;
     const ir::Node& node = forward[v];
     g.add_edge(2 * v, 2 * v + 1, node.op == ir::Op::Input ? kInputCost : packable[v] ? kPackedCost : kValueCost);
-    if (node.op == ir::Op::Input || node.op == ir::Op::State) g.add_edge(source, 2 * v, kUnbounded);
+    if (node.op == ir::Op::Input || node.op == ir::Op::State || node.op == ir::Op::Uniform)
+      g.add_edge(source, 2 * v, kUnbounded);
     for (int a = 0; a < ir::op_info(node.op).arity; ++a)
       if (varying[node.args[a]]) g.add_edge(2 * node.args[a] + 1, 2 * v, kUnbounded);
   }

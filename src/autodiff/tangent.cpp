@@ -42,6 +42,13 @@ class TangentNames {
     return tangent_.emplace(name, candidate).first->second;
   }
 
+  // A name no one has: `base`, with "_" appended until it is free.
+  std::string fresh(std::string base) {
+    while (taken_.count(base)) base += "_";
+    taken_.insert(base);
+    return base;
+  }
+
  private:
   std::set<std::string> taken_;
   std::map<std::string, std::string> tangent_;
@@ -80,7 +87,8 @@ ir::Neuron tangent(const ir::Neuron& n) {
       case Op::State: tangent_of[i] = add_leaf(t.nodes, Op::State, ns + node.index); continue;
       case Op::Param: tangent_of[i] = add_leaf(t.nodes, Op::Param, np + node.index); continue;
       case Op::Literal:
-      case Op::Constant: continue;
+      case Op::Constant:
+      case Op::Uniform: continue;  // a draw does not depend on anything: its tangent is zero
       default: break;
     }
     const GradRule rule = grad_rule(node.op);
@@ -103,6 +111,12 @@ ir::Neuron tangent(const ir::Neuron& n) {
   for (const auto& o : n.outputs) results.insert(o.name);
   for (const auto& st : n.states) results.insert(st.name);
   t.body.clear();
+  // The draws get names first, in stream order: a tangent may read a draw that the neuron's own
+  // assignment reads later, and the text format numbers the draws by their first appearance.
+  for (size_t i = 0; i < n.nodes.size(); ++i) {
+    const ir::Node& node = n.nodes[i];
+    if (node.op == Op::Uniform) t.body.push_back({names.fresh("draw" + std::to_string(node.index)), static_cast<ValueId>(i)});
+  }
   for (const ir::Assignment& a : n.body) {
     const ValueId d = tangent_of[a.value];
     if (d >= 0 || results.count(a.name)) t.body.push_back({names.of(a.name), d >= 0 ? d : e.literal(0.0)});

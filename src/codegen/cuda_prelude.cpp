@@ -172,6 +172,34 @@ __device__ __forceinline__ real sj_sign(real a) {
 }
 )";
 
+// The draws of uniform() (ir/random.h spells out the same arithmetic for the CPU executor):
+// Philox4x32-10 keyed by the seed, counting (neuron low word, neuron high word, step, stream);
+// the first output word's top 24 bits times 2^-24.
+const char* kRandom = R"(
+// ---- random draws ----------------------------------------------------------------------------
+struct SjDrawSite {
+  unsigned long long seed;
+  long long n, t;
+};
+__device__ __forceinline__ real sj_uniform(const SjDrawSite d, int stream) {
+  unsigned c0 = (unsigned)d.n, c1 = (unsigned)((unsigned long long)d.n >> 32), c2 = (unsigned)d.t,
+           c3 = (unsigned)stream;
+  unsigned k0 = (unsigned)d.seed, k1 = (unsigned)(d.seed >> 32);
+#pragma unroll
+  for (int round = 0; round < 10; ++round) {
+    const unsigned hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+    const unsigned hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return (real)((float)(c0 >> 8) * 5.9604644775390625e-08f);  // 2^-24
+}
+)";
+
 const char* kRows = R"(
 // ---- rows: the EPT consecutive neurons of one thread at one step ---------------------------
 template <int EPT>
@@ -263,6 +291,7 @@ std::string cuda_prelude(DType storage) {
   }
   s += storage == DType::F64 ? kMathF64 : kMathF32;
   s += kMathCommon;
+  s += kRandom;
   s += kRows;
   return s;
 }

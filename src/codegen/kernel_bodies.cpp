@@ -148,6 +148,7 @@ __device__ __forceinline__ void forward_apply(const SpikejitArgs& a, bool live, 
 #pragma unroll
   for (int e = 0; e < EPT; ++e) {
     ForwardIn in;
+    set_draw_site(in, a, n0 + e, t);
 #pragma unroll
     for (int i = 0; i < kInputs; ++i) in.x[i] = to_real(xr[i].v[e]);
 #pragma unroll
@@ -521,6 +522,7 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
 #pragma unroll
         for (int e = 0; e < EPT; ++e) {
           ForwardIn in;
+          set_draw_site(in, a, n0 + e, s0 + u);
 #pragma unroll
           for (int i = 0; i < kInputs; ++i) in.x[i] = to_real(xr[i].v[e]);
 #pragma unroll

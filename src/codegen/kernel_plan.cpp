@@ -3,6 +3,7 @@
 //                  [final states], [saved]
 //   backward:      saved (or checkpoints + inputs), params, grad outputs, [grad state seqs],
 //                  [grad final states], grad inputs, grad initial states, grad params, [workspace]
+//   then, when the kernel runs forward steps that draw random numbers: the seed
 #include "codegen/kernel_plan.h"
 
 #include <string>
@@ -197,6 +198,9 @@ KernelPlan plan_kernel(const ir::Step& forward, const ir::Step* backward, const 
     add_param_slots(s, BufferRole::GradParam, p.params);
     if (p.scalar_params > 0) add_slots(s, BufferRole::Workspace, 1, false);
   }
+  for (const ir::Node& node : forward.nodes) p.random |= node.op == ir::Op::Uniform;
+  p.reads_seed = p.random && (forward_kind || p.checkpointed());
+  if (p.reads_seed) add_slots(s, BufferRole::Seed, 1, false);
   if (p.spec.grad_output_layouts.size() > static_cast<size_t>(p.outputs)) {
     throw ArgumentError("spec.grad_output_layouts", "at most one layout per output (" +
                                                         std::to_string(p.outputs) + ")",
@@ -213,6 +217,11 @@ KernelPlan plan_kernel(const ir::Step& forward, const ir::Step* backward, const 
                         std::to_string(s.size()) + " buffers for kernel " + kernel_kind_name(spec.kind));
   }
   return p;
+}
+
+bool accessed_as_rows(const BufferSlot& s) {
+  return !s.scalar_param && !s.checkpoint && !s.packed && !s.layout.same_each_neuron &&
+         s.role != BufferRole::Workspace && s.role != BufferRole::Seed;
 }
 
 const char* buffer_role_name(BufferRole role) {
@@ -232,6 +241,7 @@ const char* buffer_role_name(BufferRole role) {
     case BufferRole::GradParam: return "grad_param";
     case BufferRole::Workspace: return "workspace";
     case BufferRole::PackedOutput: return "packed_output";
+    case BufferRole::Seed: return "seed";
   }
   return "?";
 }

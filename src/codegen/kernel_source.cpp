@@ -98,6 +98,7 @@ int prefetch_depth(const KernelPlan& p, int ept) {
 
 std::string slot_shape(const BufferSlot& s) {
   if (s.role == BufferRole::Workspace) return "[scalar params, blocks] double";
+  if (s.role == BufferRole::Seed) return "[1] uint64";
   if (s.packed) return "[T, ceil(N/8)] uint8 bits";
   if (s.checkpoint) return "[ceil(T/k), N] compute dtype";
   if (s.scalar_param) return "[1]";
@@ -119,7 +120,7 @@ std::string slot_name(const BufferSlot& s, const ir::Neuron* n) {
       return i < n->outputs.size() ? n->outputs[i].name : "";
     case BufferRole::Saved:
       return s.checkpoint && i < n->states.size() ? n->states[i].name : "";
-    case BufferRole::Workspace:
+    case BufferRole::Workspace: case BufferRole::Seed:
       return "";
   }
   return "";
@@ -174,9 +175,7 @@ std::string constants(const KernelPlan& p) {
   }
   for (size_t i = 0; i < p.slots.size(); ++i) {
     const BufferSlot& s = p.slots[i];
-    if (!s.scalar_param && !s.checkpoint && !s.packed && !s.layout.same_each_neuron && s.role != BufferRole::Workspace) {
-      row_mask |= 1ull << i;
-    }
+    if (accessed_as_rows(s)) row_mask |= 1ull << i;
   }
   unsigned long long packed_outputs = 0, packed_saved = 0;
   std::string packed_output_slots = "{";
@@ -215,7 +214,7 @@ std::string constants(const KernelPlan& p) {
        ", kSlotGradFinalState = " + slot(BufferRole::GradFinalState) +
        ", kSlotGradInput = " + slot(BufferRole::GradInput) + ",\n                               kSlotGradInitialState = " +
        slot(BufferRole::GradInitialState) + ", kSlotGradParam = " + slot(BufferRole::GradParam) +
-       ", kSlotWorkspace = " + slot(BufferRole::Workspace) + ";\n";
+       ", kSlotWorkspace = " + slot(BufferRole::Workspace) + ", kSlotSeed = " + slot(BufferRole::Seed) + ";\n";
   s += "[[maybe_unused]] constexpr unsigned long long kRowSlots = " + hex64(row_mask) + ";  // slots accessed as rows of storage\n";
   const bool training_forward = spec.kind == KernelKind::TrainingForward;
   s += "[[maybe_unused]] constexpr bool kStoreStateSeqs = " + b(spec.store_state_seqs) +
@@ -242,8 +241,18 @@ std::string constants(const KernelPlan& p) {
        std::to_string(kCheckpointPrefetchRegisters) + ";\n";
   s += "[[maybe_unused]] constexpr int kCheckpointL2AheadBytes = " + std::to_string(kCheckpointL2AheadBytes) + ";\n";
   s += "[[maybe_unused]] constexpr int kReduceThreads = " + std::to_string(kReduceThreads) + ";\n";
-  s += "// The values one step function takes and returns.\n"
-       "struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA]; };\n"
+  s += "// The values one step function takes and returns.\n";
+  // (A per-step backward kernel of a neuron that draws has the forward step, unused, and no seed.)
+  s += p.random ? "struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA]; SjDrawSite draw; };\n"
+                : "struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA]; };\n";
+  if (p.reads_seed) {
+    s += "__device__ __forceinline__ void set_draw_site(ForwardIn& in, const SpikejitArgs& a, long long n, long long t) {\n"
+         "  in.draw = {__ldg(static_cast<const unsigned long long*>(a.buffers[kSlotSeed])), n, t};\n"
+         "}\n";
+  } else {
+    s += "__device__ __forceinline__ void set_draw_site(ForwardIn&, const SpikejitArgs&, long long, long long) {}\n";
+  }
+  s += 
        "struct ForwardOut { real y[kOutputsA], s_next[kStatesA], saved[kSavedA]; };\n"
        "struct BackwardIn { real saved[kSavedA], go[kOutputsA], gs[kStatesA], p[kParamsA]; };\n"
        "struct BackwardOut { real gi[kInputsA], g_prev[kStatesA], gp[kParamsA]; };\n";
@@ -261,6 +270,7 @@ std::string forward_step_function(const ir::Step& fwd, const ir::Step* bwd, cons
   leaves.input = "in.x";
   leaves.state = "in.s";
   leaves.param = "in.p";
+  leaves.draw = "in.draw";
   std::vector<StepResults> results = {{"out.y", fwd.outputs}, {"out.s_next", fwd.next_states}};
   if (p.forward_saves) results.push_back({"out.saved", bwd->saved});
   return "\n// ---- forward step: (inputs[t], states[t-1], params) -> (outputs[t], states[t], saved[t]) ----\n"

@@ -47,6 +47,9 @@ std::string expression(const ir::Step& step, ir::ValueId id, const StepLeaves& l
     case Op::Saved: return leaf_read(step, id, leaves.saved, "saved");
     case Op::GradOutput: return leaf_read(step, id, leaves.grad_output, "grad_output");
     case Op::GradState: return leaf_read(step, id, leaves.grad_state, "grad_state");
+    case Op::Uniform:
+      if (leaves.draw == nullptr) leaf_read(step, id, nullptr, "uniform");  // throws
+      return call("sj_uniform", {leaves.draw, std::to_string(n.index)});
     case Op::Add: return call("sj_add", {a, b});
     case Op::Sub: return call("sj_sub", {a, b});
     case Op::Mul: return call("sj_mul", {a, b});
@@ -164,7 +167,7 @@ int op_cost(Op op) {
     case Op::Cosh: case Op::Asinh: case Op::Acosh: case Op::Atanh: case Op::Hypot:
       return 25;
     case Op::Pow: case Op::Sin: case Op::Cos: case Op::Tan: case Op::Asin: case Op::Acos:
-    case Op::Atan2:
+    case Op::Atan2: case Op::Uniform:
       return 40;
     default:
       return ir::is_leaf(op) ? 0 : 1;

@@ -174,15 +174,28 @@ Slots<F> forward_slots(const LaneProgram& p) {
   return Slots<F>(p.num_slots + (p.states_need_staging ? states : 0));
 }
 
-// One forward step over a block: loads the inputs at `row`, runs the step, lets `results` read
-// the step's values, then moves the next states into the carried slots. The training forward
-// and the checkpoint recomputation of the backward both run this, so they agree bit for bit.
+// The coordinates of a step's random draws: the call's seed, the step, the block's first neuron.
+struct DrawSite {
+  uint64_t seed;
+  int64_t t, start;
+};
+
+// The call's seed when the neuron draws random numbers (validate() checked that there is one).
+uint64_t seed_of(const Program& program, const void* seed) {
+  return program.uses_random() ? *static_cast<const uint64_t*>(seed) : 0;
+}
+
+// One forward step over a block: loads the inputs at `row`, draws, runs the step, lets `results`
+// read the step's values, then moves the next states into the carried slots. The training
+// forward and the checkpoint recomputation of the backward both run this, so they agree bit for
+// bit (the draws too: they depend only on the site).
 template <class F, class Results>
 void forward_step(const LaneProgram& p, const std::vector<LaneBuffer>& inputs,
                   const std::vector<int32_t>& next_state_slots, Slots<F>& s, int64_t row, int64_t n,
-                  const Results& results) {
+                  const DrawSite& site, const Results& results) {
   const int32_t states = static_cast<int32_t>(p.carry_slot.size());
   for (const LaneLeaf& leaf : p.step_leaves) read_leaf(s, leaf.slot, inputs[leaf.index], row, n);
+  for (const LaneLeaf& draw : p.draws) draw_lanes(s[draw.slot], site.seed, site.t, draw.index, site.start, n);
   run_instrs(p, s, n);
   results();
   if (p.states_need_staging) {
@@ -208,6 +221,7 @@ struct ForwardCall {
   std::vector<int32_t> output_slots, next_state_slots, saved_slots;
   // Outputs and saved values the step's instructions write straight into the caller's buffer.
   std::vector<bool> output_in_place, saved_in_place;
+  uint64_t seed = 0;                  // of the random draws
   int64_t checkpoint_every = 0;       // > 0: `checkpoints` instead of `saved`
   std::vector<LaneBuffer> checkpoints;  // per state, [ceil(T/k), N] in the compute type F
 };
@@ -264,7 +278,7 @@ void forward_block(const ForwardCall& c, int64_t block) {
     for (size_t i = 0; i < c.saved.size(); ++i) {
       if (c.saved_in_place[i]) s.point(c.saved_slots[i], same_type_lanes<F>(c.saved[i], row));
     }
-    forward_step(p, c.inputs, c.next_state_slots, s, row, n, [&] {
+    forward_step(p, c.inputs, c.next_state_slots, s, row, n, {c.seed, t, start}, [&] {
       for (size_t i = 0; i < c.outputs.size(); ++i) {
         if (c.outputs[i].present() && !c.output_in_place[i]) store_lanes(c.outputs[i], row, s[c.output_slots[i]], n);
         if (c.packed_outputs.data[i]) pack_lanes(c.packed_outputs.at(i, t, start), s[c.output_slots[i]], n);
@@ -295,8 +309,9 @@ struct BackwardCall {
   std::vector<int32_t> grad_input_slots, grad_prev_state_slots, grad_param_slots;
   std::vector<double> partial_sums;  // [block][param]: per-block sums of scalar parameter gradients
   // Checkpoints (checkpoint_every > 0): the forward step that recomputes the saved values from
-  // `checkpoints` (per state, [ceil(T/k), N] in F) and `inputs`.
+  // `checkpoints` (per state, [ceil(T/k), N] in F) and `inputs`, drawing with `seed`.
   int64_t checkpoint_every = 0;
+  uint64_t seed = 0;
   LaneProgram forward;
   std::vector<LaneBuffer> checkpoints, inputs;
   std::vector<int32_t> forward_next_state_slots, forward_saved_slots;
@@ -366,7 +381,8 @@ void backward_segments(BackwardCall& c, Slots<F>& s, int64_t start, int64_t n) {
     }
     for (int64_t u = 0; u < len; ++u) {
       const int32_t at = static_cast<int32_t>(u) * saved;
-      forward_step(fp, c.inputs, c.forward_next_state_slots, fs, (first + u) * N + start, n, [&] {
+      forward_step(fp, c.inputs, c.forward_next_state_slots, fs, (first + u) * N + start, n, {c.seed, first + u, start},
+                   [&] {
         for (int32_t i = 0; i < saved; ++i) copy_lanes(values[at + i], fs[c.forward_saved_slots[i]], n);
       });
     }
@@ -487,6 +503,7 @@ void forward(const Program& program, const ForwardBuffers& b, const Options& opt
     c.checkpoint_every = b.checkpoint_every;
     c.checkpoints = lane_buffers(b.saved, step.num_states);
   }
+  c.seed = seed_of(program, b.seed);
 
   const bool f64 = compute_in_f64(options, any_f64({&b.inputs, &b.initial_states, &b.params, &b.outputs,
                                                     &b.state_seqs, &b.final_states, &b.saved}));
@@ -520,6 +537,7 @@ void backward(const Program& program, const BackwardBuffers& b, const Options& o
     c.inputs = lane_buffers(b.inputs, fwd.num_inputs);
     c.forward_next_state_slots = slots_of(c.forward, fwd.next_states);
     c.forward_saved_slots = slots_of(c.forward, step.saved);
+    c.seed = seed_of(program, b.seed);
   } else {
     c.saved = lane_buffers(b.saved, step.saved.size());
     c.packed_saved = PackedRows(b.packed_saved, step.saved.size(), c.neurons);

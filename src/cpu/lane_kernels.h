@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/float16.h"
+#include "ir/random.h"
 #include "ir/scalar_ops.h"
 #include "spikejit/tensor.h"
 
@@ -100,6 +101,13 @@ inline void store_lanes(const LaneBuffer& b, int64_t offset, const F* src, int64
                                 [](F x) { return detail::float_to_bfloat16_bits(static_cast<float>(x)); });
       return;
   }
+}
+
+// The draws of `stream` at step t for neurons start .. start + n - 1 (ir/random.h).
+template <class F>
+SPIKEJIT_CPU_LANE_CLONES void draw_lanes(F* __restrict dst, uint64_t seed, int64_t t, int32_t stream, int64_t start,
+                                         int64_t n) {
+  for (int64_t l = 0; l < n; ++l) dst[l] = static_cast<F>(ir::uniform_draw(seed, start + l, t, stream));
 }
 
 template <class F>

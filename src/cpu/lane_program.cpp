@@ -75,7 +75,7 @@ LaneProgram compile_lane_program(const ir::Step& step, const ir::Step& forward, 
   for (int32_t id = 0; id < count; ++id) {
     const ir::Node& n = step.nodes[id];
     if (!ir::is_leaf(n.op)) continue;
-    const bool forward_leaf = n.op == ir::Op::Input || n.op == ir::Op::State;
+    const bool forward_leaf = n.op == ir::Op::Input || n.op == ir::Op::State || n.op == ir::Op::Uniform;
     const bool backward_leaf =
         n.op == ir::Op::Saved || n.op == ir::Op::GradOutput || n.op == ir::Op::GradState;
     if ((forward_leaf && !is_forward) || (backward_leaf && is_forward) || n.op == ir::Op::Constant) {
@@ -98,6 +98,11 @@ LaneProgram compile_lane_program(const ir::Step& step, const ir::Step& forward, 
           p.params.push_back({n.op, n.index, param_slot[n.index]});
         }
         p.node_slot[id] = param_slot[n.index];
+        break;
+      case ir::Op::Uniform:
+        if (n.index < 0) malformed("uniform leaf with stream " + std::to_string(n.index));
+        p.node_slot[id] = p.num_slots++;
+        p.draws.push_back({n.op, n.index, p.node_slot[id]});
         break;
       default: {
         const int64_t limit = n.op == ir::Op::Input        ? forward.num_inputs

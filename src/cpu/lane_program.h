@@ -35,6 +35,7 @@ struct LaneProgram {
   std::vector<LaneLiteral> literals;  // filled once per block
   std::vector<LaneLeaf> params;       // filled once per block
   std::vector<LaneLeaf> step_leaves;  // Input, Saved, GradOutput, GradState: filled every step
+  std::vector<LaneLeaf> draws;        // Uniform (`index`: the stream): drawn every step
   std::vector<int32_t> carry_slot;    // per state: forward state value / backward gradient carry
   std::vector<LaneInstr> instrs;
   // Forward: some next state is another state's previous value, so states are updated through

@@ -267,6 +267,15 @@ void each_checkpoint(Checker& c, const std::vector<TensorView>& views, int64_t k
   }
 }
 
+// A neuron that draws random numbers needs the call's seed.
+void check_seed(const Program& program, const void* seed, const char* why) {
+  if (program.uses_random() && seed == nullptr) {
+    throw ArgumentError("seed", std::string("the address of the call's 64-bit seed (the neuron draws random numbers "
+                                            "with uniform(); ") + why + ")",
+                        "none");
+  }
+}
+
 std::string checkpoint_count_text(int64_t k) {
   return "one checkpoint per state, checkpoint_every = " + std::to_string(k);
 }
@@ -305,6 +314,7 @@ void validate(const Program& program, const ForwardBuffers& b) {
   Checker::count("state_seqs", b.state_seqs, states, true, "one per state");
   Checker::count("final_states", b.final_states, states, true, "one per state");
   check_policy(b.checkpoint_every, b.pack_spikes);
+  check_seed(program, b.seed, "every call draws");
   const bool checkpoints = b.checkpoint_every > 0;
   if (checkpoints) {
     Checker::count("saved", b.saved, states, false, checkpoint_count_text(b.checkpoint_every));
@@ -335,6 +345,7 @@ void validate(const Program& program, const BackwardBuffers& b, bool broadcast_g
   Checker c(b.steps, b.neuron_shape);
   check_policy(b.checkpoint_every, b.pack_spikes);
   const bool checkpoints = b.checkpoint_every > 0;
+  if (checkpoints) check_seed(program, b.seed, "the recomputation of checkpointed steps draws again");
   if (checkpoints) {
     Checker::count("saved", b.saved, states, false, checkpoint_count_text(b.checkpoint_every));
     Checker::count("inputs", b.inputs, inputs, false, "one per input: checkpoints are recomputed from them");

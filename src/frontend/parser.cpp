@@ -120,6 +120,15 @@ class Resolver {
       default:
         break;
     }
+    if (e.kind == Expr::Kind::Call && e.name == "uniform") {
+      if (!e.args.empty()) {
+        diagnostics_.error(e.loc, "'uniform' takes no arguments, got " + std::to_string(e.args.size()));
+        return -1;
+      }
+      ir::ValueId id = b.uniform().id();
+      locate(id, e.loc);
+      return id;
+    }
     std::vector<ir::ValueId> args;
     bool ok = true;
     for (const ExprPtr& a : e.args) {

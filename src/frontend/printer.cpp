@@ -91,13 +91,24 @@ class Printer {
       if (node.type == ir::Type::Bool) return node.value != 0 ? "true" : "false";
       text = number(node.value);
       if (text[0] == '-') level = kUnary;
+    } else if (node.op == Op::Uniform) {
+      // Parsing numbers the draws in the order of the text: print each once, in stream order.
+      if (node.index != uniforms_printed_++) {
+        throw Error("print: uniform() draw %" + std::to_string(v) + " (stream " + std::to_string(node.index) +
+                    ") is used more than once without a name, or out of stream order; assign each draw to a "
+                    "name and use the name");
+      }
+      text = "uniform()";
     } else if (ir::is_leaf(node.op)) {
       // ir::verify rejects neurons where this can happen.
       throw Error("print: a leaf value has no current name");
     } else if (const char* op = infix(node.op, &level)) {
       // Left-associative chains need no parentheses on the left; comparisons do not chain.
+      // The left operand first (the order of the operands of + is unspecified): draws are
+      // numbered in the order of the text.
       Level left = level == kCompare ? Level(level + 1) : level;
-      text = expr(node.args[0], left) + " " + op + " " + expr(node.args[1], Level(level + 1));
+      text = expr(node.args[0], left);
+      text += std::string(" ") + op + " " + expr(node.args[1], Level(level + 1));
     } else if (node.op == Op::Neg) {
       level = kUnary;
       text = "-" + expr(node.args[0], kUnary);
@@ -116,6 +127,7 @@ class Printer {
 
   const ir::Neuron& n_;
   ir::BodyNames names_;
+  int32_t uniforms_printed_ = 0;
 };
 
 }  // namespace

@@ -122,6 +122,12 @@ Value NeuronBuilder::param(const std::string& name, ir::ParamKind kind, double i
 
 void NeuronBuilder::output(const std::string& name) { n_.outputs.push_back({name}); }
 
+Value NeuronBuilder::uniform() {
+  int32_t streams = 0;
+  for (const ir::Node& node : n_.nodes) streams += node.op == Op::Uniform;
+  return Value(this, add_leaf(n_, Op::Uniform, streams, Type::Float));
+}
+
 Value NeuronBuilder::literal(double v) {
   ir::Node node;
   node.op = Op::Literal;

@@ -27,6 +27,7 @@ struct Program::Impl {
   std::string canonical;  // computed once: the hash is on every kernel-cache lookup
   std::string hash;
   std::vector<bool> packable_outputs;
+  bool uses_random = false;
   DerivedBackward backward[2];  // [pack_spikes]
 };
 
@@ -37,6 +38,7 @@ Program::Program(ir::Neuron neuron) : impl_(std::make_shared<Impl>()) {
   impl_->hash = sha256_hex(impl_->canonical);
   impl_->neuron = std::move(neuron);
   const std::vector<bool> binary = ir::spike_valued(impl_->forward.nodes);
+  for (const ir::Node& node : impl_->forward.nodes) impl_->uses_random |= node.op == ir::Op::Uniform;
   for (ir::ValueId v : impl_->forward.outputs) impl_->packable_outputs.push_back(binary[static_cast<size_t>(v)]);
 }
 
@@ -78,6 +80,7 @@ const std::vector<int>& Program::saved_inputs(bool pack_spikes) const {
 }
 
 const std::vector<bool>& Program::packable_outputs() const { return impl_->packable_outputs; }
+bool Program::uses_random() const { return impl_->uses_random; }
 
 std::string Program::canonical() const { return impl_->canonical; }
 std::string Program::hash() const { return impl_->hash; }

@@ -178,6 +178,9 @@ class Checker {
       case Op::Input: check_slot(k, node, n_.inputs, "input"); break;
       case Op::State: check_slot(k, node, n_.states, "state"); break;
       case Op::Param: check_slot(k, node, n_.params, "param"); break;
+      case Op::Uniform:
+        if (node.index < 0) add(Problem::Where::Node, k, "a uniform() draw needs a stream number >= 0");
+        break;
       case Op::Constant:
         check_slot(k, node, n_.constants, "constant");
         if (node.index >= 0 && node.index < static_cast<int32_t>(n_.constants.size()))

@@ -160,7 +160,7 @@ void run(const Program& program, const codegen::KernelSpec& spec, int64_t steps,
     const codegen::BufferSlot& slot = source.buffers[i];
     if (slot.role == codegen::BufferRole::Workspace) continue;  // filled once the variant is known
     args.buffers[i] = pointer_for(slot);
-    if (!slot.scalar_param && !slot.checkpoint && !slot.packed && !slot.layout.same_each_neuron) {
+    if (codegen::accessed_as_rows(slot)) {
       rows_aligned = rows_aligned && reinterpret_cast<uintptr_t>(args.buffers[i]) % 16 == 0;
     }
     reduce = reduce || (slot.role == codegen::BufferRole::GradParam && slot.scalar_param &&
@@ -297,6 +297,7 @@ void forward(const Program& program, const ForwardBuffers& b, void* stream, int 
           case codegen::BufferRole::Param: return pointer_of(b.params, slot.index);
           case codegen::BufferRole::Output: return pointer_of(b.outputs, slot.index);
           case codegen::BufferRole::PackedOutput: return packed_pointer_of(b.packed_outputs, slot.index);
+          case codegen::BufferRole::Seed: return const_cast<void*>(b.seed);  // only read
           case codegen::BufferRole::StateSeq: return pointer_of(b.state_seqs, slot.index);
           case codegen::BufferRole::FinalState: return pointer_of(b.final_states, slot.index);
           case codegen::BufferRole::Saved:
@@ -350,6 +351,7 @@ void backward(const Program& program, const BackwardBuffers& b, void* stream, in
           case codegen::BufferRole::GradInitialState:
             return pointer_of(b.grad_initial_states, slot.index);
           case codegen::BufferRole::GradParam: return pointer_of(b.grad_params, slot.index);
+          case codegen::BufferRole::Seed: return const_cast<void*>(b.seed);  // only read
           default:
             throw Error(std::string("internal: backward kernel slot with role ") +
                         std::to_string(static_cast<int>(slot.role)));

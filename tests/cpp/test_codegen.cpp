@@ -174,7 +174,8 @@ n = log1p(ax) + expm1(t) + exp2(t) + log10(ax) + tan(t) + atan(x) + asin(t) + ac
 n = n + asinh(x) + acosh(ax) + atanh(t) + erfc(x) + atan2(x, y) + hypot(x, t)
 c = (x < y and not (y >= 1)) or (x == y) or (x != h and x <= g) or x > k
 b = bool(x) and c
-z = where(b, e, r) * g + float(c) * h + m * k + detach(v) / 3 + n * 0.01
+u = uniform()
+z = where(b, e, r) * g + float(c) * h + m * k + detach(v) / 3 + n * 0.01 + (u - 0.5) * x * float(uniform() < 0.5)
 s = spike(z - v, super_spike(alpha = 2))
 q = float(s > 0.5 or x > 0) - v
 v = v + (z - v) * 0.5 - s
@@ -299,6 +300,8 @@ std::vector<BufferSlot> expected_slots(const Program& p, const KernelSpec& spec)
     add_params(BufferRole::GradParam);
     if (std::count(f.params.begin(), f.params.end(), ir::ParamKind::Scalar) > 0) add(BufferRole::Workspace, 1, false);
   }
+  // Last, the seed: for every kernel that runs forward steps of a neuron that draws.
+  if (p.uses_random() && (spec.kind != KernelKind::Backward || ck > 0)) add(BufferRole::Seed, 1, false);
   return s;
 }
 

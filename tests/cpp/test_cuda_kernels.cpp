@@ -159,6 +159,24 @@ class DeviceBytes {
   CUdeviceptr base_ = 0;
 };
 
+// The seed of a neuron's random draws, in host memory for the CPU and in device memory for the
+// GPU (ForwardBuffers::seed); both are given to every call, the draws need them where they do.
+class CallSeed {
+ public:
+  explicit CallSeed(uint64_t value) : host_(value) {
+    check_cuda(driver().cuMemAlloc(&device_, sizeof(uint64_t)), "cuMemAlloc", "8 bytes");
+    check_cuda(driver().cuMemcpyHtoD(device_, &host_, sizeof(uint64_t)), "cuMemcpyHtoD");
+  }
+  ~CallSeed() { driver().cuMemFree(device_); }
+  CallSeed(const CallSeed&) = delete;
+  CallSeed& operator=(const CallSeed&) = delete;
+  const void* pointer(bool gpu) const { return gpu ? reinterpret_cast<const void*>(device_) : &host_; }
+
+ private:
+  uint64_t host_;
+  CUdeviceptr device_ = 0;
+};
+
 // Bit-packed sequences, uint8 [T, ceil(N / 8)] each: the CPU's and the GPU's (nullptr: absent).
 // Written ones: zeros for the CPU, poison (all bits set) on the GPU.
 struct BitFamily {
@@ -575,9 +593,11 @@ void check_forward(const Job& job, std::mt19937_64& rng, CUstream stream) {
   Family saved = written_family("saved", saved_dtype(job), saved_shape, saved_present, job.offset);
   BitFamily packed_saved("packed_saved", job.steps, neurons, pack_spikes ? saved_packed : std::vector<bool>(),
                          job.offset);
+  const CallSeed seed(rng());
 
   auto buffers = [&](bool gpu) {
     ForwardBuffers b;
+    b.seed = seed.pointer(gpu);
     b.steps = job.steps;
     b.neuron_shape = job.shape;
     b.checkpoint_every = job.training ? job.checkpoint_every : 0;
@@ -619,6 +639,7 @@ void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
   // The CPU's training forward provides `saved` (or the checkpoints) to both backward passes,
   // so only the backward kernels are compared here (with checkpoints: the recomputation too).
   Inputs in = make_inputs(job, rng, true);
+  const CallSeed seed(rng());
   Family saved{"saved", {}, {}, {}, {}};
   for (const std::vector<int64_t>& shape : saved_shapes(job)) saved.host.emplace_back(saved_dtype(job), shape);
   // The pack_spikes policy: its packed values in packed_saved (uploaded below), not in saved.
@@ -641,6 +662,7 @@ void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
     fb.packed_saved = packed_saved.host_views();
     fb.pack_spikes = job.pack_spikes;
     fb.checkpoint_every = job.checkpoint_every;
+    fb.seed = seed.pointer(false);
     cpu::forward(p, fb);
   }
   for (size_t i = 0; i < saved.host.size(); ++i) {
@@ -677,6 +699,7 @@ void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
     auto views = [&](Family& fam) { return gpu ? fam.device_views() : fam.host_views(); };
     BackwardBuffers b;
     if (gpu && workspace) b.workspace = workspace->view();
+    b.seed = seed.pointer(gpu);
     b.steps = job.steps;
     b.neuron_shape = job.shape;
     b.saved = views(saved);
@@ -939,6 +962,55 @@ TEST_F(CudaKernels, MathOpsNeuronEveryKind) {
   }
   compile_all(jobs);
   for (const Job& j : jobs) run_job(j, rng_);
+}
+
+// A neuron that draws (tests/neurons/noisy_threshold.sj): every kind, per step and with
+// checkpoints (whose backward draws again), float32 and bfloat16, both variants, against the CPU
+// with the same seed.
+TEST_F(CudaKernels, RandomNeuronEveryKindWithCheckpoints) {
+  SCOPED_TRACE(trace());
+  const NamedProgram np{"noisy_threshold", testing::test_neuron("noisy_threshold")};
+  std::vector<Job> jobs;
+  for (DType d : {DType::F32, DType::BF16}) {
+    for (size_t variant = 0; variant < 4; ++variant) {
+      for (Job j : jobs_for(np, d, variant, variant < 2 ? 1 : 2000, variant < 2 ? 300 : 5000)) {
+        if (j.training || j.backward) j.checkpoint_every = variant % 2 == 0 ? 0 : 1 + static_cast<int64_t>(rng_() % 5);
+        jobs.push_back(j);
+      }
+    }
+  }
+  compile_all(jobs);
+  for (const Job& j : jobs) run_job(j, rng_);
+}
+
+// The draws themselves are bit for bit those of the CPU (ir/random.h), whatever the variant.
+TEST_F(CudaKernels, DrawsEqualTheCpuBitForBit) {
+  SCOPED_TRACE(trace());
+  const Program p = Program::from_text(
+      "neuron draws\ninput x\nstate v = 0\noutput a\noutput b\na = uniform()\nb = uniform() + 0 * x\nv = v\n");
+  for (int64_t N : {int64_t{1}, int64_t{333}, int64_t{100003}}) {
+    const int64_t T = 5;
+    const CallSeed seed(rng_());
+    HostTensor x = random_tensor(rng_, DType::F32, {T, N}, -1, 1);
+    HostTensor a(DType::F32, {T, N}), b(DType::F32, {T, N});
+    DeviceTensor dx(x), da(DType::F32, {T, N}), db(DType::F32, {T, N});
+    da.poison();
+    db.poison();
+    ForwardBuffers host, device;
+    host.steps = device.steps = T;
+    host.neuron_shape = device.neuron_shape = {N};
+    host.inputs = {x.view()};
+    host.outputs = {a.view(), b.view()};
+    host.seed = seed.pointer(false);
+    device.inputs = {dx.view()};
+    device.outputs = {da.view(), db.view()};
+    device.seed = seed.pointer(true);
+    cpu::forward(p, host);
+    cuda::forward(p, device, nullptr, 0);
+    synchronize(nullptr);
+    EXPECT_EQ(da.to_host().bytes, a.bytes) << "N " << N;
+    EXPECT_EQ(db.to_host().bytes, b.bytes) << "N " << N;
+  }
 }
 
 // Enough neurons for the 16-byte vector variant; N with and without a partial last vector, and

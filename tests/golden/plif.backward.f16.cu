@@ -110,6 +110,29 @@ __device__ __forceinline__ real sj_sign(real a) {
   return sj_isnan(a) ? a : (real)((a > (real)0) - (a < (real)0));
 }
 
+// ---- random draws ----------------------------------------------------------------------------
+struct SjDrawSite {
+  unsigned long long seed;
+  long long n, t;
+};
+__device__ __forceinline__ real sj_uniform(const SjDrawSite d, int stream) {
+  unsigned c0 = (unsigned)d.n, c1 = (unsigned)((unsigned long long)d.n >> 32), c2 = (unsigned)d.t,
+           c3 = (unsigned)stream;
+  unsigned k0 = (unsigned)d.seed, k1 = (unsigned)(d.seed >> 32);
+#pragma unroll
+  for (int round = 0; round < 10; ++round) {
+    const unsigned hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+    const unsigned hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return (real)((float)(c0 >> 8) * 5.9604644775390625e-08f);  // 2^-24
+}
+
 // ---- rows: the EPT consecutive neurons of one thread at one step ---------------------------
 template <int EPT>
 struct Row {
@@ -193,7 +216,7 @@ __device__ __forceinline__ void real_row_store(void* base, long long offset, int
 [[maybe_unused]] constexpr int kSlotInput = 0, kSlotInitialState = 0, kSlotParam = 2, kSlotOutput = 0,
                                kSlotStateSeq = 0, kSlotFinalState = 0, kSlotSaved = 0, kSlotGradOutput = 3,
                                kSlotGradStateSeq = 0, kSlotGradFinalState = 4, kSlotGradInput = 5,
-                               kSlotGradInitialState = 6, kSlotGradParam = 7, kSlotWorkspace = 8;
+                               kSlotGradInitialState = 6, kSlotGradParam = 7, kSlotWorkspace = 8, kSlotSeed = 0;
 [[maybe_unused]] constexpr unsigned long long kRowSlots = 0x7bull;  // slots accessed as rows of storage
 [[maybe_unused]] constexpr bool kStoreStateSeqs = false, kWriteFinalStates = false, kSaveSteps = false;
 [[maybe_unused]] constexpr bool kReadGradStateSeqs = false, kReadGradFinalStates = true;
@@ -211,6 +234,7 @@ __device__ __forceinline__ void real_row_store(void* base, long long offset, int
 [[maybe_unused]] constexpr int kReduceThreads = 256;
 // The values one step function takes and returns.
 struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA]; };
+__device__ __forceinline__ void set_draw_site(ForwardIn&, const SpikejitArgs&, long long, long long) {}
 struct ForwardOut { real y[kOutputsA], s_next[kStatesA], saved[kSavedA]; };
 struct BackwardIn { real saved[kSavedA], go[kOutputsA], gs[kStatesA], p[kParamsA]; };
 struct BackwardOut { real gi[kInputsA], g_prev[kStatesA], gp[kParamsA]; };
@@ -648,6 +672,7 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
 #pragma unroll
         for (int e = 0; e < EPT; ++e) {
           ForwardIn in;
+          set_draw_site(in, a, n0 + e, s0 + u);
 #pragma unroll
           for (int i = 0; i < kInputs; ++i) in.x[i] = to_real(xr[i].v[e]);
 #pragma unroll
