@@ -8,6 +8,9 @@ the call is FuncTangent, whose forward gives the results from the neuron's own i
 (an autograd.Function must, before it sees the tangents) and whose jvp runs the tangent neuron.
 Gradients through such a call, and transforms of both modes at once, are refused: the tangent
 kernels' results have no gradient.
+
+A neuron that draws random numbers has the same uniform() streams in its tangent neuron, so both
+passes of a call take the call's one seed and draw the same numbers (the draws have no tangent).
 """
 import torch
 import torch.autograd.forward_ad as _forward_ad
@@ -16,7 +19,7 @@ from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
 from . import registry
 from ._func_transforms import (NEURON, SCALAR, SEQ, FuncInference, batched, param_kinds, per_neuron_handle,
-                               transforms_active)
+                               seed_kinds, split_seed, transforms_active)
 from ._kernel_calls import inference, initial_states, program_counts, split_inference_results
 
 
@@ -32,9 +35,10 @@ def has_tangents(*groups) -> bool:
 
 
 def run_with_tangents(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
-                      packed_outputs):
+                      packed_outputs, seed=None):
     """spikejit.functional.run_neuron for a call that takes forward-mode derivatives: (outputs,
-    final states, state sequences or None), with their tangents."""
+    final states, state sequences or None), with their tangents. `seed`: that of a neuron with
+    random numbers (None otherwise), for both the neuron and its tangent neuron."""
     if packed_outputs:
         raise ValueError(f"packed_outputs: expected 0 for inputs with forward-mode tangents (bit rows carry no "
                          f"derivative), got {packed_outputs}")
@@ -44,11 +48,11 @@ def run_with_tangents(handle, num_outputs, num_states, inputs, init_states, para
     wants_gradient = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     if transforms_active() or wants_gradient:  # FuncTangent refuses the gradient
         results = FuncTangent.apply(handle, tangent_handle, bool(store_state_seqs), len(inputs), len(init_states),
-                                    *tensors)
+                                    *tensors, *(() if seed is None else (seed,)))
     else:
         duals = [_forward_ad.unpack_dual(t) for t in tensors]
         primal, tangent = run_tangent_neuron(tangent_handle, bool(store_state_seqs), len(inputs), len(init_states),
-                                             [d.primal for d in duals], [d.tangent for d in duals])
+                                             [d.primal for d in duals], [d.tangent for d in duals], seed)
         results = [_forward_ad.make_dual(p, d) for p, d in zip(primal, tangent)]
     return split_inference_results(results, num_outputs, num_states, store_state_seqs)
 
@@ -77,10 +81,11 @@ def tangent_handle_of(handle) -> int:
     return registry.derived_handle(handle, "tangent", lambda program: program.tangent())
 
 
-def run_tangent_neuron(tangent_handle, store_state_seqs, num_inputs, num_states, primals, tangents):
+def run_tangent_neuron(tangent_handle, store_state_seqs, num_inputs, num_states, primals, tangents, seed=None):
     """The tangent neuron's inference on a call's tensors (`primals`: inputs, initial states,
     parameters) and their tangents (None: zero): (primal results, tangent results), each
-    [*outputs, *state_seqs?, *final_states] like the neuron's own inference."""
+    [*outputs, *state_seqs?, *final_states] like the neuron's own inference. `seed`: the primal
+    call's (a random neuron's tangent neuron draws the same numbers from it)."""
     primals = list(primals)
     tangents = [torch.zeros_like(p) if d is None else d for p, d in zip(primals, tangents)]
     ni, ns = num_inputs, num_states
@@ -90,9 +95,9 @@ def run_tangent_neuron(tangent_handle, store_state_seqs, num_inputs, num_states,
     _, counts = program_counts(tangent_handle)
     if transforms_active():  # batched tangents (jacfwd, vmap around jvp): through the vmap rule
         results = FuncInference.apply(tangent_handle, counts, store_state_seqs, 0, len(inputs), len(states),
-                                      *inputs, *states, *params)
+                                      *inputs, *states, *params, *(() if seed is None else (seed,)))
     else:
-        results = inference(tangent_handle, inputs, states, params, store_state_seqs, True)
+        results = inference(tangent_handle, inputs, states, params, store_state_seqs, True, seed=seed)
     # Each group of results (outputs, state sequences, final states) holds its primal half, then
     # its tangent half.
     no, nst = counts.outputs // 2, counts.states // 2
@@ -109,18 +114,21 @@ class FuncTangent(torch.autograd.Function):
 
     @staticmethod
     def forward(handle, tangent_handle, store_state_seqs, num_inputs, num_states, *tensors):
+        tensors, seed = _split_seed(handle, num_inputs, num_states, tensors)
         return tuple(inference(handle, tensors[:num_inputs], tensors[num_inputs:num_inputs + num_states],
-                               tensors[num_inputs + num_states:], store_state_seqs, True))
+                               tensors[num_inputs + num_states:], store_state_seqs, True, seed=seed))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        _, ctx.tangent_handle, ctx.store_state_seqs, ctx.num_inputs, ctx.num_states, *tensors = inputs
+        handle, ctx.tangent_handle, ctx.store_state_seqs, ctx.num_inputs, ctx.num_states, *tensors = inputs
+        ctx.num_tensors = len(_split_seed(handle, ctx.num_inputs, ctx.num_states, tensors)[0])
         ctx.save_for_forward(*tensors)
 
     @staticmethod
     def jvp(ctx, *tangents):
+        tensors, seed = split_seed(ctx.saved_tensors, ctx.num_tensors)
         return tuple(run_tangent_neuron(ctx.tangent_handle, ctx.store_state_seqs, ctx.num_inputs, ctx.num_states,
-                                        ctx.saved_tensors, tangents[5:])[1])
+                                        tensors, tangents[5:5 + ctx.num_tensors], seed)[1])
 
     backward = staticmethod(refuse_reverse_of_forward_mode)
 
@@ -128,6 +136,7 @@ class FuncTangent(torch.autograd.Function):
     def vmap(info, in_dims, handle, tangent_handle, store_state_seqs, num_inputs, num_states, *tensors):
         _, counts = program_counts(handle)
         kinds = [SEQ] * num_inputs + [NEURON] * num_states + param_kinds(counts)
+        kinds += seed_kinds(tensors, len(kinds))
         out_kinds = [SEQ] * counts.outputs + [SEQ] * (counts.states if store_state_seqs else 0) + \
             [NEURON] * counts.states
 
@@ -141,3 +150,8 @@ class FuncTangent(torch.autograd.Function):
             per_neuron = runner(promoted, tangent_handle_of(promoted))
         return batched(info, in_dims, tensors, kinds, out_kinds, runner(handle, tangent_handle), fold=True,
                        run_per_neuron=per_neuron)
+
+
+def _split_seed(handle, num_inputs, num_states, tensors):
+    """(inputs, states and params, seed or None) of FuncTangent's tensors."""
+    return split_seed(tensors, num_inputs + num_states + len(program_counts(handle)[1].params))

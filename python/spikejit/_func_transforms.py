@@ -10,6 +10,10 @@ the batch directly (a scalar parameter batched, or its gradient wanted per batch
 the neuron with its scalar parameters declared per neuron; bit rows, whose bytes mix neurons of
 neighbouring batch elements, run the batch elements one by one. The
 eager path (ops._Training) is untouched: these run only while a transform is active.
+
+The seed of a neuron that draws random numbers is the last of a call's tensors (kind SEED). It is
+never folded: a folded call draws for each batch element's own neurons anyway. (Drawing it inside
+vmap is PyTorch's business: vmap's default randomness="error" refuses the draw.)
 """
 import re
 
@@ -17,9 +21,9 @@ import torch
 
 from . import _core, registry
 from ._kernel_calls import (inference, keep_for_backward, output_gradients, program_counts, saved_for_backward,
-                            training_call)
+                            seed_for_backward, training_call)
 
-SEQ, NEURON, SCALAR = "seq", "neuron", "scalar"  # how a tensor of a call carries the batch
+SEQ, NEURON, SCALAR, SEED = "seq", "neuron", "scalar", "seed"  # how a tensor of a call carries the batch
 
 
 def transforms_active() -> bool:
@@ -35,6 +39,8 @@ def refuse_second_derivative(ctx, *grads):
 def _fold(t, dim, kind, batch):
     if t is None or kind == SCALAR:
         return t
+    if kind == SEED:  # one seed for the folded call (a batched one: vmap(randomness="different"))
+        return t if dim is None else t.select(dim, 0)
     at = 1 if kind == SEQ else 0
     if dim is not None:
         return t.movedim(dim, at)
@@ -111,24 +117,39 @@ def param_kinds(call_counts):
     return [SCALAR if kind == "scalar" else NEURON for kind in call_counts.params]
 
 
+def split_seed(tensors, num_before):
+    """(tensors, seed or None) of a call's tensors whose seed, when given, follows `num_before` others."""
+    if len(tensors) > num_before:
+        return tensors[:num_before], tensors[num_before]
+    return tensors, None
+
+
+def seed_kinds(tensors, num_before):
+    return [SEED] if len(tensors) > num_before else []
+
+
 class FuncTraining(torch.autograd.Function):
-    """The training forward: (*outputs, *final_states, *state_seqs?, *saved)."""
+    """The training forward: (*outputs, *final_states, *state_seqs?, *saved). Tensors: inputs,
+    initial states, params, then the seed when there is one."""
 
     @staticmethod
     def forward(call, num_inputs, num_states, *tensors):
+        tensors, seed = split_seed(tensors, num_inputs + num_states + len(call.counts.params))
         inputs = tensors[:num_inputs]
         return tuple(call.forward(inputs, tensors[num_inputs:num_inputs + num_states],
-                                  tensors[num_inputs + num_states:]))
+                                  tensors[num_inputs + num_states:], seed))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         call, num_inputs, num_states, *tensors = inputs
+        tensors, seed = split_seed(tensors, num_inputs + num_states + len(call.counts.params))
         # The saved values stay differentiable outputs (their gradients are never used): then the
         # backward's node depends on them, and a second derivative reaches FuncBackward.backward
         # and raises instead of counting as zero.
         ctx.set_materialize_grads(False)
-        keep_for_backward(ctx, call, output, tensors[:num_inputs], tensors[num_inputs + num_states:])
+        keep_for_backward(ctx, call, output, tensors[:num_inputs], tensors[num_inputs + num_states:], seed)
         ctx.num_states_given = num_states
+        ctx.seed_given = seed is not None
 
     @staticmethod
     def backward(ctx, *grads):
@@ -139,15 +160,19 @@ class FuncTraining(torch.autograd.Function):
         go = list(output_gradients(grads, counts, call.packed_outputs))
         gf = list(grads[no:no + ns])
         gs = list(grads[no + ns:no + 2 * ns]) if call.store_state_seqs else []
+        seed = seed_for_backward(ctx)
         results = FuncBackward.apply(call, ctx.seq_shape, ctx.dtype, ctx.device, len(back), len(params), len(go),
-                                     len(gf), *back, *params, *go, *gf, *gs)
+                                     len(gf), seed is not None, *back, *params, *go, *gf, *gs,
+                                     *(() if seed is None else (seed,)))
         grad_states = results[ni:ni + ns] if ctx.num_states_given else ()
-        return (None, None, None, *results[:ni], *grad_states, *results[ni + ns:])
+        return (None, None, None, *results[:ni], *grad_states, *results[ni + ns:],
+                *((None,) if ctx.seed_given else ()))
 
     @staticmethod
     def vmap(info, in_dims, call, num_inputs, num_states, *tensors):
         counts = call.counts
         kinds = [SEQ] * num_inputs + [NEURON] * num_states + param_kinds(counts)
+        kinds += seed_kinds(tensors, len(kinds))
         out_kinds = [SEQ] * counts.outputs + [NEURON] * counts.states + [SEQ] * (
             counts.states if call.store_state_seqs else 0) + [SEQ] * call.num_saved
         promoted = per_neuron_call(call) if SCALAR in kinds else None
@@ -163,13 +188,15 @@ class FuncBackward(torch.autograd.Function):
     results are not differentiable again."""
 
     @staticmethod
-    def forward(call, seq_shape, dtype, device, num_back, num_params, num_go, num_gf, *tensors):
+    def forward(call, seq_shape, dtype, device, num_back, num_params, num_go, num_gf, has_seed, *tensors):
+        seed = tensors[-1] if has_seed else None
+        tensors = tensors[:-1] if has_seed else tensors
         back = tensors[:num_back]
         params = tensors[num_back:num_back + num_params]
         grads = tensors[num_back + num_params:]
         return tuple(call.backward(list(seq_shape), dtype, device, list(back), list(params), list(grads[:num_go]),
                                    list(grads[num_go:num_go + num_gf]), list(grads[num_go + num_gf:]),
-                                   checked=True))
+                                   checked=True, seed=seed))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -178,34 +205,41 @@ class FuncBackward(torch.autograd.Function):
     backward = staticmethod(refuse_second_derivative)
 
     @staticmethod
-    def vmap(info, in_dims, call, seq_shape, dtype, device, num_back, num_params, num_go, num_gf, *tensors):
+    def vmap(info, in_dims, call, seq_shape, dtype, device, num_back, num_params, num_go, num_gf, has_seed,
+             *tensors):
         counts = call.counts
         kinds_of_params = param_kinds(counts)
-        num_gs = len(tensors) - num_back - num_params - num_go - num_gf
+        num_gs = len(tensors) - num_back - num_params - num_go - num_gf - int(has_seed)
         kinds = [SEQ] * num_back + kinds_of_params + [SEQ] * num_go + [NEURON] * num_gf + [SEQ] * num_gs
+        kinds += [SEED] if has_seed else []
         out_kinds = [SEQ] * counts.inputs + [NEURON] * counts.states + kinds_of_params
 
         def runner(backward_call):
             def run(ts, batch):
                 shape = list(seq_shape) if batch is None else [seq_shape[0], batch, *seq_shape[1:]]
                 return FuncBackward.apply(backward_call, shape, dtype, device, num_back, num_params, num_go, num_gf,
-                                          *ts)
+                                          has_seed, *ts)
             return run
 
         # A scalar parameter's gradient is one sum over the neurons: per batch element, one sum
         # over that element's neurons (of the gradients per neuron).
         promoted = per_neuron_call(call) if SCALAR in kinds_of_params else None
-        return batched(info, in_dims, tensors, kinds, out_kinds, runner(call), not call.pack_spikes,
+        # A random neuron's draws follow its neurons' indices, which folding changes: its backward
+        # (which recomputes them under checkpoints) folds only where its forward did.
+        fold = not call.pack_spikes and not (call.counts.random and call.packed_outputs)
+        return batched(info, in_dims, tensors, kinds, out_kinds, runner(call), fold,
                        run_per_neuron=promoted and runner(promoted))
 
 
 class FuncInference(torch.autograd.Function):
-    """Inference (only under no_grad): (*outputs, *state_seqs?, *final_states), not differentiable."""
+    """Inference (only under no_grad): (*outputs, *state_seqs?, *final_states), not differentiable.
+    Tensors: inputs, initial states, params, then the seed when there is one."""
 
     @staticmethod
     def forward(handle, counts, store_state_seqs, packed_outputs, num_inputs, num_states, *tensors):
+        tensors, seed = split_seed(tensors, num_inputs + num_states + len(counts.params))
         return tuple(inference(handle, tensors[:num_inputs], tensors[num_inputs:num_inputs + num_states],
-                               tensors[num_inputs + num_states:], store_state_seqs, True, packed_outputs))
+                               tensors[num_inputs + num_states:], store_state_seqs, True, packed_outputs, seed))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -214,6 +248,7 @@ class FuncInference(torch.autograd.Function):
     @staticmethod
     def vmap(info, in_dims, handle, counts, store_state_seqs, packed_outputs, num_inputs, num_states, *tensors):
         kinds = [SEQ] * num_inputs + [NEURON] * num_states + param_kinds(counts)
+        kinds += seed_kinds(tensors, len(kinds))
         out_kinds = [SEQ] * counts.outputs + [SEQ] * (counts.states if store_state_seqs else 0) + \
             [NEURON] * counts.states
         def runner(run_handle):

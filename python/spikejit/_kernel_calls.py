@@ -6,6 +6,11 @@ At small sizes the host is the limit of a training step, so what does not change
 is worked out once: per handle the program's counts (Counts), per handle and save policy a
 TrainingCall (the saved plan, the result layout). A call then checks its tensors, allocates and
 launches. Buffers cross into C++ as (data_ptr, dtype code, shape, strides; () when contiguous).
+
+A neuron that draws random numbers (Counts.random: uniform() in its program) takes a seed: an
+int64 tensor of one element on the call's device, handed to the kernels as its data_ptr, so that
+they read it where it lives (no host sync; a CUDA graph replays whatever value it holds then). A
+training call keeps its seed for the backward, which recomputes the same draws from it.
 """
 from typing import List
 
@@ -20,7 +25,7 @@ DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloa
 class Counts:
     """The declaration counts of a program, read once per handle."""
 
-    __slots__ = ("inputs", "states", "outputs", "params", "state_defaults", "packable", "plans")
+    __slots__ = ("inputs", "states", "outputs", "params", "state_defaults", "packable", "random", "plans")
 
     def __init__(self, program):
         self.inputs = program.num_inputs
@@ -29,6 +34,7 @@ class Counts:
         self.params = [kind for _, kind, _ in program.params]
         self.state_defaults = program.state_defaults
         self.packable = program.packable_outputs
+        self.random = bool(program.uses_random)  # then every launch takes a seed
         self.plans = {}  # pack_spikes -> [(input or -1, packed)], on first training use (autodiff)
 
 
@@ -43,6 +49,18 @@ def program_counts(handle: int):
     """(program, Counts) of a live handle."""
     program, cache = registry.program_and_cache(handle)
     return program, _counts_in(program, cache)
+
+
+def uses_random(handle: int) -> bool:
+    """Whether the handle's neuron draws random numbers (then its calls need a seed)."""
+    return _uses_random(handle)
+
+
+# Dynamo cannot trace into the extension (a first call builds Counts): under torch.compile this
+# runs while tracing and its result is a constant of the graph.
+@torch.compiler.assume_constant_result
+def _uses_random(handle: int) -> bool:
+    return program_counts(handle)[1].random
 
 
 def initial_states(handle: int, states, x_seq: Tensor) -> List[Tensor]:
@@ -164,6 +182,34 @@ def check_strided(name: str, t: Tensor) -> None:
     if t.layout is not torch.strided:
         raise TypeError(f"{name}: expected a dense (strided) tensor, got a {str(t.layout).replace('torch.', '')} "
                         f"{describe(t)} (to_dense() makes one)")
+
+
+def check_seed(seed, x: Tensor) -> None:
+    """TypeError / ValueError unless `seed` is None or an int64 tensor of one element on x's device
+    (the kernels read the seed from that memory)."""
+    if seed is None:
+        return
+    if not isinstance(seed, Tensor):
+        raise TypeError(f"seed: expected None or an int64 tensor of one element, got {type(seed).__name__}")
+    if seed.dtype != torch.int64 or seed.numel() != 1 or seed.layout is not torch.strided:
+        raise TypeError(f"seed: expected an int64 tensor of one element, got {describe(seed)}")
+    if seed.device != x.device:
+        raise ValueError(f"seed: expected a tensor on {x.device} (that of inputs[0]), got {describe(seed)}")
+
+
+def _checked_seed(counts, seed, x: Tensor):
+    """The seed a call launches with (None for a neuron without random numbers), checked."""
+    check_seed(seed, x)
+    if not counts.random:
+        return None
+    if seed is None:
+        raise ValueError("seed: the neuron draws random numbers (uniform()), so its calls need a seed (an int64 "
+                         "tensor of one element on the inputs' device), got None")
+    return seed
+
+
+def _seed_pointer(seed):
+    return None if seed is None else seed.data_ptr()
 
 
 def _check_call(counts, inputs, init_states, params):
@@ -302,26 +348,28 @@ def current_stream(device) -> int:
 
 
 def _launch_forward(program, device, seq_shape, inputs, init_states, params, outputs, state_seqs,
-                    final_states, saved, checkpoint_every=0, packed_outputs=(), packed_saved=(), pack_spikes=False):
+                    final_states, saved, checkpoint_every=0, packed_outputs=(), packed_saved=(), pack_spikes=False,
+                    seed=None):
     """`inputs`, `init_states` and `params` must stay referenced by the caller until this returns
     (the kernels read them through raw pointers). Arguments go positionally: nanobind matches
     keywords by name on every call."""
     specs = buffer_specs
     args = (program, seq_shape[0], seq_shape[1:], specs(inputs), specs(init_states), specs(params), specs(outputs),
             specs(state_seqs), specs(final_states), specs(saved))
-    policy = (checkpoint_every, _packed_specs(packed_outputs), _packed_specs(packed_saved), pack_spikes)
+    policy = (checkpoint_every, _packed_specs(packed_outputs), _packed_specs(packed_saved), pack_spikes,
+              _seed_pointer(seed))
     _launch(device, _core.cuda_forward, _core.cpu_forward, args, policy)
 
 
 def _launch_backward(program, device, seq_shape, saved, params, grad_outputs, grad_state_seqs,
                      grad_final_states, grad_inputs, grad_initial_states, grad_params, inputs=(),
-                     checkpoint_every=0, packed_saved=(), pack_spikes=False, workspace=None):
+                     checkpoint_every=0, packed_saved=(), pack_spikes=False, workspace=None, seed=None):
     specs = buffer_specs
     args = (program, seq_shape[0], seq_shape[1:], specs(saved), specs(params), specs(grad_outputs),
             specs(grad_state_seqs), specs(grad_final_states), specs(grad_inputs), specs(grad_initial_states),
             specs(grad_params))
     policy = (specs(inputs), checkpoint_every, _packed_specs(packed_saved), pack_spikes,
-              None if workspace is None else specs([workspace])[0])
+              None if workspace is None else specs([workspace])[0], _seed_pointer(seed))
     _launch(device, _core.cuda_backward, _core.cpu_backward, args, policy)
 
 
@@ -352,10 +400,12 @@ def _packed_flags(counts, packed_outputs):
     return [bool(packed_outputs >> i & 1) for i in range(counts.outputs)]
 
 
-def inference_buffers(counts, inputs, init_states, params, store_state_seqs, final_state, packed_outputs):
-    """Checks a call; returns (seq_shape, outputs, state_seqs, final_states), empty."""
+def inference_buffers(counts, inputs, init_states, params, store_state_seqs, final_state, packed_outputs,
+                      seed=None):
+    """Checks a call (the seed too); returns (seq_shape, outputs, state_seqs, final_states), empty."""
     seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
     x = inputs[0]
+    _checked_seed(counts, seed, x)
     outputs = _output_buffers(counts, x, seq_shape, check_packed_outputs(counts, packed_outputs))
     state_seqs = [x.new_empty(seq_shape) for _ in range(counts.states)] if store_state_seqs else []
     final_states = [x.new_empty(neuron_shape) for _ in range(counts.states)] if final_state else []
@@ -370,16 +420,17 @@ def split_inference_results(results, num_outputs: int, num_states: int, store_st
 
 
 def inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool,
-              packed_outputs: int = 0):
+              packed_outputs: int = 0, seed=None):
     """[*outputs, *state_seqs (if store_state_seqs), *final_states (if final_state)]."""
     program, counts = program_counts(handle)
     seq_shape, outputs, state_seqs, final_states = inference_buffers(
-        counts, inputs, init_states, params, store_state_seqs, final_state, packed_outputs)
+        counts, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed)
     full, bits = outputs, ()
     if packed_outputs:
         full, bits = _split_by_mask(outputs, _packed_flags(counts, packed_outputs))
     _launch_forward(program, inputs[0].device, seq_shape, _contiguous(inputs), _contiguous(init_states),
-                    _contiguous(params), full, state_seqs, final_states, (), packed_outputs=bits)
+                    _contiguous(params), full, state_seqs, final_states, (), packed_outputs=bits,
+                    seed=_checked_seed(counts, seed, inputs[0]))
     return outputs + state_seqs + final_states
 
 
@@ -445,11 +496,13 @@ class TrainingCall:
         # extension's objects must be freed with the registry, before the extension unloads.
         return registry.program(self.handle)
 
-    def forward_buffers(self, inputs, init_states, params):
-        """Checks a forward call; returns (seq_shape, outputs, final_states, state_seqs, saved), empty."""
+    def forward_buffers(self, inputs, init_states, params, seed=None):
+        """Checks a forward call (the seed too); returns (seq_shape, outputs, final_states, state_seqs,
+        saved), empty."""
         counts = self.counts
         seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
         x = inputs[0]
+        _checked_seed(counts, seed, x)
         outputs = _output_buffers(counts, x, seq_shape, self.packed_outputs)
         final_states = [x.new_empty(neuron_shape) for _ in range(counts.states)]
         state_seqs = [x.new_empty(seq_shape) for _ in range(counts.states)] if self.store_state_seqs else []
@@ -470,9 +523,10 @@ class TrainingCall:
         return [x.new_empty([(seq_shape[0] + k - 1) // k, *seq_shape[1:]], dtype=dtype)
                 for _ in range(self.counts.states)]
 
-    def forward(self, inputs, init_states, params):
+    def forward(self, inputs, init_states, params, seed=None):
         counts = self.counts
-        seq_shape, outputs, final_states, state_seqs, saved = self.forward_buffers(inputs, init_states, params)
+        seq_shape, outputs, final_states, state_seqs, saved = self.forward_buffers(inputs, init_states, params,
+                                                                                   seed)
         x = inputs[0]
         full_outputs, bit_outputs = outputs, ()
         if self.output_packed is not None:
@@ -484,7 +538,8 @@ class TrainingCall:
                 full_saved, bit_saved = _split_by_mask(full_saved, self.saved_packed)
         _launch_forward(self.program, x.device, seq_shape, _contiguous(inputs), _contiguous(init_states),
                         _contiguous(params), full_outputs, state_seqs, final_states, full_saved,
-                        self.checkpoint_every, bit_outputs, bit_saved, self.pack_spikes)
+                        self.checkpoint_every, bit_outputs, bit_saved, self.pack_spikes,
+                        seed if counts.random else None)
         return outputs + final_states + state_seqs + saved
 
     def backward_inputs(self, saved, inputs):
@@ -495,15 +550,16 @@ class TrainingCall:
         return all_saved(self.plan, saved, inputs)
 
     def backward(self, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states,
-                 grad_state_seqs, wanted=None, checked=False):
+                 grad_state_seqs, wanted=None, checked=False, seed=None):
         """None gradients count as zeros. `wanted` (None: all) holds one bool per result: the
         unwanted ones are None and nothing is allocated or stored for them. `checked`: the
         arguments come from autograd for this call's own forward (shapes, dtypes and devices
-        already hold), so only the custom op checks them."""
+        already hold), so only the custom op checks them. `seed`: the forward's (a random
+        neuron's backward with checkpoints recomputes its draws from it)."""
         counts = self.counts
         if not checked:
             self._check_backward(seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states,
-                                 grad_state_seqs)
+                                 grad_state_seqs, seed)
         bits, inputs = (), ()
         if self.plan is None:
             saved, inputs = saved[:counts.states], saved[counts.states:]
@@ -522,7 +578,7 @@ class TrainingCall:
                          _sequence_grads(grad_outputs), _sequence_grads(grad_state_seqs),
                          _contiguous(grad_final_states), grad_inputs, grad_states, grad_params,
                          _contiguous(inputs), self.checkpoint_every, _contiguous(bits), self.pack_spikes,
-                         self._workspace(program, device, seq_shape))
+                         self._workspace(program, device, seq_shape), seed if counts.random else None)
         return grad_inputs + grad_states + grad_params
 
     def _workspace(self, program, device, seq_shape):
@@ -535,20 +591,21 @@ class TrainingCall:
         return torch.empty(elements, dtype=torch.float64, device=device)
 
     def backward_buffers(self, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states,
-                       grad_state_seqs):
+                       grad_state_seqs, seed=None):
         """The backward's results, empty, after its checks (the fake implementation)."""
         self._check_backward(seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states,
-                             grad_state_seqs)
+                             grad_state_seqs, seed)
         return ([torch.empty(seq_shape, dtype=dtype, device=device) for _ in range(self.counts.inputs)]
                 + [torch.empty(seq_shape[1:], dtype=dtype, device=device) for _ in range(self.counts.states)]
                 + [_dense_like(p) for p in params])
 
     def _check_backward(self, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states,
-                        grad_state_seqs):
+                        grad_state_seqs, seed=None):
         counts = self.counts
         seq_shape = list(seq_shape)
         if dtype not in DTYPE_CODES:
             raise TypeError(f"dtype: expected float32, float64, float16 or bfloat16, got {dtype}")
+        self._check_backward_seed(device, seed)
         _check_grads(grad_outputs, counts.outputs, "grad_outputs", seq_shape, dtype, device)
         _check_grads(grad_final_states, counts.states, "grad_final_states", seq_shape[1:], dtype, device)
         _check_grads(grad_state_seqs, counts.states, "grad_state_seqs", seq_shape, dtype, device)
@@ -564,6 +621,17 @@ class TrainingCall:
             if packed and (t.dtype != torch.uint8 or list(t.shape) != rows or t.device != device):
                 raise ValueError(f"saved[{i}]: expected the spikes saved as bits, uint8{rows} (T, ceil(N/8)) "
                                  f"on {device}, got {describe(t)}")
+
+    def _check_backward_seed(self, device, seed):
+        """The backward of a random neuron recomputes its draws under checkpoints: it needs the
+        forward's seed then (per step, the draws it needs were saved)."""
+        if seed is not None and not isinstance(seed, Tensor):
+            raise TypeError(f"seed: expected None or an int64 tensor of one element, got {type(seed).__name__}")
+        if seed is not None and (seed.dtype != torch.int64 or seed.numel() != 1 or seed.device != device):
+            raise TypeError(f"seed: expected an int64 tensor of one element on {device}, got {describe(seed)}")
+        if seed is None and self.counts.random and self.checkpoint_every:
+            raise ValueError(f"seed: the neuron draws random numbers and its backward with checkpoint_every = "
+                             f"{self.checkpoint_every} recomputes them, so it needs the forward's seed, got None")
 
     def _check_checkpointed(self, seq_shape, dtype, device, saved):
         counts = self.counts
@@ -610,12 +678,15 @@ class ActiveReference:
         registry.release_active(self.handle)
 
 
-def keep_for_backward(ctx, call, results, inputs, params):
-    """Saves what the backward reads (TrainingCall.backward_inputs and the params) and the facts
-    of the call, on the autograd context of its forward."""
+def keep_for_backward(ctx, call, results, inputs, params, seed=None):
+    """Saves what the backward reads (TrainingCall.backward_inputs, the params and the seed of a
+    random neuron: the backward must see the forward's own) and the facts of the call, on the
+    autograd context of its forward."""
     saved = call.backward_inputs(results[call.first_saved:], inputs)
-    ctx.save_for_backward(*saved, *params)
+    seed = seed if call.counts.random else None
+    ctx.save_for_backward(*saved, *params, *(() if seed is None else (seed,)))
     ctx.num_saved = len(saved)
+    ctx.has_seed = seed is not None
     ctx.call = call
     ctx.active_reference = ActiveReference(call.handle)
     x = inputs[0]
@@ -625,4 +696,10 @@ def keep_for_backward(ctx, call, results, inputs, params):
 def saved_for_backward(ctx):
     """(saved, params) as keep_for_backward kept them."""
     tensors = ctx.saved_tensors
-    return tensors[:ctx.num_saved], tensors[ctx.num_saved:]
+    end = len(tensors) - 1 if ctx.has_seed else len(tensors)
+    return tensors[:ctx.num_saved], tensors[ctx.num_saved:end]
+
+
+def seed_for_backward(ctx):
+    """The forward's seed as keep_for_backward kept it, or None."""
+    return ctx.saved_tensors[-1] if ctx.has_seed else None

@@ -2,7 +2,12 @@
 format. Covers the reference's op table (section 4.2) plus more elementwise math; in-place ops
 are traced as their out-of-place forms, and an op without a rule is traced as PyTorch's
 decomposition of it where there is one (softplus, gelu, hardtanh, lerp, ...). Anything else
-raises UnsupportedOp naming the op."""
+raises UnsupportedOp naming the op.
+
+Random draws (rand_like, randn_like, bernoulli, uniform_, normal_, ...) become the IR's
+`uniform()`, one stream per textual occurrence, so each traced draw is its own stream. They are
+per neuron and per step in the kernels, so only a draw with one value per neuron translates: its
+traced shape must be the neuron shape of the examples (RANDOM_OPS, _check_draw)."""
 import copy
 import functools
 import math
@@ -235,6 +240,73 @@ def _isinf(a, **kw):
     return _b(f"(abs({as_float(a)}) == (1.0 / 0.0))")
 
 
+# ---- random draws: one uniform() per stream; a normal one by Box-Muller from two streams -------
+
+UNIFORM = "uniform()"
+# 1 - u is in (0, 1] (u has 24 random bits, so 1 - u is exact in float32): the log is finite.
+NORMAL = "(sqrt((-2.0) * log(1.0 - uniform())) * cos(6.283185307179586 * uniform()))"
+
+
+def _no_generator(op: str, kw) -> None:
+    if kw.get("generator") is not None:
+        raise UnsupportedOp(op, "a torch.Generator argument (the kernels draw from their own seed)")
+
+
+def _shifted(base: str, low, scale) -> Value:
+    """low + scale * base, leaving out a shift of 0 and a scale of 1."""
+    text = base if _value(scale).text == "1.0" else f"({as_float(scale)} * {base})"
+    return _f(text if _value(low).text == "0.0" else f"({as_float(low)} + {text})")
+
+
+def _rand(*args, **kw):
+    _no_generator("rand", kw)
+    return _f(UNIFORM)
+
+
+def _randn(*args, **kw):
+    _no_generator("randn", kw)
+    return _f(NORMAL)
+
+
+def _uniform(a, low=0.0, high=1.0, **kw):
+    _no_generator("uniform", kw)
+    low, high = kw.get("from", low), kw.get("to", high)
+    numbers = not isinstance(low, Value) and not isinstance(high, Value)
+    return _shifted(UNIFORM, low, literal(high - low) if numbers else _f(f"({as_float(high)} - {as_float(low)})"))
+
+
+def _normal_like(a, mean=0.0, std=1.0, **kw):
+    _no_generator("normal", kw)
+    return _shifted(NORMAL, kw.get("mean", mean), kw.get("std", std))
+
+
+def _normal(mean, std=1.0, **kw):
+    _no_generator("normal", kw)
+    return _shifted(NORMAL, mean, kw.get("std", std))
+
+
+def _bernoulli(p, **kw):
+    _no_generator("bernoulli", kw)
+    return _b(f"({UNIFORM} < {as_float(p)})")
+
+
+def _bernoulli_p(a, p=0.5, **kw):
+    _no_generator("bernoulli", kw)
+    return _b(f"({UNIFORM} < {as_float(kw.get('p', p))})")
+
+
+RANDOM_RULES: Dict[str, Callable] = {
+    "aten.rand_like.default": _rand, "aten.rand.default": _rand,
+    "aten.randn_like.default": _randn, "aten.randn.default": _randn,
+    "aten.uniform.default": _uniform,                    # empty_like(x).uniform_(a, b), functionalized
+    "aten.normal_functional.default": _normal_like,      # empty_like(x).normal_(mean, std), functionalized
+    "aten.normal.Tensor_float": _normal, "aten.normal.float_Tensor": _normal, "aten.normal.Tensor_Tensor": _normal,
+    "aten.bernoulli.default": _bernoulli,                # torch.bernoulli(p)
+    "aten.bernoulli.p": _bernoulli_p, "aten.bernoulli.Tensor": _bernoulli_p,   # torch.bernoulli(x, p), x.bernoulli_(p)
+}
+RANDOM_OPS = frozenset(RANDOM_RULES)
+
+
 def _spike(x, name, params, **kw):
     if name not in SURROGATE_INFO:
         raise UnsupportedOp("spikejit.spike", f"unknown surrogate {name!r}")
@@ -307,6 +379,10 @@ RULES: Dict[str, Callable] = {
     "aten.new_full.default": _fill(2),
     "aten.zeros.default": _constant(0.0), "aten.ones.default": _constant(1.0),
     "aten.full.default": _fill(1),
+    # what a random fill overwrites (torch.empty_like(x).uniform_()): its values are never read
+    "aten.empty_like.default": _constant(0.0), "aten.empty.memory_format": _constant(0.0),
+    # random draws
+    **RANDOM_RULES,
     # spiking
     "spikejit.spike.default": _spike,
 }
@@ -496,6 +572,34 @@ def _make_graph(step: Callable, example_inputs: Sequence[Tensor], table: dict, f
             raise UnsupportedOp("tracing", f"{type(e).__name__}: {e}") from e
 
 
+def _depends_on_arguments(node, memo: dict) -> bool:
+    """Whether a node's value depends on the core's arguments (placeholders)."""
+    if node not in memo:
+        memo[node] = False  # (an FX graph has no cycles; this only stops revisiting)
+        memo[node] = node.op == "placeholder" or any(_depends_on_arguments(n, memo) for n in node.all_input_nodes)
+    return memo[node]
+
+
+def _check_draw(node, neuron_shape, memo: dict) -> None:
+    """UnsupportedOp unless the random draw `node` has one value per neuron: the kernels draw per
+    neuron, so a draw shared by neurons (torch.rand(1), a draw shaped like a scalar parameter)
+    must not silently become independent draws. Its traced shape must be the neuron shape; when
+    that has one element (the default examples), only a draw shaped like something computed from
+    the arguments (rand_like(x)) is known to follow the neurons."""
+    value = node.meta.get("val")
+    shape = list(value.shape) if isinstance(value, Tensor) else None
+    expected = list(neuron_shape)
+    if shape != expected:
+        raise UnsupportedOp(str(node.target), f"a random draw of shape {shape}, but the neurons have shape {expected} "
+                            f"(the example inputs'): the kernels draw one value per neuron and step, so a draw "
+                            f"shared by several neurons cannot be translated; draw like an argument "
+                            f"(torch.rand_like(x))")
+    if math.prod(expected) == 1 and not _depends_on_arguments(node, memo):
+        raise UnsupportedOp(str(node.target), f"a random draw of shape {shape} that is not shaped like an argument: "
+                            f"with one-element examples it cannot be told from one value shared by all neurons; "
+                            f"draw like an argument (torch.rand_like(x)) or pass example_inputs of the neuron shape")
+
+
 def _mutates(gm) -> bool:
     return any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
                for n in gm.graph.nodes)
@@ -544,6 +648,8 @@ def trace_core(core: Callable, num_inputs: int, num_states: int, num_outputs: in
         raise ValueError(f"core: expected {num_outputs} outputs and {num_states} next states "
                          f"({num_outputs + num_states} values), got {len(returned)}")
     needed = _needed(gm)
+    neuron_shape = torch.broadcast_shapes(*[e.shape for e in example_inputs]) if example_inputs else torch.Size([1])
+    dependence: Dict[torch.fx.Node, bool] = {}
 
     values: Dict[torch.fx.Node, Value] = {}
     body: List[str] = []
@@ -595,6 +701,8 @@ def trace_core(core: Callable, num_inputs: int, num_states: int, num_outputs: in
         rule = RULES.get(target)
         if rule is None:
             raise UnsupportedOp(target, "not supported (docs/user-guide.md lists the ops FlexSN compiles)")
+        if target in RANDOM_OPS:
+            _check_draw(node, neuron_shape, dependence)
         value = rule(*arg(node.args), **{k: arg(v) for k, v in node.kwargs.items()})
         name = f"t{len(body)}"
         body.append(f"{name} = {value.text}")

@@ -14,6 +14,11 @@ given gradients: one-element tensors are scalar parameters, others per-neuron pa
 broadcast to the neuron shape. After translation the program is checked against the eager core
 (values and gradients on random inputs). When an op is outside the supported table, or the
 check fails, FlexSN warns (naming the op) and runs an eager scan instead; `strict=True` raises.
+
+A core may draw random numbers (torch.rand_like, randn_like, bernoulli, uniform_, normal_, ...,
+one value per neuron): the kernels draw them per neuron and step from a seed, which each call
+takes from PyTorch's generator on the inputs' device unless one is given (`seed=` of
+multi_step_functional_forward and FlexSNKernel).
 """
 import copy
 import inspect
@@ -126,16 +131,21 @@ class _CompiledCore:
         return out
 
     def run(self, inputs, states, store_state_seqs, params=None, checkpoint_every=AUTO, packed_outputs=0,
-            pack_spikes=False):
+            pack_spikes=False, seed=None):
         return run_neuron(self.handle, self.num_outputs, self.num_states, list(inputs), list(states),
                           self.runtime_params(inputs[0], params), store_state_seqs, checkpoint_every,
-                          packed_outputs, pack_spikes)
+                          packed_outputs, pack_spikes, seed)
 
 
 def _verify(compiled: _CompiledCore, core: Callable, device: torch.device) -> None:
     """Checks the compiled program against the eager core on random inputs: outputs, next states
-    and gradients (inputs, states, parameters that require gradients). Raises UnsupportedOp."""
+    and gradients (inputs, states, parameters that require gradients). Raises UnsupportedOp.
+
+    A core that draws random numbers draws other numbers eagerly than the kernels do (they have
+    their own generator), so its values and gradients cannot be compared: for it only their
+    shapes (and the dtype of ours) are checked, and that both sides run."""
     ni, ns, no = compiled.num_inputs, compiled.num_states, compiled.num_outputs
+    random_draws = compiled.program.uses_random
     dtype = torch.float64 if device.type == "cpu" else torch.float32
     tolerance = dict(rtol=1e-6, atol=1e-7) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-5)
     per_neuron = [p.shape for p, k in zip(compiled.params, compiled.param_kinds) if k == "per_neuron"]
@@ -155,8 +165,10 @@ def _verify(compiled: _CompiledCore, core: Callable, device: torch.device) -> No
             # Results without a gradient (a spike written as a plain comparison) contribute
             # none; the compiled side below keeps every result, so a gradient it lets through
             # one of them shows up as a mismatch.
-            live = [k for k, e in enumerate(eager) if e.requires_grad]
+            live = [k for k, e in enumerate(eager) if e.requires_grad and not random_draws]
             wrt = args + [compiled.params[i] for i in trainable]
+            # (A random core's gradients depend on its draws, so they are not compared; some
+            # have none in PyTorch: torch.bernoulli's raises, where the kernels' draws give zero.)
             eager_grads = (torch.autograd.grad([eager[k] for k in live], wrt, [cotangents[k] for k in live],
                                                allow_unused=True) if live else [None] * len(wrt))
     except Exception as e:
@@ -172,6 +184,9 @@ def _verify(compiled: _CompiledCore, core: Callable, device: torch.device) -> No
                                          allow_unused=True)
     ours_grads = [g[0] if g is not None and k < ni else g for k, g in enumerate(ours_grads)]
 
+    if random_draws:
+        _check_shapes(eager, ours, eager_grads, ours_grads, dtype)
+        return
     for k, (a, b) in enumerate(zip(eager, ours)):
         if not torch.allclose(a.detach().to(dtype), b.detach(), equal_nan=True, **tolerance):
             raise UnsupportedOp("verification", f"result {k} of the compiled neuron differs from the eager core")
@@ -183,6 +198,27 @@ def _verify(compiled: _CompiledCore, core: Callable, device: torch.device) -> No
         if a.shape != b.shape or not torch.allclose(a, b, equal_nan=True, **tolerance):
             raise UnsupportedOp("verification", f"gradient {k} of the compiled neuron differs from eager "
                                 "autograd (a surrogate written as an autograd.Function? use spikejit.surrogate)")
+
+
+def _check_shapes(eager, ours, eager_grads, ours_grads, dtype) -> None:
+    """_verify's check of a core with random draws: results and gradients of the same shapes."""
+    for k, (a, b) in enumerate(zip(eager, ours)):
+        if a.shape != b.shape or b.dtype != dtype:
+            raise UnsupportedOp("verification", f"result {k} of the compiled neuron is {b.dtype}{list(b.shape)}, "
+                                f"the eager core's has shape {list(a.shape)}")
+    for k, (a, b) in enumerate(zip(eager_grads, ours_grads)):
+        if a is not None and b is not None and a.shape != b.shape:
+            raise UnsupportedOp("verification", f"gradient {k} of the compiled neuron has shape {list(b.shape)}, "
+                                f"eager autograd's {list(a.shape)}")
+
+
+def _untouched_generators(device: torch.device):
+    """A context that restores PyTorch's generators (the CPU's and, for a CUDA device, its own) on
+    exit: tracing and verifying a core run it, and a core's random draws must not move them (making
+    a model must not change what a later torch.manual_seed gives)."""
+    devices = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else []
+    return torch.random.fork_rng(devices=devices)
 
 
 class FlexSN(StatefulModule):
@@ -258,12 +294,13 @@ class FlexSN(StatefulModule):
             else:
                 examples = [e.clone() for e in example_inputs]  # tracing an in-place core writes them
                 device = examples[0].device
-            compiled = _CompiledCore(self.core, self.num_inputs, self.num_states, self.num_outputs, examples)
-            try:
-                _verify(compiled, self.core, device)
-            except BaseException:
-                registry.release_owner(compiled.handle)
-                raise
+            with _untouched_generators(device):
+                compiled = _CompiledCore(self.core, self.num_inputs, self.num_states, self.num_outputs, examples)
+                try:
+                    _verify(compiled, self.core, device)
+                except BaseException:
+                    registry.release_owner(compiled.handle)
+                    raise
         except UnsupportedOp as e:
             message = (f"FlexSN: cannot compile the core: {e}; "
                        f"{'strict=True, so no eager fallback' if self.strict else 'falling back to an eager scan'}")
@@ -396,14 +433,21 @@ class FlexSN(StatefulModule):
         self.states = results[self.num_outputs:]
         return results[:self.num_outputs]
 
-    def multi_step_functional_forward(self, *inputs, states: Optional[Sequence[Tensor]] = None):
+    def multi_step_functional_forward(self, *inputs, states: Optional[Sequence[Tensor]] = None,
+                                      seed: Optional[Tensor] = None):
         """(outputs, final states, state sequences or None) without touching the module's state;
-        `states=None` starts from init_states (or the program's zeros)."""
+        `states=None` starts from init_states (or the program's zeros). `seed` (a core with random
+        draws, compiled): an int64 tensor of one element on the inputs' device that fixes the
+        draws; None draws one from PyTorch's generator."""
         self._check_inputs(inputs)
-        return self._run_sequence(list(inputs), states)
+        return self._run_sequence(list(inputs), states, seed)
 
-    def _run_sequence(self, inputs, states):
+    def _run_sequence(self, inputs, states, seed=None):
         """multi_step_functional_forward after its checks."""
+        if seed is not None and self._compiled is None:
+            raise ValueError(f"seed: fixes the draws of the compiled kernels, but the core runs as "
+                             f"{'an eager scan: ' + self.fallback_reason if self.fallback_reason else self.backend}"
+                             f" (its draws come from PyTorch's generator)")
         if states is None and (self._compiled is None or self._custom_init()):
             states = self.init_states(self.num_states, "m", *inputs)
         inputs, states = self._mask(inputs, None if states is None else list(states))
@@ -412,7 +456,7 @@ class FlexSN(StatefulModule):
             outputs, finals, seqs = self._compiled.run(inputs, init, self.store_state_seqs,
                                                        checkpoint_every=self.checkpoint_every,
                                                        packed_outputs=self._packed_mask,
-                                                       pack_spikes=self.pack_spikes)
+                                                       pack_spikes=self.pack_spikes, seed=seed)
             return list(outputs), list(finals), (list(seqs) if seqs is not None else None)
         use_hop = self.backend == "hop" and lowerable_scan_available()
         if self.store_state_seqs:
@@ -447,8 +491,10 @@ class FlexSN(StatefulModule):
 
 
 class FlexSNKernel:
-    """The functional kernel API: `kernel(*input_seqs, *init_states) -> (*output_seqs, *state_seqs)`.
-    The core must compile (strict); the kernels live as long as this object or its copies."""
+    """The functional kernel API: `kernel(*input_seqs, *init_states, seed=None) -> (*output_seqs,
+    *state_seqs)`. The core must compile (strict); the kernels live as long as this object or its
+    copies. `seed` fixes the draws of a core with random numbers (an int64 tensor of one element on
+    the inputs' device; None draws one from PyTorch's generator); other cores ignore it."""
 
     def __init__(self, core: Callable, num_inputs: int, num_states: int, num_outputs: int,
                  example_inputs: Optional[Sequence[Tensor]] = None, requires_grad: Optional[Sequence[bool]] = None,
@@ -460,11 +506,12 @@ class FlexSNKernel:
     def handle(self) -> int:
         return self._module.handle
 
-    def __call__(self, *args):
+    def __call__(self, *args, seed: Optional[Tensor] = None):
         m = self._module
         if len(args) != m.num_inputs + m.num_states:
             raise ValueError(f"args: expected {m.num_inputs} input sequences and {m.num_states} states, got {len(args)}")
-        outputs, _, seqs = m.multi_step_functional_forward(*args[:m.num_inputs], states=list(args[m.num_inputs:]))
+        outputs, _, seqs = m.multi_step_functional_forward(*args[:m.num_inputs], states=list(args[m.num_inputs:]),
+                                                           seed=seed)
         return tuple(outputs) + tuple(seqs)
 
     def __deepcopy__(self, memo):

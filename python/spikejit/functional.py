@@ -32,8 +32,8 @@ from torch import Tensor
 from . import _core, ops, registry
 from ._forward_mode import has_tangents, run_with_tangents
 from ._func_transforms import transforms_active
-from ._kernel_calls import (check_checkpoint_every, check_pack_spikes, initial_states, program_counts,
-                            resolve_checkpoint_every, split_inference_results)
+from ._kernel_calls import (check_checkpoint_every, check_pack_spikes, check_seed, initial_states, program_counts,
+                            resolve_checkpoint_every, split_inference_results, uses_random)
 from ._layout import inverse, memory_order, neuron_order
 from . import surrogate as _surrogate
 
@@ -120,8 +120,9 @@ _call_hooks = threading.local()
 class neuron_call_hook:
     """Within `with neuron_call_hook(hook):` every run_neuron call of this thread goes to
     hook(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
-    checkpoint_every, packed_outputs, pack_spikes), which answers like run_neuron (for example by
-    calling execute_neuron)."""
+    checkpoint_every, packed_outputs, pack_spikes, seed), which answers like run_neuron (for example
+    by calling execute_neuron). `seed` is the call's (drawn already for a neuron with random
+    numbers, None for others)."""
 
     def __init__(self, hook):
         self.hook = hook
@@ -151,52 +152,73 @@ def refuse_stale_state(module) -> None:
             "neurons inside the checkpointed function")
 
 
+def call_seed(handle: int, inputs, seed: Optional[Tensor] = None) -> Optional[Tensor]:
+    """The seed of a call: `seed` when given (checked: an int64 tensor of one element on the
+    inputs' device); else, for a neuron that draws random numbers, a fresh one from PyTorch's
+    generator on that device (torch.manual_seed makes runs reproducible, torch.compile traces the
+    draw, a CUDA graph draws afresh at each replay); else None."""
+    x = inputs[0] if len(inputs) > 0 and isinstance(inputs[0], Tensor) else None
+    if x is None:  # the call's own checks name what is wrong
+        return seed
+    if seed is not None:
+        check_seed(seed, x)
+        return seed
+    if not uses_random(handle):
+        return None
+    return torch.randint(-2 ** 63, 2 ** 63 - 1, (1,), dtype=torch.int64, device=x.device)
+
+
 def run_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_states, params,
                store_state_seqs: bool, checkpoint_every: Union[int, str] = "auto", packed_outputs: int = 0,
-               pack_spikes: bool = False):
+               pack_spikes: bool = False, seed: Optional[Tensor] = None):
     """Runs a registered neuron over [T, *S] inputs; None in `init_states` means the state's
     declared default. Returns (outputs, final_states,
     state_seqs or None), taking the training op (with autograd) when a gradient is needed;
     `checkpoint_every` and `pack_spikes` are its save policy, `packed_outputs` (bit i: output i)
-    the outputs returned as uint8 bit rows (see spikejit.ops)."""
+    the outputs returned as uint8 bit rows (see spikejit.ops). `seed`: the draws of a neuron with
+    random numbers (see call_seed; None draws one)."""
+    seed = call_seed(handle, inputs, seed)
     hook = None
     if not torch.compiler.is_compiling():
         if has_tangents(inputs, init_states, params):
             return run_with_tangents(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
-                                     packed_outputs)
+                                     packed_outputs, seed)
         hook = getattr(_call_hooks, "hook", None)
     if hook is not None:
         return hook(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
-                    checkpoint_every, packed_outputs, pack_spikes)
+                    checkpoint_every, packed_outputs, pack_spikes, seed)
     return execute_neuron(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
-                          checkpoint_every, packed_outputs, pack_spikes)
+                          checkpoint_every, packed_outputs, pack_spikes, seed=seed)
 
 
 def execute_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_states, params,
                    store_state_seqs: bool, checkpoint_every: Union[int, str] = "auto", packed_outputs: int = 0,
-                   pack_spikes: bool = False, carriers: bool = False):
+                   pack_spikes: bool = False, carriers: bool = False, seed: Optional[Tensor] = None):
     """run_neuron without the hook. `carriers` (training, eager): each packed output is returned as
     its gradient carrier (see ops.run_training) instead of its bits."""
     check_checkpoint_every(checkpoint_every)  # also where inference leaves it unused
     check_pack_spikes(pack_spikes, checkpoint_every)
+    seed = call_seed(handle, inputs, seed)
     init_states = initial_states(handle, init_states, inputs[0])
     # Bit rows follow the neurons' memory order, so packed outputs keep the logical order (a copy).
+    # (A random neuron's draws follow the memory order too: a neuron's numbers are those of its
+    # index in memory, so a permuted input draws other numbers for a neuron than a contiguous one.)
     order = None if packed_outputs or carriers else _call_memory_order(handle, inputs, init_states, params)
     if order is not None:
         return _in_memory_order(order, handle, num_outputs, num_states, inputs, init_states, params,
-                                store_state_seqs, checkpoint_every, pack_spikes)
+                                store_state_seqs, checkpoint_every, pack_spikes, seed)
     return _execute(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs, checkpoint_every,
-                    packed_outputs, pack_spikes, carriers)
+                    packed_outputs, pack_spikes, carriers, seed)
 
 
 def _execute(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs, checkpoint_every,
-             packed_outputs, pack_spikes, carriers):
+             packed_outputs, pack_spikes, carriers, seed=None):
     """execute_neuron after its checks, on the states initial_states gave."""
     if needs_grad(list(inputs) + init_states + list(params)):
         checkpoint_every = resolve_checkpoint_every(checkpoint_every, handle, inputs[0], store_state_seqs,
                                                     packed_outputs, pack_spikes)
         results = ops.run_training(handle, inputs, init_states, params, store_state_seqs, checkpoint_every,
-                                   packed_outputs, pack_spikes, carriers)
+                                   packed_outputs, pack_spikes, carriers, seed)
         outputs = results[:num_outputs]
         finals = results[num_outputs:num_outputs + num_states]
         seqs = results[num_outputs + num_states:num_outputs + 2 * num_states] if store_state_seqs else None
@@ -204,7 +226,7 @@ def _execute(handle, num_outputs, num_states, inputs, init_states, params, store
             outputs = ops.with_carriers(outputs, results[num_outputs + num_states * (2 if store_state_seqs else 1):],
                                         packed_outputs)
     else:
-        results = ops.run_inference(handle, inputs, init_states, params, store_state_seqs, True, packed_outputs)
+        results = ops.run_inference(handle, inputs, init_states, params, store_state_seqs, True, packed_outputs, seed)
         outputs, finals, seqs = split_inference_results(results, num_outputs, num_states, store_state_seqs)
     return outputs, finals, seqs
 
@@ -228,7 +250,7 @@ def _call_memory_order(handle, inputs, init_states, params):
 
 
 def _in_memory_order(order, handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
-                     checkpoint_every, pack_spikes):
+                     checkpoint_every, pack_spikes, seed=None):
     """execute_neuron on the views of its tensors in the memory order `order` of inputs[0] (see
     _layout), its results viewed back in the logical order: no copy of a channels-last input,
     results in its layout. The views are autograd's, so gradients take the same way back."""
@@ -237,7 +259,7 @@ def _in_memory_order(order, handle, num_outputs, num_states, inputs, init_states
     outputs, finals, seqs = _execute(
         handle, num_outputs, num_states, [x.permute(order) for x in inputs], [v.permute(states_order) for v in init_states],
         [p.permute(states_order) if kind == "per_neuron" else p for p, kind in zip(params, kinds)],
-        store_state_seqs, checkpoint_every, 0, pack_spikes, False)
+        store_state_seqs, checkpoint_every, 0, pack_spikes, False, seed)
     back, states_back = inverse(order), inverse(states_order)
     return ([y.permute(back) for y in outputs], [v.permute(states_back) for v in finals],
             None if seqs is None else [v.permute(back) for v in seqs])

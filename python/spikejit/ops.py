@@ -1,17 +1,17 @@
 """The custom ops of spikejit, registered with torch.library in the namespace `spikejit`.
 
     spikejit::neuron_inference(handle, inputs, init_states, params, store_state_seqs, final_state,
-                               packed_outputs=0)
+                               packed_outputs=0, seed=None)
         init_states: [] (every state starts at its declared default) or one tensor per state
         -> [*outputs, *state_seqs (if store_state_seqs), *final_states (if final_state)]
     spikejit::neuron_forward(handle, inputs, init_states, params, store_state_seqs, checkpoint_every=0,
-                             packed_outputs=0, pack_spikes=False)
+                             packed_outputs=0, pack_spikes=False, seed=None)
         -> [*outputs, *final_states, *state_seqs (if store_state_seqs), *saved]     (has autograd)
         saved: the computed saved values; a saved value that is an input (program.saved_inputs)
         is not written, and autograd passes the input itself to the backward
     spikejit::neuron_backward(handle, seq_shape, dtype, device, saved, params,
                               grad_outputs, grad_final_states, grad_state_seqs, checkpoint_every=0,
-                              pack_spikes=False)
+                              pack_spikes=False, seed=None)
         -> [*grad_inputs, *grad_initial_states, *grad_params]
     spikejit::spike(x, surrogate, params) -> Heaviside(x), backward grad * surrogate'(x)
     spikejit::bit_spike_compress(s) / spikejit::bit_spike_decompress(c, shape, dtype=None)
@@ -29,6 +29,12 @@ bit n % 8 of byte n // 8 of row t; for N % 8 == 0 that is bit_spike_compress of 
 `packed_outputs` (bit i: output i; only outputs in Program.packable_outputs) returns those
 outputs as bit rows instead of [T, *S] values; they carry no gradient.
 
+`seed`: for a neuron that draws random numbers (Program.uses_random), an int64 tensor of one
+element on the call's device, which the kernels read where it lives; the draws are a function of
+(seed, neuron, step, stream), the same on CPU and CUDA. The forwards of such a neuron need one;
+its backward needs the forward's own under checkpoints (autograd passes it). Other neurons
+ignore it.
+
 `handle` names a program in `spikejit.registry`. Sequences are [T, *S], states and per-neuron
 parameters [*S], scalar parameters [] or [1]; every tensor of one call has one dtype and one
 device. CPU tensors run on the C++ executor, CUDA tensors on generated kernels launched on the
@@ -45,7 +51,7 @@ from . import _core
 from ._func_transforms import FuncInference, FuncTraining, refuse_second_derivative, transforms_active
 from ._kernel_calls import (check_strided, current_stream, describe, inference, inference_buffers, keep_for_backward,
                             neurons_of, output_gradients, program_counts, row_bytes, saved_for_backward,
-                            training_call)
+                            seed_for_backward, training_call)
 from ._surrogate_grads import SURROGATE_GRADIENTS, surrogate_gradient
 
 
@@ -56,48 +62,50 @@ from ._surrogate_grads import SURROGATE_GRADIENTS, surrogate_gradient
 @torch.library.custom_op("spikejit::neuron_inference", mutates_args=())
 def neuron_inference(handle: int, inputs: List[Tensor], init_states: List[Tensor],
                      params: List[Tensor], store_state_seqs: bool, final_state: bool,
-                     packed_outputs: int = 0) -> List[Tensor]:
-    return inference(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs)
+                     packed_outputs: int = 0, seed: Optional[Tensor] = None) -> List[Tensor]:
+    return inference(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed)
 
 
 @neuron_inference.register_fake
-def _(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs=0):
+def _(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs=0, seed=None):
     _, counts = program_counts(handle)
     _, outputs, state_seqs, final_states = inference_buffers(
-        counts, inputs, init_states, params, store_state_seqs, final_state, packed_outputs)
+        counts, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed)
     return outputs + state_seqs + final_states
 
 
 def training_forward(handle: int, inputs, init_states, params, store_state_seqs: bool, checkpoint_every: int = 0,
-                     packed_outputs: int = 0, pack_spikes: bool = False):
+                     packed_outputs: int = 0, pack_spikes: bool = False, seed: Optional[Tensor] = None):
     """[*outputs, *final_states, *state_seqs (if store_state_seqs), *saved]; packed outputs and
     packed saved values are uint8 bit rows."""
     call = training_call(handle, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes)
-    return call.forward(inputs, init_states, params)
+    return call.forward(inputs, init_states, params, seed)
 
 
 @torch.library.custom_op("spikejit::neuron_forward", mutates_args=())
 def neuron_forward(handle: int, inputs: List[Tensor], init_states: List[Tensor],
                    params: List[Tensor], store_state_seqs: bool, checkpoint_every: int = 0,
-                   packed_outputs: int = 0, pack_spikes: bool = False) -> List[Tensor]:
+                   packed_outputs: int = 0, pack_spikes: bool = False,
+                   seed: Optional[Tensor] = None) -> List[Tensor]:
     return training_forward(handle, inputs, init_states, params, store_state_seqs, checkpoint_every,
-                            packed_outputs, pack_spikes)
+                            packed_outputs, pack_spikes, seed)
 
 
 @neuron_forward.register_fake
 def _(handle, inputs, init_states, params, store_state_seqs, checkpoint_every=0, packed_outputs=0,
-      pack_spikes=False):
+      pack_spikes=False, seed=None):
     call = training_call(handle, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes)
-    _, outputs, final_states, state_seqs, saved = call.forward_buffers(inputs, init_states, params)
+    _, outputs, final_states, state_seqs, saved = call.forward_buffers(inputs, init_states, params, seed)
     return outputs + final_states + state_seqs + saved
 
 
 def training_backward(handle: int, seq_shape, dtype, device, saved, params, grad_outputs,
-                      grad_final_states, grad_state_seqs, checkpoint_every: int = 0, pack_spikes: bool = False):
+                      grad_final_states, grad_state_seqs, checkpoint_every: int = 0, pack_spikes: bool = False,
+                      seed: Optional[Tensor] = None):
     """[*grad_inputs, *grad_initial_states, *grad_params]; None gradients count as zeros."""
     call = training_call(handle, False, checkpoint_every, 0, pack_spikes)
     return call.backward(list(seq_shape), dtype, device, saved, params, grad_outputs, grad_final_states,
-                         grad_state_seqs)
+                         grad_state_seqs, seed=seed)
 
 
 @torch.library.custom_op("spikejit::neuron_backward", mutates_args=())
@@ -105,23 +113,23 @@ def neuron_backward(handle: int, seq_shape: List[int], dtype: torch.dtype, devic
                     saved: List[Tensor], params: List[Tensor], grad_outputs: List[Optional[Tensor]],
                     grad_final_states: List[Optional[Tensor]],
                     grad_state_seqs: List[Optional[Tensor]], checkpoint_every: int = 0,
-                    pack_spikes: bool = False) -> List[Tensor]:
+                    pack_spikes: bool = False, seed: Optional[Tensor] = None) -> List[Tensor]:
     return training_backward(handle, seq_shape, dtype, device, saved, params, grad_outputs,
-                             grad_final_states, grad_state_seqs, checkpoint_every, pack_spikes)
+                             grad_final_states, grad_state_seqs, checkpoint_every, pack_spikes, seed)
 
 
 @neuron_backward.register_fake
 def _(handle, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states, grad_state_seqs,
-      checkpoint_every=0, pack_spikes=False):
+      checkpoint_every=0, pack_spikes=False, seed=None):
     call = training_call(handle, False, checkpoint_every, 0, pack_spikes)
     return call.backward_buffers(list(seq_shape), dtype, device, saved, params, grad_outputs, grad_final_states,
-                                 grad_state_seqs)
+                                 grad_state_seqs, seed)
 
 
 def _setup_forward(ctx, inputs, output):
-    handle, xs, init_states, params, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes = inputs
+    handle, xs, init_states, params, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes, seed = inputs
     call = training_call(handle, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes)
-    keep_for_backward(ctx, call, output, xs, params)
+    keep_for_backward(ctx, call, output, xs, params, seed)
     ctx.states_given = len(init_states) > 0
 
 
@@ -135,12 +143,12 @@ def _backward_forward(ctx, grads):
     grad_state_seqs = list(grads[no + ns:no + 2 * ns]) if call.store_state_seqs else []
     results = torch.ops.spikejit.neuron_backward(
         call.handle, ctx.seq_shape, ctx.dtype, ctx.device, list(saved), list(params), list(grad_outputs),
-        grad_final_states, grad_state_seqs, call.checkpoint_every, call.pack_spikes)
+        grad_final_states, grad_state_seqs, call.checkpoint_every, call.pack_spikes, seed_for_backward(ctx))
     grad_states = results[ni:ni + ns] if ctx.states_given else []
     # The dispatcher drops arguments equal to their defaults (checkpoint_every = 0, ...): one
     # gradient (None) per argument the op was called with.
     return (None, results[:ni], grad_states, results[ni + ns:], None, None, None,
-            None)[:len(ctx.needs_input_grad)]
+            None, None)[:len(ctx.needs_input_grad)]
 
 
 torch.library.register_autograd("spikejit::neuron_forward", _backward_forward, setup_context=_setup_forward)
@@ -151,21 +159,21 @@ torch.library.register_autograd("spikejit::neuron_forward", _backward_forward, s
 # (its pytree handling of tensor lists costs ~150 us per training call). Same implementations,
 # same results; the ops above remain what every graph sees.
 
-_NON_TENSOR_ARGS = 4  # of _Training.forward, before the tensors
+_NON_TENSOR_ARGS = 5  # of _Training.forward, before the tensors (the seed counts: it has no gradient)
 
 
 class _Training(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, call, carriers, num_inputs, num_states, *tensors):
+    def forward(ctx, call, carriers, num_inputs, num_states, seed, *tensors):
         inputs = tensors[:num_inputs]
         init_states = tensors[num_inputs:num_inputs + num_states]
         params = tensors[num_inputs + num_states:]
-        results = call.forward(inputs, init_states, params)
+        results = call.forward(inputs, init_states, params, seed)
         # Unused outputs (often the final state) get None, not a tensor of zeros: the kernels
         # read an absent gradient as zero without allocating, filling and reading one. (Packed
         # outputs, uint8, carry no gradient: theirs is None too.)
         ctx.set_materialize_grads(False)
-        keep_for_backward(ctx, call, results, inputs, params)
+        keep_for_backward(ctx, call, results, inputs, params, seed)
         ctx.num_states_given = num_states
         ctx.carriers = carriers
         returned = tuple(results[:call.first_saved])
@@ -197,7 +205,7 @@ def _training_backward(ctx, *grads):
     wanted = needs[:ni] + (needs[ni:ni + ns] if given else (False,) * ns) + needs[ni + given:]
     results = call.backward(ctx.seq_shape, ctx.dtype, ctx.device, saved, params, grad_outputs,
                             grads[no:no + ns], grads[no + ns:no + 2 * ns] if call.store_state_seqs else (),
-                            wanted, checked=True)
+                            wanted, checked=True, seed=seed_for_backward(ctx))
     grad_states = results[ni:ni + ns] if given else []
     return (None,) * _NON_TENSOR_ARGS + (*results[:ni], *grad_states, *results[ni + ns:])
 
@@ -245,40 +253,48 @@ def is_eager(*groups) -> bool:
 
 
 def run_training(handle: int, inputs, init_states, params, store_state_seqs: bool, checkpoint_every: int = 0,
-                 packed_outputs: int = 0, pack_spikes: bool = False, carriers: bool = False):
+                 packed_outputs: int = 0, pack_spikes: bool = False, carriers: bool = False, seed=None):
     """The training forward with autograd: [*outputs, *final_states, *state_seqs (if stored)],
-    possibly followed by the saved tensors (callers slice by their counts).
+    possibly followed by the saved tensors (callers slice by their counts). `seed`: see the ops
+    (None for a neuron without random numbers).
 
     `carriers` (eager only, see is_eager): then follows one gradient carrier per packed output, a
     float stand-in of the output's full shape holding no values, whose gradient the backward
     takes as that output's. A caller that needs an output's gradient but not its values (the
     spikes a recomputed block returns, spikejit.Recompute) saves the full-width write this way."""
-    if is_eager(inputs, init_states, params):
+    if is_eager(inputs, init_states, params, _seed_arg(seed)):
         call = training_call(handle, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes)
         if transforms_active():
             if carriers:
                 raise ValueError("carriers: expected False under torch.func transforms, got True")
-            return list(FuncTraining.apply(call, len(inputs), len(init_states), *inputs, *init_states, *params))
-        return list(_Training.apply(call, carriers, len(inputs), len(init_states), *inputs, *init_states, *params))
+            return list(FuncTraining.apply(call, len(inputs), len(init_states), *inputs, *init_states, *params,
+                                           *_seed_arg(seed)))
+        return list(_Training.apply(call, carriers, len(inputs), len(init_states), seed, *inputs, *init_states,
+                                    *params))
     if carriers:
         raise ValueError("carriers: expected False inside torch.compile or a tensor subclass (the custom op "
                          "has no gradient carriers), got True")
     return torch.ops.spikejit.neuron_forward(handle, inputs, init_states, params, store_state_seqs,
-                                             checkpoint_every, packed_outputs, pack_spikes)
+                                             checkpoint_every, packed_outputs, pack_spikes, seed)
+
+
+def _seed_arg(seed):
+    """The seed as the last tensor of a torch.func Function's tensors: () when absent."""
+    return () if seed is None else (seed,)
 
 
 def run_inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool,
-                  packed_outputs: int = 0):
+                  packed_outputs: int = 0, seed=None):
     """Inference (no autograd): [*outputs, *state_seqs (if stored), *final_states (if asked)]."""
-    if is_eager(inputs, init_states, params):
+    if is_eager(inputs, init_states, params, _seed_arg(seed)):
         if transforms_active():
             _, counts = program_counts(handle)
             results = FuncInference.apply(handle, counts, store_state_seqs, packed_outputs, len(inputs),
-                                          len(init_states), *inputs, *init_states, *params)
+                                          len(init_states), *inputs, *init_states, *params, *_seed_arg(seed))
             return list(results if final_state else results[:len(results) - counts.states])
-        return inference(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs)
+        return inference(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed)
     return torch.ops.spikejit.neuron_inference(handle, inputs, init_states, params, store_state_seqs, final_state,
-                                               packed_outputs)
+                                               packed_outputs, seed)
 
 
 # ---------------------------------------------------------------------------------------------

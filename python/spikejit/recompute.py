@@ -109,14 +109,16 @@ class _NeuronCalls:
         self.count, self.last, self.exit_call, self.carrier = 0, None, exit_call, None
 
     def __call__(self, handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
-                 checkpoint_every, packed_outputs, pack_spikes):
+                 checkpoint_every, packed_outputs, pack_spikes, seed=None):
+        # (A random neuron's seed was drawn before this hook, from the generators the
+        # recomputation restores (_RngState): it draws the forward's numbers again.)
         index, self.count = self.count, self.count + 1
         given = [s for s in init_states if s is not None]
         exit_here = (index == self.exit_call and needs_grad(list(inputs) + given + list(params))
                      and ops.is_eager(inputs, given, params))
         outputs, finals, seqs = execute_neuron(handle, num_outputs, num_states, inputs, init_states, params,
                                                store_state_seqs, checkpoint_every, 1 if exit_here else packed_outputs,
-                                               pack_spikes, carriers=exit_here)
+                                               pack_spikes, carriers=exit_here, seed=seed)
         if exit_here:
             self.carrier = outputs[0]
         exitable = num_outputs == 1 and packed_outputs == 0 and _kernel_calls.packable_output(handle, 0)

@@ -173,8 +173,8 @@ __device__ __forceinline__ real sj_sign(real a) {
 )";
 
 // The draws of uniform() (ir/random.h spells out the same arithmetic for the CPU executor):
-// Philox4x32-10 keyed by the seed, counting (neuron low word, neuron high word, step, stream);
-// the first output word's top 24 bits times 2^-24.
+// Philox4x32-10 keyed by the seed, counting (group low word, group high word, step, stream) for
+// the group of four neurons n / 4; neuron n takes word n % 4, its top 24 bits times 2^-24.
 const char* kRandom = R"(
 // ---- random draws ----------------------------------------------------------------------------
 struct SjDrawSite {
@@ -182,8 +182,8 @@ struct SjDrawSite {
   long long n, t;
 };
 __device__ __forceinline__ real sj_uniform(const SjDrawSite d, int stream) {
-  unsigned c0 = (unsigned)d.n, c1 = (unsigned)((unsigned long long)d.n >> 32), c2 = (unsigned)d.t,
-           c3 = (unsigned)stream;
+  const unsigned long long group = (unsigned long long)d.n >> 2;
+  unsigned c0 = (unsigned)group, c1 = (unsigned)(group >> 32), c2 = (unsigned)d.t, c3 = (unsigned)stream;
   unsigned k0 = (unsigned)d.seed, k1 = (unsigned)(d.seed >> 32);
 #pragma unroll
   for (int round = 0; round < 10; ++round) {
@@ -196,7 +196,9 @@ __device__ __forceinline__ real sj_uniform(const SjDrawSite d, int stream) {
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  return (real)((float)(c0 >> 8) * 5.9604644775390625e-08f);  // 2^-24
+  const unsigned lane = (unsigned)d.n & 3u;
+  const unsigned word = lane == 0 ? c0 : lane == 1 ? c1 : lane == 2 ? c2 : c3;
+  return (real)((float)(word >> 8) * 5.9604644775390625e-08f);  // 2^-24
 }
 )";
 

@@ -23,6 +23,7 @@ namespace spikejit::cpu {
 namespace {
 
 constexpr int64_t kBlock = 512;
+static_assert(kBlock % 4 == 0, "blocks start where a group of four draws does (ir/random.h)");
 static_assert(kBlock % 8 == 0, "packed rows: a block owns whole bytes");
 constexpr size_t kAlignBytes = 64;
 

@@ -54,8 +54,26 @@ TEST(Philox, DrawsAreOnTheGridOfTwoToTheMinus24InTheUnitInterval) {
       EXPECT_EQ(u, ir::uniform_draw(seed, n, t, 0)) << "a pure function of its coordinates";
     }
   }
-  // The high word of the neuron index counts.
-  EXPECT_NE(ir::uniform_draw(seed, 5, 0, 0), ir::uniform_draw(seed, 5 + (int64_t{1} << 32), 0, 0));
+  // The high word of the group index counts.
+  EXPECT_NE(ir::uniform_draw(seed, 5, 0, 0), ir::uniform_draw(seed, 5 + (int64_t{1} << 34), 0, 0));
+}
+
+// The executor's vectorized draws (four neurons per block of the generator) equal the scalar
+// definition from any first neuron, for any count.
+TEST(Philox, VectorDrawsEqualScalarDraws) {
+  const uint64_t seed = testing::test_seed();
+  for (int64_t first : {int64_t{0}, int64_t{4}, int64_t{5}, int64_t{514}, (int64_t{1} << 34) - 6}) {
+    for (int64_t count : {1, 3, 4, 7, 128, 129, 300}) {
+      std::vector<float> f(count, NAN);
+      std::vector<double> d(count, NAN);
+      ir::uniform_draws(f.data(), seed, 3, 2, first, count);
+      ir::uniform_draws(d.data(), seed, 3, 2, first, count);
+      for (int64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(f[i], ir::uniform_draw(seed, first + i, 3, 2)) << "first " << first << " i " << i;
+        ASSERT_EQ(d[i], static_cast<double>(f[i]));
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -141,7 +159,7 @@ TEST(RandomNeuron, TheExecutorDrawsWhatTheGeneratorGives) {
                                                                                   : ".") +
                                   "/neurons/lif.sj")
                    .uses_random());
-  const int64_t T = 9, N = 300;  // several blocks of lanes, one partial
+  const int64_t T = 9, N = 1300;  // several blocks of lanes, the last one partial
   const Call c = run_forward(p, T, N, testing::test_seed(), -1);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t n = 0; n < N; ++n)

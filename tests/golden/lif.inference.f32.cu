@@ -101,8 +101,8 @@ struct SjDrawSite {
   long long n, t;
 };
 __device__ __forceinline__ real sj_uniform(const SjDrawSite d, int stream) {
-  unsigned c0 = (unsigned)d.n, c1 = (unsigned)((unsigned long long)d.n >> 32), c2 = (unsigned)d.t,
-           c3 = (unsigned)stream;
+  const unsigned long long group = (unsigned long long)d.n >> 2;
+  unsigned c0 = (unsigned)group, c1 = (unsigned)(group >> 32), c2 = (unsigned)d.t, c3 = (unsigned)stream;
   unsigned k0 = (unsigned)d.seed, k1 = (unsigned)(d.seed >> 32);
 #pragma unroll
   for (int round = 0; round < 10; ++round) {
@@ -115,7 +115,9 @@ __device__ __forceinline__ real sj_uniform(const SjDrawSite d, int stream) {
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  return (real)((float)(c0 >> 8) * 5.9604644775390625e-08f);  // 2^-24
+  const unsigned lane = (unsigned)d.n & 3u;
+  const unsigned word = lane == 0 ? c0 : lane == 1 ? c1 : lane == 2 ? c2 : c3;
+  return (real)((float)(word >> 8) * 5.9604644775390625e-08f);  // 2^-24
 }
 
 // ---- rows: the EPT consecutive neurons of one thread at one step ---------------------------
