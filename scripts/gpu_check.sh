@@ -43,7 +43,7 @@ OUT=${OUT:-$ROOT/gpu-out}
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 JOBS=${JOBS:-$(nproc)}
 BUDGET_S=${BUDGET_S:-570}
-SANITIZER_FILTER=${SANITIZER_FILTER:-CudaKernels.MultiState*:CudaKernels.CheckpointEdges*:CudaKernels.EdgeShapes*:CudaKernels.Rejects*:CudaKernels.PackedEdge*:CudaKernels.PackedVector*:CudaKernels.PackedRejects*}
+SANITIZER_FILTER=${SANITIZER_FILTER:-CudaKernels.MultiState*:CudaKernels.CheckpointEdges*:CudaKernels.EdgeShapes*:CudaKernels.Rejects*:CudaKernels.PackedEdge*:CudaKernels.PackedVector*:CudaKernels.PackedRejects*:CudaKernels.DrawsEqual*}
 mkdir -p "$OUT" "$BUILD"
 # pytest-xdist, when installed, spreads the Python tests over processes.
 PYTEST_PARALLEL=()
@@ -159,6 +159,7 @@ if [[ $built -eq 0 && $ONLY != tests ]]; then
   bench_step 90 graphbench bench.txt python3 "$ROOT/bench/python/bench_cuda_graphs.py"
   bench_step 60 layoutbench bench.txt python3 "$ROOT/bench/python/bench_layouts.py"
   bench_step 40 fwdbench bench.txt python3 "$ROOT/bench/python/bench_forward_mode.py"
+  bench_step 40 randbench bench.txt python3 "$ROOT/bench/python/bench_random_neurons.py"
   # The host CPU as a 2-core machine (two cores, two threads), like the machines CI runs on.
   bench_step 40 cpubench bench.txt taskset -c 0,1 python3 "$ROOT/bench/python/bench_cpu_vs_spikingjelly.py" \
     --threads 2 --reps 20

@@ -3,7 +3,9 @@
 // the storage dtype and the compute type F.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/float16.h"
 #include "ir/random.h"
@@ -31,10 +33,23 @@ struct LaneBuffer {
   bool present() const { return data != nullptr; }
 };
 
+// float32 sin / cos: the reduced form for every lane (a loop that vectorizes), then libm's for the
+// rare lanes beyond its range; the same values as apply_op's.
+inline void trig_lanes(float* __restrict d, const float* __restrict a, int quarter, int64_t n) {
+  for (int64_t l = 0; l < n; ++l) d[l] = ir::sin_cos_reduced(a[l], quarter);
+  for (int64_t l = 0; l < n; ++l) {
+    if (!(std::fabs(a[l]) < ir::kTrigFastLimit)) d[l] = quarter ? std::cos(a[l]) : std::sin(a[l]);
+  }
+}
+
 template <class F, ir::Op OP>
 inline void op_lanes(F* __restrict d, const F* __restrict a, const F* __restrict b, const F* __restrict c,
                      int64_t n) {
-  for (int64_t l = 0; l < n; ++l) d[l] = ir::apply_op<F>(OP, a[l], b[l], c[l]);
+  if constexpr (std::is_same_v<F, float> && (OP == ir::Op::Sin || OP == ir::Op::Cos)) {
+    trig_lanes(d, a, OP == ir::Op::Cos ? 1 : 0, n);
+  } else {
+    for (int64_t l = 0; l < n; ++l) d[l] = ir::apply_op<F>(OP, a[l], b[l], c[l]);
+  }
 }
 
 // d = op(a, b, c) over n lanes; `d` is never one of the arguments. `flatten` inlines apply_op

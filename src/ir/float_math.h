@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "common/float16.h"
@@ -261,5 +262,57 @@ inline float acosh_f32(float x) {
   const float r = x < 4096.0f ? log1p_f32(t + std::sqrt(t + t + t * t)) : log_f32(x) + kLn2;
   return x < 1.0f ? std::numeric_limits<float>::quiet_NaN() : r;
 }
+
+// sin (quarter = 0) or cos (quarter = 1) of x for |x| < kTrigFastLimit: r = x - k pi/2 in double
+// with k = round(x 2/pi) and pi/2 in two parts, the first of 33 bits, so that k times it is exact
+// (k < 2^18); then the Taylor polynomials of sin and cos in r on [-pi/4, pi/4] (to r^11 and r^12:
+// truncation below 2^-30 relative) in double, picked and signed by the quadrant k + quarter with
+// bit operations (k's low bits are those of the rounding sum), and rounded once to float: within
+// 1 ulp. Larger |x|, inf and NaN: sin_f32 / cos_f32 take libm's (the lane loops run this for
+// every lane, then fix those lanes; inf and NaN give NaN here).
+constexpr float kTrigFastLimit = 262144.0f;  // 2^18
+
+inline uint64_t double_bits(double d) {
+  uint64_t u;
+  std::memcpy(&u, &d, sizeof u);
+  return u;
+}
+
+inline double bits_double(uint64_t u) {
+  double d;
+  std::memcpy(&d, &u, sizeof d);
+  return d;
+}
+
+inline float sin_cos_reduced(float x, int quarter) {
+  constexpr double kTwoOverPi = 0.63661977236758134308, kRound = 6755399441055744.0;  // 1.5 * 2^52
+  constexpr double kPio2Hi = 1.57079632673412561417e+00, kPio2Lo = 6.07710050650619224932e-11;
+  const double d = x;
+  const double shifted = d * kTwoOverPi + kRound;  // k + 1.5 * 2^52: k in the low bits
+  const double k = shifted - kRound;               // round to nearest under the default mode
+  const double r = (d - k * kPio2Hi) - k * kPio2Lo;
+  const double r2 = r * r;
+  double sp = -1.0 / 39916800.0;
+  sp = sp * r2 + 1.0 / 362880.0;
+  sp = sp * r2 - 1.0 / 5040.0;
+  sp = sp * r2 + 1.0 / 120.0;
+  sp = sp * r2 - 1.0 / 6.0;
+  const double sine = r * (1.0 + r2 * sp);  // (a product keeps sin(-0) = -0)
+  double cp = 1.0 / 479001600.0;
+  cp = cp * r2 - 1.0 / 3628800.0;
+  cp = cp * r2 + 1.0 / 40320.0;
+  cp = cp * r2 - 1.0 / 720.0;
+  cp = cp * r2 + 1.0 / 24.0;
+  cp = cp * r2 - 0.5;
+  const double cosine = 1.0 + r2 * cp;
+  const uint64_t quadrant = double_bits(shifted) + static_cast<uint64_t>(quarter);
+  const uint64_t odd = 0 - (quadrant & 1);  // all ones in quadrants 1 and 3: the cosine
+  const uint64_t value = (double_bits(cosine) & odd) | (double_bits(sine) & ~odd);
+  return static_cast<float>(bits_double(value ^ ((quadrant & 2) << 62)));  // quadrants 2, 3: negated
+}
+
+inline float sin_f32(float x) { return std::fabs(x) < kTrigFastLimit ? sin_cos_reduced(x, 0) : std::sin(x); }
+
+inline float cos_f32(float x) { return std::fabs(x) < kTrigFastLimit ? sin_cos_reduced(x, 1) : std::cos(x); }
 
 }  // namespace spikejit::ir

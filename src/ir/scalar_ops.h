@@ -60,8 +60,8 @@ inline F apply_op(Op op, F a, F b, F c) {
     case Op::Rsqrt: return F(1) / std::sqrt(a);
     case Op::Sigmoid: return sigmoid(a);
     case Op::Tanh: return by_precision(a, tanh_f32, [](F v) { return std::tanh(v); });
-    case Op::Sin: return std::sin(a);
-    case Op::Cos: return std::cos(a);
+    case Op::Sin: return by_precision(a, sin_f32, [](F v) { return std::sin(v); });
+    case Op::Cos: return by_precision(a, cos_f32, [](F v) { return std::cos(v); });
     case Op::Erf: return by_precision(a, erf_f32, [](F v) { return std::erf(v); });
     case Op::Abs: return std::fabs(a);
     case Op::Relu: return std::isnan(a) ? a : (a > F(0) ? a : F(0));

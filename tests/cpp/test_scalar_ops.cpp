@@ -112,7 +112,9 @@ TEST(ScalarOps, EachFunctionIsWithinItsUlpBound) {
                         Case{"cosh", ir::cosh_f32, [](double x) { return std::cosh(x); }, -89.4f, 89.4f, 3.0},
                         Case{"atanh", ir::atanh_f32, [](double x) { return std::atanh(x); }, -1.0f, 1.0f, 3.0},
                         Case{"asinh", ir::asinh_f32, [](double x) { return std::asinh(x); }, -1e30f, 1e30f, 3.0},
-                        Case{"acosh", ir::acosh_f32, [](double x) { return std::acosh(x); }, 1.0f, 1e30f, 3.0}}) {
+                        Case{"acosh", ir::acosh_f32, [](double x) { return std::acosh(x); }, 1.0f, 1e30f, 3.0},
+                        Case{"sin", ir::sin_f32, [](double x) { return std::sin(x); }, -1e6f, 1e6f, 1.0},
+                        Case{"cos", ir::cos_f32, [](double x) { return std::cos(x); }, -1e6f, 1e6f, 1.0}}) {
     float at = 0;
     int64_t checked = 0;
     const double worst = worst_ulp_error(c.f, c.exact, c.lo, c.hi, &at, &checked);
@@ -135,6 +137,11 @@ TEST(ScalarOps, SpecialValuesOfTheOtherFunctions) {
   EXPECT_EQ(ir::acos_f32(-1.0f), static_cast<float>(M_PI));
   EXPECT_EQ(ir::acos_f32(1.0f), 0.0f);
   EXPECT_TRUE(std::isnan(ir::asin_f32(1.5f)) && std::isnan(ir::acos_f32(-1.5f)));
+  for (float x : {nan, inf, -inf}) EXPECT_TRUE(std::isnan(ir::sin_f32(x)) && std::isnan(ir::cos_f32(x)));
+  for (int quarter : {0, 1}) EXPECT_TRUE(std::isnan(ir::sin_cos_reduced(inf, quarter)));  // before the lanes' fix-up
+  EXPECT_TRUE(std::signbit(ir::sin_f32(-0.0f)) && ir::sin_f32(-0.0f) == 0.0f);
+  EXPECT_EQ(ir::cos_f32(0.0f), 1.0f);
+  EXPECT_EQ(ir::sin_f32(1e30f), std::sin(1e30f));  // beyond the reduced range: libm's
   for (auto f : {ir::sinh_f32, ir::cosh_f32, ir::atanh_f32, ir::asinh_f32, ir::acosh_f32}) {
     EXPECT_TRUE(std::isnan(f(nan)));
   }

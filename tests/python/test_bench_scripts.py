@@ -139,6 +139,13 @@ def test_forward_mode_bench_dry_run_measures_every_call():
         assert row in out, out
 
 
+def test_random_neurons_bench_dry_run_measures_every_core():
+    out = run_bench("bench_random_neurons.py", "--dry-run", "--device", "cpu")
+    for row in ("| LIF (no noise) |", "| noisy threshold (1 draw) |", "| Gaussian input noise (2 draws) |",
+                "| Bernoulli escape (1 draw) |"):
+        assert row in out, out
+
+
 def test_flexsn_ops_bench_dry_run_measures_every_core():
     out = run_bench("bench_flexsn_ops.py", "--dry-run", "--device", "cpu")
     for row in ("| built-in LIFNode |", "| in-place LIF |", "| softplus adaptive threshold |",

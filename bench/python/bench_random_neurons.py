@@ -1,0 +1,124 @@
+"""Stochastic FlexSN neurons: what the kernels' random draws cost, and against the eager scan.
+
+    python3 bench/python/bench_random_neurons.py [--device cuda] [--steps 32] [--neurons 1048576]
+
+Four cores, fp32: a LIF without noise (the yardstick), the same LIF with a noisy threshold
+(one uniform() draw per neuron and step), with Gaussian input noise (randn_like: two draws) and
+with Bernoulli escape spikes (torch.bernoulli: one draw). Milliseconds per inference call (no
+autograd) and per training step (forward, backward against a gradient, reset) of the compiled
+kernels, median of bursts; the training step of the eager scan of the same core (backend="torch",
+what such a core ran as before FlexSN compiled random draws); and the cost of the draws, the
+compiled time over the noise-free LIF's. On CUDA also the inference's fraction of the copy
+bandwidth (it moves 8 bytes per neuron-step: x read, s written): a draw is about 70 integer
+instructions of Philox, shared by four neighbouring neurons on the CPU.
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import cuda_copy_bandwidth, fmt, markdown_table, median_ms  # noqa: E402
+
+import spikejit  # noqa: E402
+
+SURROGATE = spikejit.surrogate.ATan()
+
+
+def lif(x, v):
+    h = 0.5 * v + x
+    s = SURROGATE(h - 1.0)
+    return s, h * (1.0 - s)
+
+
+def noisy_threshold(x, v):
+    h = 0.5 * v + x
+    s = SURROGATE(h - 1.0 + 0.4 * (torch.rand_like(h) - 0.5))
+    return s, h * (1.0 - s)
+
+
+def input_noise(x, v):
+    h = 0.5 * v + x + 0.2 * torch.randn_like(x)
+    s = SURROGATE(h - 1.0)
+    return s, h * (1.0 - s)
+
+
+def escape_spikes(x, v):
+    h = 0.5 * v + x
+    s = torch.maximum(SURROGATE(h - 1.0), torch.bernoulli(0.05 * torch.sigmoid(h)))
+    return s, h * (1.0 - s)
+
+
+CORES = {"LIF (no noise)": lif, "noisy threshold (1 draw)": noisy_threshold,
+         "Gaussian input noise (2 draws)": input_noise, "Bernoulli escape (1 draw)": escape_spikes}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--neurons", type=int, default=None,
+                        help="N (default: 1048576 on CUDA, 65536 on the CPU)")
+    parser.add_argument("--calls", type=int, default=5, help="calls per burst")
+    parser.add_argument("--bursts", type=int, default=5)
+    parser.add_argument("--dry-run", action="store_true", help="tiny sizes, few calls (a check that it runs)")
+    args = parser.parse_args(argv)
+    if args.neurons is None:
+        args.neurons = 1 << 20 if args.device.startswith("cuda") else 1 << 16
+    if args.dry_run:
+        args.steps, args.neurons, args.calls, args.bursts = 4, 64, 2, 2
+    for name in ("steps", "neurons", "calls", "bursts"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}: expected a count >= 1, got {getattr(args, name)}")
+    return args
+
+
+def inference_ms(node, x, args, device):
+    def call():
+        node.reset()
+        with torch.no_grad():
+            node(x)
+
+    return median_ms(call, device, args.calls, args.bursts)
+
+
+def training_ms(node, x, grad, args, device):
+    xt = x.clone().requires_grad_()
+
+    def step():
+        xt.grad = None
+        node.reset()
+        node(xt).backward(grad)
+
+    return median_ms(step, device, args.calls, args.bursts)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    print(f"# Stochastic FlexSN neurons, fp32, T = {args.steps}, N = {args.neurons}, {name}, "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"ms per call, median of {args.bursts} bursts of {args.calls} calls\n")
+    torch.manual_seed(0)
+    x = torch.randn(args.steps, args.neurons, device=device) + 0.5
+    grad = torch.randn_like(x)
+    bandwidth = cuda_copy_bandwidth(device, 1 << 26)
+    rows, base = [], None
+    for label, core in CORES.items():
+        compiled = spikejit.FlexSN(core, 1, 1, 1, strict=True)
+        eager = spikejit.FlexSN(core, 1, 1, 1, backend="torch")
+        infer = inference_ms(compiled, x, args, device)
+        train = training_ms(compiled, x, grad, args, device)
+        eager_train = training_ms(eager, x, grad, args, device)
+        base = base or (infer, train)
+        copy = "–" if bandwidth is None else f"{100 * 8 * x.numel() / (infer * 1e-3) / bandwidth:.0f} %"
+        rows.append([label, fmt(infer), copy, f"{infer / base[0]:.2f}x", fmt(train), f"{train / base[1]:.2f}x",
+                     fmt(eager_train), f"{eager_train / train:.1f}x"])
+    print(markdown_table(["core", "inference ms", "% of copy BW", "vs no noise", "training ms", "vs no noise",
+                          "eager scan training ms", "speed-up"], rows))
+
+
+if __name__ == "__main__":
+    main()
