@@ -95,3 +95,39 @@ def cuda_copy_bandwidth(device, numel):
     src = torch.empty(numel, device=device)
     dst = torch.empty_like(src)
     return 2 * numel * 4 / (median_ms(lambda: dst.copy_(src), device, 10, 5) * 1e-3)
+
+
+def flexsn_bench_args(description, argv=None):
+    """The arguments of the FlexSN core benchmarks: device, T, N (default 1M on CUDA, 65536 on
+    the CPU), calls per burst, bursts, --dry-run (tiny sizes: a check that it runs)."""
+    import argparse
+    import torch
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--neurons", type=int, default=None,
+                        help="N (default: 1048576 on CUDA, 65536 on the CPU)")
+    parser.add_argument("--calls", type=int, default=5, help="calls per burst")
+    parser.add_argument("--bursts", type=int, default=5)
+    parser.add_argument("--dry-run", action="store_true", help="tiny sizes, few calls (a check that it runs)")
+    args = parser.parse_args(argv)
+    if args.neurons is None:
+        args.neurons = 1 << 20 if args.device.startswith("cuda") else 1 << 16
+    if args.dry_run:
+        args.steps, args.neurons, args.calls, args.bursts = 4, 64, 2, 2
+    for name in ("steps", "neurons", "calls", "bursts"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}: expected a count >= 1, got {getattr(args, name)}")
+    return args
+
+
+def training_step_ms(node, x, grad, args, device):
+    """Median ms of a training step of a neuron module: forward, backward against `grad`, reset."""
+    xt = x.clone().requires_grad_()
+
+    def step():
+        xt.grad = None
+        node.reset()
+        node(xt).backward(grad)
+
+    return median_ms(step, device, args.calls, args.bursts)

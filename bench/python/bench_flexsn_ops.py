@@ -8,7 +8,6 @@ training step (forward, backward against a gradient, reset; median of bursts) of
 kernels and of the eager scan of the same core (backend="torch"), and their ratio; the built-in
 LIFNode beside them as the yardstick of a fused neuron.
 """
-import argparse
 import os
 import sys
 
@@ -16,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import fmt, markdown_table, median_ms  # noqa: E402
+from bench_common import flexsn_bench_args, fmt, markdown_table, training_step_ms  # noqa: E402
 
 import spikejit  # noqa: E402
 
@@ -48,34 +47,7 @@ CORES = {"in-place LIF": (in_place_lif, 1), "softplus adaptive threshold": (soft
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--steps", type=int, default=32)
-    parser.add_argument("--neurons", type=int, default=None,
-                        help="N (default: 1048576 on CUDA, 65536 on the CPU)")
-    parser.add_argument("--calls", type=int, default=5, help="calls per burst")
-    parser.add_argument("--bursts", type=int, default=5)
-    parser.add_argument("--dry-run", action="store_true", help="tiny sizes, few calls (a check that it runs)")
-    args = parser.parse_args(argv)
-    if args.neurons is None:
-        args.neurons = 1 << 20 if args.device.startswith("cuda") else 1 << 16
-    if args.dry_run:
-        args.steps, args.neurons, args.calls, args.bursts = 4, 64, 2, 2
-    for name in ("steps", "neurons", "calls", "bursts"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name}: expected a count >= 1, got {getattr(args, name)}")
-    return args
-
-
-def training_ms(node, x, grad, args, device):
-    xt = x.clone().requires_grad_()
-
-    def step():
-        xt.grad = None
-        node.reset()
-        node(xt).backward(grad)
-
-    return median_ms(step, device, args.calls, args.bursts)
+    return flexsn_bench_args(__doc__.splitlines()[0], argv)
 
 
 def main(argv=None):
@@ -88,12 +60,12 @@ def main(argv=None):
     x = torch.randn(args.steps, args.neurons, device=device) + 0.5
     grad = torch.randn_like(x)
     builtin = spikejit.LIFNode(step_mode="m", surrogate_function=SURROGATE).to(device)
-    rows = [["built-in LIFNode", fmt(training_ms(builtin, x, grad, args, device)), "–", "–"]]
+    rows = [["built-in LIFNode", fmt(training_step_ms(builtin, x, grad, args, device)), "–", "–"]]
     for label, (core, states) in CORES.items():
         compiled = spikejit.FlexSN(core, 1, states, 1, strict=True)
         eager = spikejit.FlexSN(core, 1, states, 1, backend="torch")
-        kernel_ms = training_ms(compiled, x, grad, args, device)
-        eager_ms = training_ms(eager, x, grad, args, device)
+        kernel_ms = training_step_ms(compiled, x, grad, args, device)
+        eager_ms = training_step_ms(eager, x, grad, args, device)
         rows.append([label, fmt(kernel_ms), fmt(eager_ms), f"{eager_ms / kernel_ms:.1f}x"])
     print(markdown_table(["core", "compiled ms", "eager scan ms (before)", "speed-up"], rows))
 

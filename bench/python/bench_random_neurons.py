@@ -12,14 +12,13 @@ compiled time over the noise-free LIF's. On CUDA also the inference's fraction o
 bandwidth (it moves 8 bytes per neuron-step: x read, s written): a draw is about 70 integer
 instructions of Philox, shared by four neighbouring neurons on the CPU.
 """
-import argparse
 import os
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import cuda_copy_bandwidth, fmt, markdown_table, median_ms  # noqa: E402
+from bench_common import cuda_copy_bandwidth, flexsn_bench_args, fmt, markdown_table, median_ms, training_step_ms  # noqa: E402
 
 import spikejit  # noqa: E402
 
@@ -55,23 +54,7 @@ CORES = {"LIF (no noise)": lif, "noisy threshold (1 draw)": noisy_threshold,
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--steps", type=int, default=32)
-    parser.add_argument("--neurons", type=int, default=None,
-                        help="N (default: 1048576 on CUDA, 65536 on the CPU)")
-    parser.add_argument("--calls", type=int, default=5, help="calls per burst")
-    parser.add_argument("--bursts", type=int, default=5)
-    parser.add_argument("--dry-run", action="store_true", help="tiny sizes, few calls (a check that it runs)")
-    args = parser.parse_args(argv)
-    if args.neurons is None:
-        args.neurons = 1 << 20 if args.device.startswith("cuda") else 1 << 16
-    if args.dry_run:
-        args.steps, args.neurons, args.calls, args.bursts = 4, 64, 2, 2
-    for name in ("steps", "neurons", "calls", "bursts"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name}: expected a count >= 1, got {getattr(args, name)}")
-    return args
+    return flexsn_bench_args(__doc__.splitlines()[0], argv)
 
 
 def inference_ms(node, x, args, device):
@@ -81,17 +64,6 @@ def inference_ms(node, x, args, device):
             node(x)
 
     return median_ms(call, device, args.calls, args.bursts)
-
-
-def training_ms(node, x, grad, args, device):
-    xt = x.clone().requires_grad_()
-
-    def step():
-        xt.grad = None
-        node.reset()
-        node(xt).backward(grad)
-
-    return median_ms(step, device, args.calls, args.bursts)
 
 
 def main(argv=None):
@@ -110,8 +82,8 @@ def main(argv=None):
         compiled = spikejit.FlexSN(core, 1, 1, 1, strict=True)
         eager = spikejit.FlexSN(core, 1, 1, 1, backend="torch")
         infer = inference_ms(compiled, x, args, device)
-        train = training_ms(compiled, x, grad, args, device)
-        eager_train = training_ms(eager, x, grad, args, device)
+        train = training_step_ms(compiled, x, grad, args, device)
+        eager_train = training_step_ms(eager, x, grad, args, device)
         base = base or (infer, train)
         copy = "–" if bandwidth is None else f"{100 * 8 * x.numel() / (infer * 1e-3) / bandwidth:.0f} %"
         rows.append([label, fmt(infer), copy, f"{infer / base[0]:.2f}x", fmt(train), f"{train / base[1]:.2f}x",

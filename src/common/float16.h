@@ -7,17 +7,17 @@
 
 namespace spikejit::detail {
 
-inline uint32_t float_bits(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof x);
-  return x;
+// The bits of `from` read as a `To` of the same size (std::bit_cast before C++20).
+template <class To, class From>
+inline To bit_copy(const From& from) {
+  static_assert(sizeof(To) == sizeof(From), "a bit copy keeps the size");
+  To to;
+  std::memcpy(&to, &from, sizeof to);
+  return to;
 }
 
-inline float bits_float(uint32_t x) {
-  float f;
-  std::memcpy(&f, &x, sizeof f);
-  return f;
-}
+inline uint32_t float_bits(float f) { return bit_copy<uint32_t>(f); }
+inline float bits_float(uint32_t x) { return bit_copy<float>(x); }
 
 inline uint16_t float_to_half_bits(float f) {
   const uint32_t x = float_bits(f);

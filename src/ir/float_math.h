@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 #include "common/float16.h"
@@ -272,18 +271,6 @@ inline float acosh_f32(float x) {
 // every lane, then fix those lanes; inf and NaN give NaN here).
 constexpr float kTrigFastLimit = 262144.0f;  // 2^18
 
-inline uint64_t double_bits(double d) {
-  uint64_t u;
-  std::memcpy(&u, &d, sizeof u);
-  return u;
-}
-
-inline double bits_double(uint64_t u) {
-  double d;
-  std::memcpy(&d, &u, sizeof d);
-  return d;
-}
-
 inline float sin_cos_reduced(float x, int quarter) {
   constexpr double kTwoOverPi = 0.63661977236758134308, kRound = 6755399441055744.0;  // 1.5 * 2^52
   constexpr double kPio2Hi = 1.57079632673412561417e+00, kPio2Lo = 6.07710050650619224932e-11;
@@ -305,10 +292,10 @@ inline float sin_cos_reduced(float x, int quarter) {
   cp = cp * r2 + 1.0 / 24.0;
   cp = cp * r2 - 0.5;
   const double cosine = 1.0 + r2 * cp;
-  const uint64_t quadrant = double_bits(shifted) + static_cast<uint64_t>(quarter);
+  const uint64_t quadrant = detail::bit_copy<uint64_t>(shifted) + static_cast<uint64_t>(quarter);
   const uint64_t odd = 0 - (quadrant & 1);  // all ones in quadrants 1 and 3: the cosine
-  const uint64_t value = (double_bits(cosine) & odd) | (double_bits(sine) & ~odd);
-  return static_cast<float>(bits_double(value ^ ((quadrant & 2) << 62)));  // quadrants 2, 3: negated
+  const uint64_t value = (detail::bit_copy<uint64_t>(cosine) & odd) | (detail::bit_copy<uint64_t>(sine) & ~odd);
+  return static_cast<float>(detail::bit_copy<double>(value ^ ((quadrant & 2) << 62)));  // quadrants 2, 3: negated
 }
 
 inline float sin_f32(float x) { return std::fabs(x) < kTrigFastLimit ? sin_cos_reduced(x, 0) : std::sin(x); }
