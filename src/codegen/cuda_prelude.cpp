@@ -174,17 +174,14 @@ __device__ __forceinline__ real sj_sign(real a) {
 
 // The draws of uniform() (ir/random.h spells out the same arithmetic for the CPU executor):
 // Philox4x32-10 keyed by the seed, counting (group low word, group high word, step, stream) for
-// the group of four neurons n / 4; neuron n takes word n % 4, its top 24 bits times 2^-24.
+// the group of four neurons n / 4; neuron n takes word n % 4, its top 24 bits times 2^-24. The
+// kernel source draws a thread's neurons with these (draw_rows).
 const char* kRandom = R"(
 // ---- random draws ----------------------------------------------------------------------------
-struct SjDrawSite {
-  unsigned long long seed;
-  long long n, t;
-};
-__device__ __forceinline__ real sj_uniform(const SjDrawSite d, int stream) {
-  const unsigned long long group = (unsigned long long)d.n >> 2;
-  unsigned c0 = (unsigned)group, c1 = (unsigned)(group >> 32), c2 = (unsigned)d.t, c3 = (unsigned)stream;
-  unsigned k0 = (unsigned)d.seed, k1 = (unsigned)(d.seed >> 32);
+__device__ __forceinline__ uint4 sj_philox_block(unsigned long long seed, unsigned long long group, long long t,
+                                                 int stream) {
+  unsigned c0 = (unsigned)group, c1 = (unsigned)(group >> 32), c2 = (unsigned)t, c3 = (unsigned)stream;
+  unsigned k0 = (unsigned)seed, k1 = (unsigned)(seed >> 32);
 #pragma unroll
   for (int round = 0; round < 10; ++round) {
     const unsigned hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
@@ -196,8 +193,12 @@ __device__ __forceinline__ real sj_uniform(const SjDrawSite d, int stream) {
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  const unsigned lane = (unsigned)d.n & 3u;
-  const unsigned word = lane == 0 ? c0 : lane == 1 ? c1 : lane == 2 ? c2 : c3;
+  return make_uint4(c0, c1, c2, c3);
+}
+// Neuron n's draw from its group's block.
+__device__ __forceinline__ real sj_draw_of(const uint4 block, unsigned long long n) {
+  const unsigned lane = (unsigned)n & 3u;
+  const unsigned word = lane == 0 ? block.x : lane == 1 ? block.y : lane == 2 ? block.z : block.w;
   return (real)((float)(word >> 8) * 5.9604644775390625e-08f);  // 2^-24
 }
 )";

@@ -145,10 +145,13 @@ __device__ __forceinline__ void forward_apply(const SpikejitArgs& a, bool live, 
   const long long offset = t * a.neurons + n0;
   Row<EPT> out[kOutputsA], seq[kStatesA], sav[kSavedA];
   unsigned out_bits[kOutputsA] = {}, sav_bits[kSavedA] = {};  // packed rows: bit e for element e
+  real draws[kStreamsA][EPT];
+  draw_rows<EPT>(a, n0, t, draws);
 #pragma unroll
   for (int e = 0; e < EPT; ++e) {
     ForwardIn in;
-    set_draw_site(in, a, n0 + e, t);
+#pragma unroll
+    for (int k = 0; k < kStreams; ++k) in.u[k] = draws[k][e];
 #pragma unroll
     for (int i = 0; i < kInputs; ++i) in.x[i] = to_real(xr[i].v[e]);
 #pragma unroll
@@ -519,10 +522,13 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
             for (int i = 0; i < kInputs; ++i) row_prefetch_l2<storage>(a.buffers[kSlotInput + i], ahead * N + n0);
           }
         }
+        real draws[kStreamsA][EPT];
+        draw_rows<EPT>(a, n0, s0 + u, draws);
 #pragma unroll
         for (int e = 0; e < EPT; ++e) {
           ForwardIn in;
-          set_draw_site(in, a, n0 + e, s0 + u);
+#pragma unroll
+          for (int k = 0; k < kStreams; ++k) in.u[k] = draws[k][e];
 #pragma unroll
           for (int i = 0; i < kInputs; ++i) in.x[i] = to_real(xr[i].v[e]);
 #pragma unroll

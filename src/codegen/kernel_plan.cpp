@@ -6,6 +6,7 @@
 //   then, when the kernel runs forward steps that draw random numbers: the seed
 #include "codegen/kernel_plan.h"
 
+#include <algorithm>
 #include <string>
 
 #include "spikejit/buffers.h"
@@ -198,8 +199,10 @@ KernelPlan plan_kernel(const ir::Step& forward, const ir::Step* backward, const 
     add_param_slots(s, BufferRole::GradParam, p.params);
     if (p.scalar_params > 0) add_slots(s, BufferRole::Workspace, 1, false);
   }
-  for (const ir::Node& node : forward.nodes) p.random |= node.op == ir::Op::Uniform;
-  p.reads_seed = p.random && (forward_kind || p.checkpointed());
+  for (const ir::Node& node : forward.nodes) {
+    if (node.op == ir::Op::Uniform) p.streams = std::max(p.streams, node.index + 1);
+  }
+  p.reads_seed = p.streams > 0 && (forward_kind || p.checkpointed());
   if (p.reads_seed) add_slots(s, BufferRole::Seed, 1, false);
   if (p.spec.grad_output_layouts.size() > static_cast<size_t>(p.outputs)) {
     throw ArgumentError("spec.grad_output_layouts", "at most one layout per output (" +

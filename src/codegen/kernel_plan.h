@@ -18,7 +18,7 @@ struct KernelPlan {
   std::vector<bool> saved_packed;  // per saved value: bit-packed rows (pack_spikes, per step)
   bool forward_saves = false;  // the forward step computes them (per-step save or recompute)
   int scalar_params = 0;
-  bool random = false;      // the neuron draws random numbers (uniform())
+  int streams = 0;          // streams of random draws (uniform()): 1 + the largest stream number
   bool reads_seed = false;  // the kernel runs its forward steps (a Seed slot): random, and not a per-step backward
   std::vector<BufferSlot> slots;
 

@@ -204,6 +204,10 @@ std::string constants(const KernelPlan& p) {
   s += "[[maybe_unused]] constexpr unsigned long long kScalarParams = " + hex64(scalar_mask) + ";  // bit i: param i is one scalar\n";
   s += "[[maybe_unused]] constexpr int kScalarParamCount = " + std::to_string(p.scalar_params) +
        ", kScalarParamCountA = SJ_AT_LEAST_1(kScalarParamCount);\n";
+  s += "// Streams of random draws (uniform()), and whether this kernel draws (it has the seed).\n";
+  s += "[[maybe_unused]] constexpr int kStreams = " + std::to_string(p.streams) +
+       ", kStreamsA = SJ_AT_LEAST_1(kStreams);\n";
+  s += "[[maybe_unused]] constexpr bool kReadsSeed = " + b(p.reads_seed) + ";\n";
   s += "// First slot of each group of buffers (0 when the kernel has none; then never used).\n";
   s += "[[maybe_unused]] constexpr int kSlotInput = " + slot(BufferRole::Input) + ", kSlotInitialState = " +
        slot(BufferRole::InitialState) + ", kSlotParam = " + slot(BufferRole::Param) +
@@ -242,16 +246,31 @@ std::string constants(const KernelPlan& p) {
   s += "[[maybe_unused]] constexpr int kCheckpointL2AheadBytes = " + std::to_string(kCheckpointL2AheadBytes) + ";\n";
   s += "[[maybe_unused]] constexpr int kReduceThreads = " + std::to_string(kReduceThreads) + ";\n";
   s += "// The values one step function takes and returns.\n";
-  // (A per-step backward kernel of a neuron that draws has the forward step, unused, and no seed.)
-  s += p.random ? "struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA]; SjDrawSite draw; };\n"
-                : "struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA]; };\n";
-  if (p.reads_seed) {
-    s += "__device__ __forceinline__ void set_draw_site(ForwardIn& in, const SpikejitArgs& a, long long n, long long t) {\n"
-         "  in.draw = {__ldg(static_cast<const unsigned long long*>(a.buffers[kSlotSeed])), n, t};\n"
-         "}\n";
-  } else {
-    s += "__device__ __forceinline__ void set_draw_site(ForwardIn&, const SpikejitArgs&, long long, long long) {}\n";
-  }
+  s += "struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA], u[kStreamsA]; };  // u: the draws\n";
+  // A thread's EPT neighbouring neurons share the block of each group of four: one block per
+  // group and stream, not one per neuron (a draw is tens of integer instructions, more than the
+  // bytes of a step leave time for). A per-step backward of a neuron that draws reads no seed
+  // (the draws it needs are saved) and never draws.
+  s += "// The draws of the thread's neurons n0 .. n0 + EPT - 1 at step t, per stream.\n"
+       "template <int EPT>\n"
+       "__device__ __forceinline__ void draw_rows(const SpikejitArgs& a, long long n0, long long t,\n"
+       "                                          real (&u)[kStreamsA][EPT]) {\n"
+       "  if constexpr (kReadsSeed) {\n"
+       "    const unsigned long long seed = __ldg(static_cast<const unsigned long long*>(a.buffers[kSlotSeed]));\n"
+       "#pragma unroll\n"
+       "    for (int k = 0; k < kStreams; ++k) {\n"
+       "      uint4 block;\n"
+       "#pragma unroll\n"
+       "      for (int e = 0; e < EPT; ++e) {\n"
+       "        const unsigned long long n = (unsigned long long)(n0 + e);\n"
+       "        // A new group: known at compile time where EPT is a multiple of 4 (n0 is then too).\n"
+       "        const bool first_of_group = EPT % 4 == 0 ? e % 4 == 0 : (e == 0 || (n & 3) == 0);\n"
+       "        if (first_of_group) block = sj_philox_block(seed, n >> 2, t, k);\n"
+       "        u[k][e] = sj_draw_of(block, n);\n"
+       "      }\n"
+       "    }\n"
+       "  }\n"
+       "}\n";
   s += 
        "struct ForwardOut { real y[kOutputsA], s_next[kStatesA], saved[kSavedA]; };\n"
        "struct BackwardIn { real saved[kSavedA], go[kOutputsA], gs[kStatesA], p[kParamsA]; };\n"
@@ -270,7 +289,7 @@ std::string forward_step_function(const ir::Step& fwd, const ir::Step* bwd, cons
   leaves.input = "in.x";
   leaves.state = "in.s";
   leaves.param = "in.p";
-  leaves.draw = "in.draw";
+  leaves.draw = "in.u";
   std::vector<StepResults> results = {{"out.y", fwd.outputs}, {"out.s_next", fwd.next_states}};
   if (p.forward_saves) results.push_back({"out.saved", bwd->saved});
   return "\n// ---- forward step: (inputs[t], states[t-1], params) -> (outputs[t], states[t], saved[t]) ----\n"

@@ -49,7 +49,7 @@ std::string expression(const ir::Step& step, ir::ValueId id, const StepLeaves& l
     case Op::GradState: return leaf_read(step, id, leaves.grad_state, "grad_state");
     case Op::Uniform:
       if (leaves.draw == nullptr) leaf_read(step, id, nullptr, "uniform");  // throws
-      return call("sj_uniform", {leaves.draw, std::to_string(n.index)});
+      return std::string(leaves.draw) + "[" + std::to_string(n.index) + "]";
     case Op::Add: return call("sj_add", {a, b});
     case Op::Sub: return call("sj_sub", {a, b});
     case Op::Mul: return call("sj_mul", {a, b});

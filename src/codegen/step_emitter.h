@@ -18,7 +18,7 @@ struct StepLeaves {
   const char* saved = nullptr;
   const char* grad_output = nullptr;
   const char* grad_state = nullptr;
-  const char* draw = nullptr;  // Uniform: the SjDrawSite of the step (seed, neuron, step)
+  const char* draw = nullptr;  // Uniform(k): `draw[k]`, the step's draw of stream k
 };
 
 // `array[i] = value of ids[i]` (Bool values become 1 or 0).

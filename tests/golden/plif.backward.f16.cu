@@ -111,14 +111,10 @@ __device__ __forceinline__ real sj_sign(real a) {
 }
 
 // ---- random draws ----------------------------------------------------------------------------
-struct SjDrawSite {
-  unsigned long long seed;
-  long long n, t;
-};
-__device__ __forceinline__ real sj_uniform(const SjDrawSite d, int stream) {
-  const unsigned long long group = (unsigned long long)d.n >> 2;
-  unsigned c0 = (unsigned)group, c1 = (unsigned)(group >> 32), c2 = (unsigned)d.t, c3 = (unsigned)stream;
-  unsigned k0 = (unsigned)d.seed, k1 = (unsigned)(d.seed >> 32);
+__device__ __forceinline__ uint4 sj_philox_block(unsigned long long seed, unsigned long long group, long long t,
+                                                 int stream) {
+  unsigned c0 = (unsigned)group, c1 = (unsigned)(group >> 32), c2 = (unsigned)t, c3 = (unsigned)stream;
+  unsigned k0 = (unsigned)seed, k1 = (unsigned)(seed >> 32);
 #pragma unroll
   for (int round = 0; round < 10; ++round) {
     const unsigned hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
@@ -130,8 +126,12 @@ __device__ __forceinline__ real sj_uniform(const SjDrawSite d, int stream) {
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  const unsigned lane = (unsigned)d.n & 3u;
-  const unsigned word = lane == 0 ? c0 : lane == 1 ? c1 : lane == 2 ? c2 : c3;
+  return make_uint4(c0, c1, c2, c3);
+}
+// Neuron n's draw from its group's block.
+__device__ __forceinline__ real sj_draw_of(const uint4 block, unsigned long long n) {
+  const unsigned lane = (unsigned)n & 3u;
+  const unsigned word = lane == 0 ? block.x : lane == 1 ? block.y : lane == 2 ? block.z : block.w;
   return (real)((float)(word >> 8) * 5.9604644775390625e-08f);  // 2^-24
 }
 
@@ -214,6 +214,9 @@ __device__ __forceinline__ void real_row_store(void* base, long long offset, int
                                kSavedA = SJ_AT_LEAST_1(kSaved);
 [[maybe_unused]] constexpr unsigned long long kScalarParams = 0x1ull;  // bit i: param i is one scalar
 [[maybe_unused]] constexpr int kScalarParamCount = 1, kScalarParamCountA = SJ_AT_LEAST_1(kScalarParamCount);
+// Streams of random draws (uniform()), and whether this kernel draws (it has the seed).
+[[maybe_unused]] constexpr int kStreams = 0, kStreamsA = SJ_AT_LEAST_1(kStreams);
+[[maybe_unused]] constexpr bool kReadsSeed = false;
 // First slot of each group of buffers (0 when the kernel has none; then never used).
 [[maybe_unused]] constexpr int kSlotInput = 0, kSlotInitialState = 0, kSlotParam = 2, kSlotOutput = 0,
                                kSlotStateSeq = 0, kSlotFinalState = 0, kSlotSaved = 0, kSlotGradOutput = 3,
@@ -235,8 +238,27 @@ __device__ __forceinline__ void real_row_store(void* base, long long offset, int
 [[maybe_unused]] constexpr int kCheckpointL2AheadBytes = 128;
 [[maybe_unused]] constexpr int kReduceThreads = 256;
 // The values one step function takes and returns.
-struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA]; };
-__device__ __forceinline__ void set_draw_site(ForwardIn&, const SpikejitArgs&, long long, long long) {}
+struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA], u[kStreamsA]; };  // u: the draws
+// The draws of the thread's neurons n0 .. n0 + EPT - 1 at step t, per stream.
+template <int EPT>
+__device__ __forceinline__ void draw_rows(const SpikejitArgs& a, long long n0, long long t,
+                                          real (&u)[kStreamsA][EPT]) {
+  if constexpr (kReadsSeed) {
+    const unsigned long long seed = __ldg(static_cast<const unsigned long long*>(a.buffers[kSlotSeed]));
+#pragma unroll
+    for (int k = 0; k < kStreams; ++k) {
+      uint4 block;
+#pragma unroll
+      for (int e = 0; e < EPT; ++e) {
+        const unsigned long long n = (unsigned long long)(n0 + e);
+        // A new group: known at compile time where EPT is a multiple of 4 (n0 is then too).
+        const bool first_of_group = EPT % 4 == 0 ? e % 4 == 0 : (e == 0 || (n & 3) == 0);
+        if (first_of_group) block = sj_philox_block(seed, n >> 2, t, k);
+        u[k][e] = sj_draw_of(block, n);
+      }
+    }
+  }
+}
 struct ForwardOut { real y[kOutputsA], s_next[kStatesA], saved[kSavedA]; };
 struct BackwardIn { real saved[kSavedA], go[kOutputsA], gs[kStatesA], p[kParamsA]; };
 struct BackwardOut { real gi[kInputsA], g_prev[kStatesA], gp[kParamsA]; };
@@ -671,10 +693,13 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
             for (int i = 0; i < kInputs; ++i) row_prefetch_l2<storage>(a.buffers[kSlotInput + i], ahead * N + n0);
           }
         }
+        real draws[kStreamsA][EPT];
+        draw_rows<EPT>(a, n0, s0 + u, draws);
 #pragma unroll
         for (int e = 0; e < EPT; ++e) {
           ForwardIn in;
-          set_draw_site(in, a, n0 + e, s0 + u);
+#pragma unroll
+          for (int k = 0; k < kStreams; ++k) in.u[k] = draws[k][e];
 #pragma unroll
           for (int i = 0; i < kInputs; ++i) in.x[i] = to_real(xr[i].v[e]);
 #pragma unroll
