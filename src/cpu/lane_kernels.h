@@ -120,8 +120,10 @@ inline void store_lanes(const LaneBuffer& b, int64_t offset, const F* src, int64
 
 // The draws of `stream` at step t for neurons start .. start + n - 1 (ir/random.h); blocks start
 // at multiples of 4.
+// (`flatten`: the generator's loops are compiled inside each clone, for its vector width.)
 template <class F>
-SPIKEJIT_CPU_LANE_CLONES void draw_lanes(F* dst, uint64_t seed, int64_t t, int32_t stream, int64_t start, int64_t n) {
+[[gnu::flatten]] SPIKEJIT_CPU_LANE_CLONES void draw_lanes(F* dst, uint64_t seed, int64_t t, int32_t stream,
+                                                          int64_t start, int64_t n) {
   ir::uniform_draws(dst, seed, t, stream, start, n);
 }
 
