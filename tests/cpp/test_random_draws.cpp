@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ir/random.h"
@@ -87,7 +88,7 @@ struct Call {
   uint64_t seed;
 };
 
-TensorView view(std::vector<double>& v, std::vector<int64_t> shape) { return TensorView(v.data(), DType::F64, shape); }
+TensorView view(std::vector<double>& v, std::vector<int64_t> shape) { return TensorView(v.data(), DType::F64, std::move(shape)); }
 
 std::vector<double> random_values(uint64_t seed, size_t n, double lo, double hi) {
   std::vector<double> v(n);
