@@ -965,14 +965,14 @@ TEST_F(CudaKernels, MathOpsNeuronEveryKind) {
 }
 
 // A neuron that draws (tests/neurons/noisy_threshold.sj): every kind, per step and with
-// checkpoints (whose backward draws again), float32 and bfloat16, both variants, against the CPU
-// with the same seed.
+// checkpoints (whose backward draws again), both variants, against the CPU with the same seed;
+// float32 for every spec, bfloat16 for some (each spec is a kernel to compile).
 TEST_F(CudaKernels, RandomNeuronEveryKindWithCheckpoints) {
   SCOPED_TRACE(trace());
   const NamedProgram np{"noisy_threshold", testing::test_neuron("noisy_threshold")};
   std::vector<Job> jobs;
   for (DType d : {DType::F32, DType::BF16}) {
-    for (size_t variant = 0; variant < 4; ++variant) {
+    for (size_t variant = d == DType::F32 ? 0 : 2; variant < 4; ++variant) {
       for (Job j : jobs_for(np, d, variant, variant < 2 ? 1 : 2000, variant < 2 ? 300 : 5000)) {
         if (j.training || j.backward) j.checkpoint_every = variant % 2 == 0 ? 0 : 1 + static_cast<int64_t>(rng_() % 5);
         jobs.push_back(j);
