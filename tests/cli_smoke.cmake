@@ -56,6 +56,17 @@ expect(RC 0 OUT "firing rate.*neuron-steps/s"
        ARGS run ${lif} --steps 5 --neurons 33 --train --dtype float16 --threads 2 --set tau=4)
 expect(RC 0 OUT "dL/dw.*firing rate" ARGS run builtin:plif --steps 8 --neurons 50 --train --dtype bfloat16)
 expect(RC 0 OUT "firing rate" ARGS run builtin:if --steps 3 --neurons 7 --dtype float64 --repeat 1)
+# A neuron that draws random numbers: the seed drives its draws, so two runs with one seed agree.
+set(noisy ${SRC}/tests/neurons/noisy_threshold.sj)
+expect(RC 0 OUT "dL/dtheta.*output noise: mean 0\\.[45][0-9]*" ARGS run ${noisy} --steps 16 --neurons 500 --train --seed 11)
+string(REGEX REPLACE "time [^\n]*" "" noisy_first "${last_out}")
+expect(RC 0 OUT "output noise" ARGS run ${noisy} --steps 16 --neurons 500 --train --seed 11)
+string(REGEX REPLACE "time [^\n]*" "" noisy_second "${last_out}")
+if(NOT noisy_first STREQUAL noisy_second)
+  message("FAIL run: two runs of a random neuron with one seed printed different results")
+  math(EXPR failures "${failures} + 1")
+endif()
+expect(RC 0 OUT "noise = uniform\\(\\)\nescape = float\\(uniform\\(\\) <" ARGS check ${noisy})
 expect(RC 0 OUT "kernel inference:.*__global__.*kernel inference_final_state:.*kernel training_forward:.*kernel backward:"
        ARGS emit ${lif})
 expect(RC 0 OUT "kernel backward:.*__global__" ARGS emit builtin:plif --kind backward --dtype bfloat16)
