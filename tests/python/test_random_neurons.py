@@ -287,6 +287,52 @@ def test_gradients_equal_a_loop_fed_the_same_draws(device):
             assert torch.equal(got, want), f"checkpoint_every={k}"
 
 
+def straight_through_core(x, v):
+    """Stochastic firing with probability sigmoid(h - 1) and a straight-through gradient: the
+    forward is a Bernoulli spike, the backward that of the probability."""
+    h = 0.5 * v + x
+    p = torch.sigmoid(4.0 * (h - 1.0))
+    s = p + (torch.bernoulli(p) - p).detach()
+    return s, h * (1.0 - s)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_straight_through_stochastic_spikes(device):
+    """Spikes are 0 or 1 and fire at their probability's rate; the gradient is the probability's,
+    as a loop fed the kernels' own spikes gives it."""
+    dtype = gradient_dtype(device)
+    x = random_input(12, 3, 50, device=device, dtype=dtype, scale=0.5).requires_grad_()
+    node = kernel(straight_through_core, num_states=1)
+    (s,), (v_last,), _ = node.multi_step_functional_forward(x)
+    g = torch.randn_like(s)
+    ((s * g).sum() + v_last.sum()).backward()
+    assert set(s.detach().unique().tolist()) <= {0.0, 1.0} and 0 < float(s.mean()) < 1
+
+    xr = x.detach().clone().requires_grad_()
+    v, spikes = torch.zeros_like(xr[0]), []
+    for t in range(xr.shape[0]):
+        h = 0.5 * v + xr[t]
+        p = torch.sigmoid(4.0 * (h - 1.0))
+        spike = p + (s[t].detach() - p).detach()
+        spikes.append(spike)
+        v = h * (1.0 - spike)
+    ((torch.stack(spikes) * g).sum() + v.sum()).backward()
+    torch.testing.assert_close(x.grad, xr.grad, **gradient_tolerance(device))
+
+    # The rate: sum over neurons and steps of (s - p) is a sum of independent centred Bernoullis.
+    big = random_input(16, 8192, device=device, scale=0.5)
+    with torch.no_grad():
+        (spikes,), _, _ = node.multi_step_functional_forward(big)
+        v, probabilities = torch.zeros_like(big[0]), []
+        for t in range(big.shape[0]):
+            h = 0.5 * v + big[t]
+            probabilities.append(torch.sigmoid(4.0 * (h - 1.0)))
+            v = h * (1.0 - spikes[t])
+    p = torch.stack(probabilities).double()
+    z = float((spikes.double() - p).sum() / (p * (1 - p)).sum().sqrt())
+    assert abs(z) < SIGMAS, f"spike count off its expectation by {z:.2f} sigma"
+
+
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 def test_recompute_draws_the_forwards_numbers_again(device):
     """spikejit.Recompute runs the block again in the backward: the neuron's seed comes from the
