@@ -580,6 +580,15 @@ def _depends_on_arguments(node, memo: dict) -> bool:
     return memo[node]
 
 
+def _neuron_shape(example_inputs, returned) -> torch.Size:
+    """The shape of one step's values: that of the examples, broadcast with the traced results
+    (a per-neuron parameter makes the results wider than one-element examples)."""
+    shapes = [e.shape for e in example_inputs]
+    shapes += [r.meta["val"].shape for r in returned
+               if isinstance(r, torch.fx.Node) and isinstance(r.meta.get("val"), Tensor)]
+    return torch.broadcast_shapes(*shapes) if shapes else torch.Size([1])
+
+
 def _check_draw(node, neuron_shape, memo: dict) -> None:
     """UnsupportedOp unless the random draw `node` has one value per neuron: the kernels draw per
     neuron, so a draw shared by neurons (torch.rand(1), a draw shaped like a scalar parameter)
@@ -648,7 +657,7 @@ def trace_core(core: Callable, num_inputs: int, num_states: int, num_outputs: in
         raise ValueError(f"core: expected {num_outputs} outputs and {num_states} next states "
                          f"({num_outputs + num_states} values), got {len(returned)}")
     needed = _needed(gm)
-    neuron_shape = torch.broadcast_shapes(*[e.shape for e in example_inputs]) if example_inputs else torch.Size([1])
+    neuron_shape = _neuron_shape(example_inputs, returned)
     dependence: Dict[torch.fx.Node, bool] = {}
 
     values: Dict[torch.fx.Node, Value] = {}

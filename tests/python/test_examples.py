@@ -85,3 +85,16 @@ def test_digits_demo_smoke(device, seed, tmp_path):
     assert f"figure: {figure}" in out, out
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert figure.stat().st_size > 10_000  # a drawn figure, not an empty canvas
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_stochastic_neuron_compiles_reproduces_and_learns(device, seed):
+    out = run_example("stochastic_neuron.py", "--neurons", 64, "--steps", 16, "--iterations", 40,
+                      "--device", device, "--seed", seed)
+    assert "uniform()" in out, out                   # torch.bernoulli became a kernel draw
+    assert "the same torch.manual_seed, the same spikes: True; a fresh call, other spikes: True" in out, out
+    assert number(r"against a PyTorch loop fed the same spikes: differ by at most ([\d.e+-]+)", out) < 1e-4, out
+    start = number(r"rate error: ([\d.]+) at the start", out)
+    end = number(r"-> ([\d.]+) at the end", out)
+    assert end < 0.5 * start, out
+    assert "eager scan" in out, out

@@ -524,6 +524,30 @@ def test_shape_of_a_draw_decides():
         kernel(like_a_scalar)
 
 
+def test_a_per_neuron_parameter_widens_the_neuron_shape_of_draws():
+    """With one-element examples and a per-neuron threshold, the step's values (and a draw of
+    theirs) have the threshold's shape: that is the neuron shape, so the draw compiles; a
+    one-element draw beside it is still refused."""
+    theta = torch.linspace(0.5, 1.5, 6)
+
+    def escape(x, v):
+        p = torch.sigmoid(4.0 * (v + x - theta))
+        s = p + (torch.bernoulli(p) - p).detach()
+        return s, (v + x) * (1.0 - s)
+
+    node = kernel(escape, num_states=1)
+    assert node.program.uses_random and node.program.params[0][1] == "per_neuron"
+    (s,), _, _ = node.multi_step_functional_forward(random_input(5, 6))
+    assert s.shape == (5, 6) and set(s.unique().tolist()) <= {0.0, 1.0}
+
+    def shared(x, v):
+        h = v + x - theta
+        return h + torch.rand(1), h
+
+    with pytest.raises(spikejit.UnsupportedCoreError, match="aten.rand.default"):
+        kernel(shared, num_states=1)
+
+
 # ---- errors ------------------------------------------------------------------------------------
 
 def test_the_seed_is_checked_and_required():
