@@ -51,15 +51,11 @@ def program_counts(handle: int):
     return program, _counts_in(program, cache)
 
 
-def uses_random(handle: int) -> bool:
-    """Whether the handle's neuron draws random numbers (then its calls need a seed)."""
-    return _uses_random(handle)
-
-
 # Dynamo cannot trace into the extension (a first call builds Counts): under torch.compile this
 # runs while tracing and its result is a constant of the graph.
 @torch.compiler.assume_constant_result
-def _uses_random(handle: int) -> bool:
+def uses_random(handle: int) -> bool:
+    """Whether the handle's neuron draws random numbers (then its calls need a seed)."""
     return program_counts(handle)[1].random
 
 
@@ -184,22 +180,22 @@ def check_strided(name: str, t: Tensor) -> None:
                         f"{describe(t)} (to_dense() makes one)")
 
 
-def check_seed(seed, x: Tensor) -> None:
-    """TypeError / ValueError unless `seed` is None or an int64 tensor of one element on x's device
-    (the kernels read the seed from that memory)."""
+def check_seed(seed, device: torch.device) -> None:
+    """TypeError / ValueError unless `seed` is None or an int64 tensor of one element on the call's
+    device (the kernels read the seed from that memory)."""
     if seed is None:
         return
     if not isinstance(seed, Tensor):
         raise TypeError(f"seed: expected None or an int64 tensor of one element, got {type(seed).__name__}")
     if seed.dtype != torch.int64 or seed.numel() != 1 or seed.layout is not torch.strided:
         raise TypeError(f"seed: expected an int64 tensor of one element, got {describe(seed)}")
-    if seed.device != x.device:
-        raise ValueError(f"seed: expected a tensor on {x.device} (that of inputs[0]), got {describe(seed)}")
+    if seed.device != device:
+        raise ValueError(f"seed: expected a tensor on {device} (that of the call's tensors), got {describe(seed)}")
 
 
 def _checked_seed(counts, seed, x: Tensor):
     """The seed a call launches with (None for a neuron without random numbers), checked."""
-    check_seed(seed, x)
+    check_seed(seed, x.device)
     if not counts.random:
         return None
     if seed is None:
@@ -625,10 +621,7 @@ class TrainingCall:
     def _check_backward_seed(self, device, seed):
         """The backward of a random neuron recomputes its draws under checkpoints: it needs the
         forward's seed then (per step, the draws it needs were saved)."""
-        if seed is not None and not isinstance(seed, Tensor):
-            raise TypeError(f"seed: expected None or an int64 tensor of one element, got {type(seed).__name__}")
-        if seed is not None and (seed.dtype != torch.int64 or seed.numel() != 1 or seed.device != device):
-            raise TypeError(f"seed: expected an int64 tensor of one element on {device}, got {describe(seed)}")
+        check_seed(seed, device)
         if seed is None and self.counts.random and self.checkpoint_every:
             raise ValueError(f"seed: the neuron draws random numbers and its backward with checkpoint_every = "
                              f"{self.checkpoint_every} recomputes them, so it needs the forward's seed, got None")

@@ -161,7 +161,7 @@ def call_seed(handle: int, inputs, seed: Optional[Tensor] = None) -> Optional[Te
     if x is None:  # the call's own checks name what is wrong
         return seed
     if seed is not None:
-        check_seed(seed, x)
+        check_seed(seed, x.device)
         return seed
     if not uses_random(handle):
         return None
@@ -195,10 +195,10 @@ def execute_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_
                    store_state_seqs: bool, checkpoint_every: Union[int, str] = "auto", packed_outputs: int = 0,
                    pack_spikes: bool = False, carriers: bool = False, seed: Optional[Tensor] = None):
     """run_neuron without the hook. `carriers` (training, eager): each packed output is returned as
-    its gradient carrier (see ops.run_training) instead of its bits."""
+    its gradient carrier (see ops.run_training) instead of its bits. `seed`: the call's, as
+    run_neuron resolved it (call_seed) before handing it to a hook or here."""
     check_checkpoint_every(checkpoint_every)  # also where inference leaves it unused
     check_pack_spikes(pack_spikes, checkpoint_every)
-    seed = call_seed(handle, inputs, seed)
     init_states = initial_states(handle, init_states, inputs[0])
     # Bit rows follow the neurons' memory order, so packed outputs keep the logical order (a copy).
     # (A random neuron's draws follow the memory order too: a neuron's numbers are those of its
