@@ -1,6 +1,7 @@
 // A neuron ready to run: its definition, its lowered forward step and its backward step.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -35,7 +36,20 @@ class Program {
   std::string canonical() const;     // canonical text of the neuron
   std::string hash() const;          // hex digest of the canonical text
 
+  // A value another part derives from this program (the CPU executor's compiled steps): made by
+  // `make` on the first call with this (owner, variant) and kept as long as the program, so
+  // that a call does not derive it again (thread-safe). `owner` is the address of something of
+  // the deriving part (one tag per part); every call with the same key must ask for the same T.
+  template <class T, class Make>
+  const T& derived(const void* owner, int variant, const Make& make) const {
+    return *static_cast<const T*>(
+        derived_value(owner, variant, [&]() -> std::shared_ptr<const void> { return std::make_shared<T>(make()); }));
+  }
+
  private:
+  const void* derived_value(const void* owner, int variant,
+                            const std::function<std::shared_ptr<const void>()>& make) const;
+
   struct Impl;
   std::shared_ptr<Impl> impl_;
 };

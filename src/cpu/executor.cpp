@@ -181,6 +181,25 @@ struct DrawSite {
   int64_t t, start;
 };
 
+// The lane programs of a program's steps, compiled once per program and kept with it.
+const char kLaneProgramsOwner = 0;  // its address tags them (Program::derived)
+
+// The forward step, keeping the saved values of the backward of `pack_spikes` when `saving`.
+const LaneProgram& forward_lane_program(const Program& program, bool saving, bool pack_spikes) {
+  const int variant = saving ? (pack_spikes ? 2 : 1) : 0;
+  return program.derived<LaneProgram>(&kLaneProgramsOwner, variant, [&] {
+    const ir::Step& step = program.forward();
+    return compile_lane_program(step, step, StepKind::Forward,
+                                saving ? program.backward(pack_spikes).saved : std::vector<ir::ValueId>{});
+  });
+}
+
+const LaneProgram& backward_lane_program(const Program& program, bool pack_spikes) {
+  return program.derived<LaneProgram>(&kLaneProgramsOwner, pack_spikes ? 4 : 3, [&] {
+    return compile_lane_program(program.backward(pack_spikes), program.forward(), StepKind::Backward, {});
+  });
+}
+
 // The call's seed when the neuron draws random numbers (validate() checked that there is one).
 uint64_t seed_of(const Program& program, const void* seed) {
   return program.uses_random() ? *static_cast<const uint64_t*>(seed) : 0;
@@ -213,7 +232,7 @@ void forward_step(const LaneProgram& p, const std::vector<LaneBuffer>& inputs,
 // ---------------------------------------------------------------------------------------------
 
 struct ForwardCall {
-  LaneProgram program;
+  const LaneProgram* program = nullptr;
   int64_t steps = 0, neurons = 0;
   std::vector<ir::ParamKind> param_kinds;
   std::vector<double> state_defaults;
@@ -232,13 +251,13 @@ struct ForwardCall {
 // slot that holds two results is written in place for the first.
 void mark_in_place_results(const ir::Step& step, const std::vector<ir::ValueId>& saved_nodes, DType compute,
                            ForwardCall* c) {
-  std::vector<bool> taken(static_cast<size_t>(c->program.num_slots), false);
-  for (int32_t slot : c->program.carry_slot) taken[slot] = true;
+  std::vector<bool> taken(static_cast<size_t>(c->program->num_slots), false);
+  for (int32_t slot : c->program->carry_slot) taken[slot] = true;
   auto mark = [&](const std::vector<ir::ValueId>& nodes, const std::vector<LaneBuffer>& buffers,
                   std::vector<bool>* in_place) {
     in_place->assign(buffers.size(), false);
     for (size_t i = 0; i < buffers.size(); ++i) {
-      const int32_t slot = c->program.node_slot[nodes[i]];
+      const int32_t slot = c->program->node_slot[nodes[i]];
       if (!buffers[i].present() || buffers[i].dtype != compute || ir::is_leaf(step.nodes[nodes[i]].op) ||
           taken[slot])
         continue;
@@ -252,7 +271,7 @@ void mark_in_place_results(const ir::Step& step, const std::vector<ir::ValueId>&
 
 template <class F>
 void forward_block(const ForwardCall& c, int64_t block) {
-  const LaneProgram& p = c.program;
+  const LaneProgram& p = *c.program;
   const int64_t start = block * kBlock, n = std::min(kBlock, c.neurons - start);
   const int32_t states = static_cast<int32_t>(p.carry_slot.size());
   Slots<F> s = forward_slots<F>(p);
@@ -301,7 +320,7 @@ void forward_block(const ForwardCall& c, int64_t block) {
 // ---------------------------------------------------------------------------------------------
 
 struct BackwardCall {
-  LaneProgram program;
+  const LaneProgram* program = nullptr;
   int64_t steps = 0, neurons = 0;
   std::vector<ir::ParamKind> param_kinds;
   std::vector<LaneBuffer> saved, params, grad_outputs, grad_state_seqs, grad_final_states;
@@ -313,7 +332,7 @@ struct BackwardCall {
   // `checkpoints` (per state, [ceil(T/k), N] in F) and `inputs`, drawing with `seed`.
   int64_t checkpoint_every = 0;
   uint64_t seed = 0;
-  LaneProgram forward;
+  const LaneProgram* forward = nullptr;
   std::vector<LaneBuffer> checkpoints, inputs;
   std::vector<int32_t> forward_next_state_slots, forward_saved_slots;
 };
@@ -322,7 +341,7 @@ struct BackwardCall {
 template <class F, class LoadSaved>
 void backward_step(BackwardCall& c, Slots<F>& s, int64_t t, int64_t start, int64_t n,
                    const LoadSaved& load_saved) {
-  const LaneProgram& p = c.program;
+  const LaneProgram& p = *c.program;
   const int32_t states = static_cast<int32_t>(p.carry_slot.size());
   const int32_t num_params = static_cast<int32_t>(c.param_kinds.size());
   const int32_t accumulators = p.num_slots;  // one per parameter
@@ -368,7 +387,7 @@ void backward_step(BackwardCall& c, Slots<F>& s, int64_t t, int64_t start, int64
 // steps read them. The steps run in the same order as without checkpoints.
 template <class F>
 void backward_segments(BackwardCall& c, Slots<F>& s, int64_t start, int64_t n) {
-  const LaneProgram& fp = c.forward;
+  const LaneProgram& fp = *c.forward;
   const int64_t k = c.checkpoint_every, T = c.steps, N = c.neurons;
   const int32_t states = static_cast<int32_t>(fp.carry_slot.size());
   const int32_t saved = static_cast<int32_t>(c.forward_saved_slots.size());
@@ -397,7 +416,7 @@ void backward_segments(BackwardCall& c, Slots<F>& s, int64_t start, int64_t n) {
 
 template <class F>
 void backward_block(BackwardCall& c, int64_t block) {
-  const LaneProgram& p = c.program;
+  const LaneProgram& p = *c.program;
   const int64_t start = block * kBlock, n = std::min(kBlock, c.neurons - start);
   const int32_t states = static_cast<int32_t>(p.carry_slot.size());
   const int32_t num_params = static_cast<int32_t>(c.param_kinds.size());
@@ -482,7 +501,7 @@ void forward(const Program& program, const ForwardBuffers& b, const Options& opt
       !b.saved.empty() && !checkpoints ? program.backward(b.pack_spikes).saved : std::vector<ir::ValueId>{};
 
   ForwardCall c;
-  c.program = compile_lane_program(step, step, StepKind::Forward, saved_nodes);
+  c.program = &forward_lane_program(program, !saved_nodes.empty(), b.pack_spikes);
   c.steps = b.steps;
   c.neurons = neuron_count(b.neuron_shape);
   c.param_kinds = step.params;
@@ -497,9 +516,9 @@ void forward(const Program& program, const ForwardBuffers& b, const Options& opt
   c.final_states = lane_buffers(b.final_states, step.num_states);
   c.saved = lane_buffers(checkpoints ? std::vector<TensorView>{} : b.saved, saved_nodes.size());
   c.packed_saved = PackedRows(b.packed_saved, saved_nodes.size(), c.neurons);
-  c.output_slots = slots_of(c.program, step.outputs);
-  c.next_state_slots = slots_of(c.program, step.next_states);
-  c.saved_slots = slots_of(c.program, saved_nodes);
+  c.output_slots = slots_of(*c.program, step.outputs);
+  c.next_state_slots = slots_of(*c.program, step.next_states);
+  c.saved_slots = slots_of(*c.program, saved_nodes);
   if (checkpoints) {
     c.checkpoint_every = b.checkpoint_every;
     c.checkpoints = lane_buffers(b.saved, step.num_states);
@@ -527,17 +546,17 @@ void backward(const Program& program, const BackwardBuffers& b, const Options& o
   const size_t num_params = fwd.params.size();
 
   BackwardCall c;
-  c.program = compile_lane_program(step, fwd, StepKind::Backward, {});
+  c.program = &backward_lane_program(program, b.pack_spikes);
   c.steps = b.steps;
   c.neurons = neuron_count(b.neuron_shape);
   c.param_kinds = fwd.params;
   if (b.checkpoint_every > 0) {
     c.checkpoint_every = b.checkpoint_every;
-    c.forward = compile_lane_program(fwd, fwd, StepKind::Forward, step.saved);
+    c.forward = &forward_lane_program(program, true, b.pack_spikes);
     c.checkpoints = lane_buffers(b.saved, fwd.num_states);
     c.inputs = lane_buffers(b.inputs, fwd.num_inputs);
-    c.forward_next_state_slots = slots_of(c.forward, fwd.next_states);
-    c.forward_saved_slots = slots_of(c.forward, step.saved);
+    c.forward_next_state_slots = slots_of(*c.forward, fwd.next_states);
+    c.forward_saved_slots = slots_of(*c.forward, step.saved);
     c.seed = seed_of(program, b.seed);
   } else {
     c.saved = lane_buffers(b.saved, step.saved.size());
@@ -550,9 +569,9 @@ void backward(const Program& program, const BackwardBuffers& b, const Options& o
   c.grad_inputs = lane_buffers(b.grad_inputs, fwd.num_inputs);
   c.grad_initial_states = lane_buffers(b.grad_initial_states, fwd.num_states);
   c.grad_params = lane_buffers(b.grad_params, num_params);
-  c.grad_input_slots = slots_of(c.program, step.grad_inputs);
-  c.grad_prev_state_slots = slots_of(c.program, step.grad_prev_states);
-  c.grad_param_slots = slots_of(c.program, step.grad_params);
+  c.grad_input_slots = slots_of(*c.program, step.grad_inputs);
+  c.grad_prev_state_slots = slots_of(*c.program, step.grad_prev_states);
+  c.grad_param_slots = slots_of(*c.program, step.grad_params);
   const int64_t blocks = block_count(c.neurons);
   c.partial_sums.assign(static_cast<size_t>(blocks) * num_params, 0.0);
 

@@ -25,12 +25,38 @@ bool known_dtype(DType d) {
   return d == DType::F32 || d == DType::F64 || d == DType::F16 || d == DType::BF16;
 }
 
-// The shape a buffer must have, with the wording used in messages.
-struct ExpectedShape {
-  std::vector<int64_t> shape;
-  std::string text;     // e.g. "[T, *S] = [8, 4, 16]"
-  bool scalar = false;  // also accept [1]
+// The name of an argument or of one of its entries ("inputs[2]"): text only for an error, so that
+// a valid call (many per training step at small sizes, where the host is the limit) builds none.
+struct Name {
+  const char* argument;
+  int64_t index = -1;  // >= 0: the entry
+
+  std::string text() const {
+    return index < 0 ? std::string(argument) : std::string(argument) + "[" + std::to_string(index) + "]";
+  }
 };
+
+// The shape a buffer must have; its wording in messages is expected_text's.
+struct ExpectedShape {
+  enum class Kind { Sequence, Neuron, Scalar, Packed, Checkpoints };
+  Kind kind = Kind::Sequence;
+  std::vector<int64_t> shape;
+  int64_t detail = 0;  // Packed: N; Checkpoints: k
+};
+
+std::string expected_text(const ExpectedShape& e) {
+  switch (e.kind) {
+    case ExpectedShape::Kind::Sequence: return "[T, *S] = " + shape_text(e.shape);
+    case ExpectedShape::Kind::Neuron: return "[*S] = " + shape_text(e.shape);
+    case ExpectedShape::Kind::Scalar: return "[] or [1]";
+    case ExpectedShape::Kind::Packed:
+      return "[T, ceil(N / 8)] = " + shape_text(e.shape) + " (N = " + std::to_string(e.detail) + ")";
+    case ExpectedShape::Kind::Checkpoints:
+      return "[ceil(T/k), *S] = " + shape_text(e.shape) + " (k = checkpoint_every = " + std::to_string(e.detail) +
+             ")";
+  }
+  return shape_text(e.shape);
+}
 
 class Checker {
  public:
@@ -51,23 +77,16 @@ class Checker {
     }
     sequence_.shape = {steps};
     sequence_.shape.insert(sequence_.shape.end(), neuron_shape.begin(), neuron_shape.end());
-    sequence_.text = "[T, *S] = " + shape_text(sequence_.shape);
-    packed_.shape = {steps, packed_row_bytes(n)};
-    packed_.text = "[T, ceil(N / 8)] = " + shape_text(packed_.shape) + " (N = " + std::to_string(n) + ")";
-    neuron_.shape = neuron_shape;
-    neuron_.text = "[*S] = " + shape_text(neuron_shape);
-    scalar_.text = "[] or [1]";
-    scalar_.scalar = true;
+    packed_ = {ExpectedShape::Kind::Packed, {steps, packed_row_bytes(n)}, n};
+    neuron_ = {ExpectedShape::Kind::Neuron, neuron_shape, 0};
+    scalar_.kind = ExpectedShape::Kind::Scalar;
     steps_ = steps;
   }
 
   // [ceil(T/k), *S]: the checkpoints of the save policy k > 0.
   ExpectedShape checkpoints(int64_t k) const {
-    ExpectedShape e;
-    e.shape = neuron_.shape;
+    ExpectedShape e{ExpectedShape::Kind::Checkpoints, neuron_.shape, k};
     e.shape.insert(e.shape.begin(), (steps_ + k - 1) / k);
-    e.text = "[ceil(T/k), *S] = " + shape_text(e.shape) +
-             " (k = checkpoint_every = " + std::to_string(k) + ")";
     return e;
   }
 
@@ -90,26 +109,26 @@ class Checker {
 
   // Checks one entry; `required`: an absent tensor is an error; `broadcast`: a sequence may also
   // be a broadcast view (read-only).
-  void tensor(const std::string& name, const TensorView& v, const ExpectedShape& expected, bool required,
-              bool written, bool broadcast = false) {
+  void tensor(Name name, const TensorView& v, const ExpectedShape& expected, bool required, bool written,
+              bool broadcast = false) {
     if (!v.present) {
-      if (required) throw ArgumentError(name, "a tensor of shape " + expected.text, "no tensor");
+      if (required) throw ArgumentError(name.text(), "a tensor of shape " + expected_text(expected), "no tensor");
       return;
     }
     if (!known_dtype(v.dtype)) {
-      throw ArgumentError(name, "dtype float32, float64, float16 or bfloat16",
+      throw ArgumentError(name.text(), "dtype float32, float64, float16 or bfloat16",
                           "dtype code " + std::to_string(static_cast<int>(v.dtype)));
     }
-    const bool shape_ok =
-        v.shape == expected.shape || (expected.scalar && v.shape == std::vector<int64_t>{1});
-    if (!shape_ok) throw ArgumentError(name, "shape " + expected.text, v.describe());
+    const bool shape_ok = v.shape == expected.shape ||
+                          (expected.kind == ExpectedShape::Kind::Scalar && v.shape.size() == 1 && v.shape[0] == 1);
+    if (!shape_ok) throw ArgumentError(name.text(), "shape " + expected_text(expected), v.describe());
     int64_t elements = v.numel();
     SequenceLayout layout;
     if (broadcast && elements != 0 && sequence_layout(v, &layout)) {
       const int64_t steps = v.shape[0];
       elements = (layout.same_each_step ? 1 : steps) * (layout.same_each_neuron ? 1 : elements / steps);
     } else if (!v.is_contiguous()) {
-      throw ArgumentError(name, broadcast ? "a contiguous tensor or one broadcast over T and/or S (stride 0)"
+      throw ArgumentError(name.text(), broadcast ? "a contiguous tensor or one broadcast over T and/or S (stride 0)"
                                           : "a contiguous tensor",
                           v.describe());
     }
@@ -117,23 +136,27 @@ class Checker {
   }
 
   // Checks one bit-packed sequence, uint8 [T, ceil(N / 8)], contiguous.
-  void packed(const std::string& name, const PackedView& v, bool required, bool written) {
+  void packed(Name name, const PackedView& v, bool required, bool written) {
     if (!v.present) {
-      if (required) throw ArgumentError(name, "bit-packed spikes, uint8 of shape " + packed_.text, "no tensor");
+      if (required) {
+        throw ArgumentError(name.text(), "bit-packed spikes, uint8 of shape " + expected_text(packed_), "no tensor");
+      }
       return;
     }
     if (v.shape != packed_.shape) {
-      throw ArgumentError(name, "bit-packed spikes, uint8 of shape " + packed_.text, v.describe());
+      throw ArgumentError(name.text(), "bit-packed spikes, uint8 of shape " + expected_text(packed_), v.describe());
     }
-    if (!is_contiguous_layout(v.shape, v.strides)) throw ArgumentError(name, "a contiguous tensor", v.describe());
+    if (!is_contiguous_layout(v.shape, v.strides)) {
+      throw ArgumentError(name.text(), "a contiguous tensor", v.describe());
+    }
     add_range(name, v.data, shape_numel(v.shape), written);
   }
 
   // Checks a scratch buffer (written): float64 [n], contiguous, n >= `elements`.
-  void scratch(const std::string& name, const TensorView& v, int64_t elements) {
+  void scratch(Name name, const TensorView& v, int64_t elements) {
     if (!v.present) return;
     if (v.dtype != DType::F64 || v.shape.size() != 1 || v.shape[0] < elements || !v.is_contiguous()) {
-      throw ArgumentError(name, "a contiguous float64 [n] tensor with n >= " + std::to_string(elements) +
+      throw ArgumentError(name.text(), "a contiguous float64 [n] tensor with n >= " + std::to_string(elements) +
                                     " (backward_workspace_elements)", v.describe());
     }
     add_range(name, v.data, v.shape[0] * static_cast<int64_t>(sizeof(double)), true);
@@ -147,23 +170,23 @@ class Checker {
         const Range& b = ranges_[j];
         if (i == j || !a.written || (b.written && j < i)) continue;
         if (a.begin < b.end && b.begin < a.end) {
-          throw ArgumentError(a.name, "memory that overlaps no other buffer",
-                              "memory that overlaps " + b.name);
+          throw ArgumentError(a.name.text(), "memory that overlaps no other buffer",
+                              "memory that overlaps " + b.name.text());
         }
       }
     }
   }
 
  private:
-  void add_range(const std::string& name, const void* data, int64_t bytes, bool written) {
+  void add_range(Name name, const void* data, int64_t bytes, bool written) {
     if (bytes == 0) return;
-    if (data == nullptr) throw ArgumentError(name, "a non-null data pointer", "a null pointer");
+    if (data == nullptr) throw ArgumentError(name.text(), "a non-null data pointer", "a null pointer");
     const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
     ranges_.push_back({name, begin, begin + static_cast<uintptr_t>(bytes), written});
   }
 
   struct Range {
-    std::string name;
+    Name name;
     uintptr_t begin, end;
     bool written;
   };
@@ -172,7 +195,7 @@ class Checker {
   std::vector<Range> ranges_;
 };
 
-std::string item(const char* name, size_t i) { return std::string(name) + "[" + std::to_string(i) + "]"; }
+Name item(const char* name, size_t i) { return {name, static_cast<int64_t>(i)}; }
 
 void each(Checker& c, const char* name, const std::vector<TensorView>& views, const ExpectedShape& shape,
           bool required, bool written, bool broadcast = false) {
@@ -209,23 +232,24 @@ void each_saved(Checker& c, const Program& program, const std::vector<TensorView
   }
   if (pack_spikes) Checker::count("packed_saved", packed_saved, saved.size(), true, "one per saved value");
   for (size_t i = 0; i < saved.size(); ++i) {
-    const std::string name = item("saved", i), packed_name = item("packed_saved", i);
+    const Name name = item("saved", i), packed_name = item("packed_saved", i);
     const bool given = i < packed_saved.size() && packed_saved[i].present;
     if (step.is_saved_packed(i)) {
       if (saved[i].present) {
-        throw ArgumentError(name, "no tensor (saved value " + std::to_string(i) + " is saved packed, in " +
-                                      packed_name + ")", saved[i].describe());
+        throw ArgumentError(name.text(), "no tensor (saved value " + std::to_string(i) + " is saved packed, in " +
+                                             packed_name.text() + ")", saved[i].describe());
       }
       if (packed_saved.empty()) {
         throw ArgumentError("packed_saved", tensors_text(saved.size()) + " (one per saved value; " +
-                                                packed_name + " is saved packed)", "no tensors");
+                                                packed_name.text() + " is saved packed)", "no tensors");
       }
       c.packed(packed_name, packed_saved[i], true, forward);
       continue;
     }
     if (given) {
-      throw ArgumentError(packed_name, "no tensor (saved value " + std::to_string(i) + " is not spike-valued: " +
-                                           name + " holds it)", packed_saved[i].describe());
+      throw ArgumentError(packed_name.text(), "no tensor (saved value " + std::to_string(i) +
+                                                  " is not spike-valued: " + name.text() + " holds it)",
+                          packed_saved[i].describe());
     }
     const bool input = program.saved_inputs(pack_spikes)[i] >= 0;
     c.tensor(name, saved[i], c.sequence(), !(forward && input), forward);
@@ -239,14 +263,15 @@ void each_output(Checker& c, const Program& program, const ForwardBuffers& b) {
   for (size_t i = 0; i < outputs; ++i) {
     const bool packed = i < b.packed_outputs.size() && b.packed_outputs[i].present;
     if (packed && !program.packable_outputs()[i]) {
-      throw ArgumentError(item("packed_outputs", i),
+      throw ArgumentError(item("packed_outputs", i).text(),
                           "no tensor: output " + std::to_string(i) + " ('" + program.neuron().outputs[i].name +
                               "') is not spike-valued (spike(), a comparison, float(bool), 0/1 products; "
                               "see ir::spike_valued)",
                           b.packed_outputs[i].describe());
     }
     if (!packed && !b.outputs[i].present) {
-      throw ArgumentError(item("outputs", i), "a tensor of shape " + c.sequence().text + " (or packed_outputs[" +
+      throw ArgumentError(item("outputs", i).text(), "a tensor of shape " + expected_text(c.sequence()) +
+                                                         " (or packed_outputs[" +
                                                   std::to_string(i) + "])", "no tensor");
     }
     c.tensor(item("outputs", i), b.outputs[i], c.sequence(), false, true);
@@ -258,10 +283,10 @@ void each_output(Checker& c, const Program& program, const ForwardBuffers& b) {
 void each_checkpoint(Checker& c, const std::vector<TensorView>& views, int64_t k, bool written) {
   const ExpectedShape shape = c.checkpoints(k);
   for (size_t i = 0; i < views.size(); ++i) {
-    const std::string name = item("saved", i);
+    const Name name = item("saved", i);
     c.tensor(name, views[i], shape, true, written);
     if (views[i].dtype != DType::F32 && views[i].dtype != DType::F64) {
-      throw ArgumentError(name, "dtype float32 or float64 (checkpoints hold states in the compute dtype)",
+      throw ArgumentError(name.text(), "dtype float32 or float64 (checkpoints hold states in the compute dtype)",
                           views[i].describe());
     }
   }
@@ -385,7 +410,7 @@ void validate(const Program& program, const BackwardBuffers& b, bool broadcast_g
   each_param(c, "grad_params", b.grad_params, step.params, false, true);
   int64_t neurons = 1;
   for (int64_t d : b.neuron_shape) neurons *= d;  // fits: the Checker checked it
-  c.scratch("workspace", b.workspace, backward_workspace_elements(program, neurons));
+  c.scratch({"workspace"}, b.workspace, backward_workspace_elements(program, neurons));
   c.overlaps();
 }
 

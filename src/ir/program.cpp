@@ -6,6 +6,7 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <vector>
 
 #include "common/sha256.h"
 #include "spikejit/autodiff.h"
@@ -21,6 +22,13 @@ struct DerivedBackward {
   std::vector<int> saved_inputs;
 };
 
+// A value of Program::derived.
+struct DerivedValue {
+  const void* owner;
+  int variant;
+  std::shared_ptr<const void> value;
+};
+
 struct Program::Impl {
   ir::Neuron neuron;
   ir::Step forward;
@@ -29,6 +37,8 @@ struct Program::Impl {
   std::vector<bool> packable_outputs;
   bool uses_random = false;
   DerivedBackward backward[2];  // [pack_spikes]
+  std::mutex derived_mutex;
+  std::vector<DerivedValue> derived;  // a handful: a linear search
 };
 
 Program::Program(ir::Neuron neuron) : impl_(std::make_shared<Impl>()) {
@@ -81,6 +91,17 @@ const std::vector<int>& Program::saved_inputs(bool pack_spikes) const {
 
 const std::vector<bool>& Program::packable_outputs() const { return impl_->packable_outputs; }
 bool Program::uses_random() const { return impl_->uses_random; }
+
+// Made under the lock: a second caller waits for the first one's value instead of making its own.
+const void* Program::derived_value(const void* owner, int variant,
+                                   const std::function<std::shared_ptr<const void>()>& make) const {
+  std::lock_guard<std::mutex> lock(impl_->derived_mutex);
+  for (const DerivedValue& d : impl_->derived) {
+    if (d.owner == owner && d.variant == variant) return d.value.get();
+  }
+  impl_->derived.push_back({owner, variant, make()});
+  return impl_->derived.back().value.get();
+}
 
 std::string Program::canonical() const { return impl_->canonical; }
 std::string Program::hash() const { return impl_->hash; }
