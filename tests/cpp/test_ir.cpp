@@ -1,16 +1,21 @@
 // IR basics: op and surrogate tables, NeuronBuilder, ir::verify, defaults/overrides, errors,
-// SHA-256.
+// SHA-256, values derived from a Program.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/sha256.h"
 #include "ir/checks.h"
 #include "spikejit/builder.h"
 #include "spikejit/error.h"
 #include "spikejit/ir.h"
+#include "spikejit/program.h"
 
 namespace spikejit {
 namespace {
@@ -486,6 +491,50 @@ TEST(Verify, ExpressionsDeeperThanTheParserAcceptsAreRejected) {
   }
   c.assign("y", ce);
   EXPECT_TRUE(problems(c.peek()).empty());
+}
+
+// --- Program::derived -------------------------------------------------------------------------
+
+const char kOwnerA = 0, kOwnerB = 0;
+const char* const kAccumulator = "neuron n\ninput x\nstate v = 0\noutput s\nv = v + x\ns = v\n";
+
+TEST(ProgramDerived, MadeOncePerOwnerAndVariantSharedByCopiesAndThreads) {
+  const Program program = Program::from_text(kAccumulator);
+  std::atomic<int> made{0};
+  auto make = [&](int value) {
+    return [&made, value] {
+      ++made;
+      return std::vector<int>{value};
+    };
+  };
+  const std::vector<int>& a = program.derived<std::vector<int>>(&kOwnerA, 0, make(1));
+  EXPECT_EQ(a, std::vector<int>{1});
+  const Program copy = program;  // shares the derived values
+  EXPECT_EQ(&copy.derived<std::vector<int>>(&kOwnerA, 0, make(9)), &a);
+  EXPECT_EQ(program.derived<std::vector<int>>(&kOwnerA, 1, make(2)), std::vector<int>{2});
+  EXPECT_EQ(program.derived<std::vector<int>>(&kOwnerB, 0, make(3)), std::vector<int>{3});
+  EXPECT_EQ(made.load(), 3);
+
+  std::vector<std::thread> threads;
+  std::vector<const std::vector<int>*> seen(8);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    threads.emplace_back([&, i] { seen[i] = &program.derived<std::vector<int>>(&kOwnerB, 7, make(7)); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::vector<int>* value : seen) EXPECT_EQ(value, seen[0]);
+  EXPECT_EQ(*seen[0], std::vector<int>{7});
+  EXPECT_EQ(made.load(), 4);
+
+  // Another program of the same text has values of its own.
+  const Program other = Program::from_text(kAccumulator);
+  EXPECT_EQ(other.derived<std::vector<int>>(&kOwnerA, 0, make(5)), std::vector<int>{5});
+}
+
+TEST(ProgramDerived, AFailedMakeKeepsNothingAndTheNextCallTriesAgain) {
+  const Program program = Program::from_text(kAccumulator);
+  EXPECT_THROW(program.derived<int>(&kOwnerA, 0, []() -> int { throw std::runtime_error("no"); }),
+               std::runtime_error);
+  EXPECT_EQ(program.derived<int>(&kOwnerA, 0, [] { return 4; }), 4);
 }
 
 }  // namespace
