@@ -164,10 +164,34 @@ def _div_mode(a, b, rounding_mode=None, **kw):
 
 
 def _remainder(a, b, **kw):
-    # Python/torch remainder: the result takes the sign of the divisor.
-    r = f"fmod({as_float(a)}, {as_float(b)})"
-    b_text = as_float(b)
-    return _f(f"where(({r} != 0) and (({r} < 0) != ({b_text} < 0)), {r} + {b_text}, {r})")
+    # Python/torch remainder: the result takes the sign of the divisor (fmod's that of the
+    # dividend), so a nonzero fmod of the other sign moves by one divisor.
+    r, d = f"fmod({as_float(a)}, {as_float(b)})", as_float(b)
+    return _f(f"where(({r} < 0 and {d} > 0) or ({r} > 0 and {d} < 0), {r} + {d}, {r})")
+
+
+def _signbit_text(t: str) -> str:
+    # -0.0 has its sign bit set (1 / -0.0 is -inf); a NaN's sign bit is read as clear.
+    return f"(({t} < 0) or ({t} == 0 and (1.0 / {t}) < 0))"
+
+
+def _signbit(a, **kw):
+    return _b(_signbit_text(as_float(a)))
+
+
+def _copysign(a, b, **kw):
+    # torch's gradient: to a, +-1 by the signs (0 at a = 0, as abs gives); to b, none.
+    t = as_float(a)
+    return _f(f"where({_signbit_text(as_float(b))}, -abs({t}), abs({t}))")
+
+
+def _nan_ignoring(symbol):
+    """fmax / fmin: the other operand where one is NaN. torch's gradient goes wholly to `a` on a
+    tie (maximum and minimum split it), which this choice of branch gives."""
+    def rule(a, b, **kw):
+        x, y = as_float(a), as_float(b)
+        return _f(f"where(({x} {symbol} {y}) or ({y} != {y}), {x}, {y})")
+    return rule
 
 
 def _trunc(a, **kw):
@@ -176,9 +200,14 @@ def _trunc(a, **kw):
 
 
 def _round(a, decimals=0, **kw):
-    if kw.get("decimals", decimals) != 0:
-        raise UnsupportedOp("round", "with decimals")
-    return _f(f"round({as_float(a)})")
+    decimals = kw.get("decimals", decimals)
+    if decimals == 0:
+        return _f(f"round({as_float(a)})")
+    # ATen's rounding to decimals: by a power of ten, scaled up or down by its sign.
+    scale = literal(10.0 ** abs(decimals)).text
+    if decimals > 0:
+        return _f(f"(round({as_float(a)} * {scale}) / {scale})")
+    return _f(f"(round({as_float(a)} / {scale}) * {scale})")
 
 
 def _to_copy(a, **kw):
@@ -331,6 +360,9 @@ RULES: Dict[str, Callable] = {
     "aten.pow.Tensor_Scalar": _call("pow"), "aten.pow.Tensor_Tensor": _call("pow"),
     "aten.pow.Scalar": _pow_scalar_base,
     "aten.minimum.default": _call("min"), "aten.maximum.default": _call("max"),
+    "aten.fmax.default": _nan_ignoring(">="), "aten.fmin.default": _nan_ignoring("<="),
+    "aten.copysign.Tensor": _copysign, "aten.copysign.Scalar": _copysign,
+    "aten.signbit.default": _signbit,
     "aten.clamp.default": _clamp, "aten.clamp.Tensor": _clamp,
     "aten.clamp_min.default": lambda a, lo, **kw: _clamp(a, lo, None),
     "aten.clamp_min.Tensor": lambda a, lo, **kw: _clamp(a, lo, None),
@@ -370,6 +402,8 @@ RULES: Dict[str, Callable] = {
     # types, copies, constants
     "aten._to_copy.default": _to_copy,
     "aten.clone.default": _identity, "aten.alias.default": _identity,
+    # one value per neuron: broadcasting a value to the neuron shape leaves it as it is
+    "aten.expand.default": _identity,
     "aten.lift_fresh_copy.default": _identity,
     "aten.detach.default": _detach,
     "aten.scalar_tensor.default": _fill(0),

@@ -148,6 +148,31 @@ def test_bernoulli_draws_fire_at_their_rate(device):
     assert abs(rate - 0.3) < SIGMAS * math.sqrt(0.3 * 0.7 / b.numel()), rate
 
 
+def dropout_core(x):
+    return torch.nn.functional.dropout(x, 0.2)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_dropout_keeps_at_its_rate_scales_and_passes_gradients_through_the_kept(device):
+    """F.dropout traces to its draws (bernoulli, scaled by 1 / (1 - p)): each value is 0 or
+    x / 0.8, kept at rate 0.8, and the gradient is the same mask and scale. Its traced mask is
+    not computed from x (functionalization makes it from an empty tensor of x's shape), so the
+    examples must have the neuron shape: with one-element ones a shared draw could not be told
+    apart, and the error says so."""
+    with pytest.raises(spikejit.UnsupportedCoreError, match="example_inputs of the neuron shape"):
+        kernel(dropout_core)
+    node = kernel(dropout_core, example_inputs=[torch.zeros(4096)])
+    x = (random_input(32, 4096, device=device) + 2.0).requires_grad_()  # no zeros of x itself
+    y = node(x)
+    kept = y != 0
+    torch.testing.assert_close(y[kept], x.detach()[kept] / 0.8)
+    rate = float(kept.double().mean())
+    assert abs(rate - 0.8) < SIGMAS * math.sqrt(0.8 * 0.2 / y.numel()), rate
+    g = torch.randn_like(y)
+    (y * g).sum().backward()
+    torch.testing.assert_close(x.grad, torch.where(kept, g / 0.8, torch.zeros_like(g)))
+
+
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 def test_in_place_fills_with_their_ranges(device):
     x = random_input(32, 4096, device=device)
