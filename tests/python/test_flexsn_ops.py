@@ -199,3 +199,29 @@ def test_an_in_place_core_keeps_its_module_parameters_learnable():
     torch.stack(spikes).sum().backward()
     for got, want in ((core.decay.grad, reference.decay.grad), (core.threshold.grad, reference.threshold.grad)):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+
+
+def test_a_core_with_float32_tensors_that_float64_rejects_compiles():
+    """torch.lerp will not take a float32 weight of several elements with float64 inputs, so the
+    check of the compiled core against eager PyTorch runs in float32 for it instead of falling
+    back to the eager scan."""
+    weight = torch.linspace(0.1, 0.9, 50)  # a per-neuron parameter of the neuron, float32
+
+    def core(x, v):
+        h = torch.lerp(v, x, weight)
+        s = spikejit.surrogate.Sigmoid()(h - 1.0)
+        return s, h * (1.0 - s)
+
+    node = spikejit.FlexSN(core, 1, 1, 1, strict=True)
+    x = (random_input(8, 50) + 0.5).requires_grad_()
+    reference = x.detach().clone().requires_grad_()
+    v = torch.zeros(50)
+    spikes = []
+    for t in range(x.shape[0]):
+        s, v = core(reference[t], v)
+        spikes.append(s)
+    y, want = node(x), torch.stack(spikes)
+    torch.testing.assert_close(y, want)
+    y.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(x.grad, reference.grad, rtol=1e-5, atol=1e-6)
