@@ -226,6 +226,13 @@ def _identity(a, *rest, **kw):
     return _value(a)
 
 
+def _copy(destination, source, **kw):
+    """dst.copy_(src), functionalized: src's values in dst's type."""
+    if _value(destination).type == BOOL:
+        return _b(as_bool(source))
+    return _f(as_float(source))
+
+
 def _detach(a, **kw):
     a = _value(a)
     return a if a.type == BOOL else _f(f"detach({a.text})")
@@ -402,6 +409,7 @@ RULES: Dict[str, Callable] = {
     # types, copies, constants
     "aten._to_copy.default": _to_copy,
     "aten.clone.default": _identity, "aten.alias.default": _identity,
+    "aten.copy.default": _copy,
     # one value per neuron: broadcasting a value to the neuron shape leaves it as it is
     "aten.expand.default": _identity,
     "aten.lift_fresh_copy.default": _identity,
@@ -593,17 +601,42 @@ def _unruled(gm, needed) -> list:
     return ops
 
 
+def _without_functional_form(error: Exception) -> list:
+    """The overloads PyTorch can decompose of the in-place op that functionalization rejected in
+    `error` ("... has alias annotations: aten::square_(Tensor(a!) self) ..."); [] if none."""
+    from torch._decomp import decomposition_table
+    match = re.search(r"alias annotations: aten::(\w+)\(", str(error))
+    packet = getattr(torch.ops.aten, match.group(1), None) if match else None
+    if packet is None:
+        return []
+    return [op for op in (getattr(packet, name) for name in packet.overloads()) if op in decomposition_table]
+
+
 def _make_graph(step: Callable, example_inputs: Sequence[Tensor], table: dict, functional: bool):
+    from torch._decomp import decomposition_table
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    def trace(f, decompositions):
+        return make_fx(f, decomposition_table=decompositions, tracing_mode="real")(*example_inputs)
+
+    # In-place ops without a functional form that functionalization knows (square_,
+    # float_power_): traced decomposed first (into out-of-place ops and copy_), then functionalized.
+    decomposed_first = {}
     with torch.no_grad():
-        try:
-            return make_fx(torch.func.functionalize(step) if functional else step, decomposition_table=table,
-                           tracing_mode="real")(*example_inputs)
-        except UnsupportedOp:
-            raise
-        except Exception as e:  # tracing itself failed: data-dependent control flow, ...
-            raise UnsupportedOp("tracing", f"{type(e).__name__}: {e}") from e
+        while True:
+            try:
+                if not functional:
+                    return trace(step, table)
+                if not decomposed_first:
+                    return trace(torch.func.functionalize(step), table)
+                return trace(torch.func.functionalize(trace(step, {**table, **decomposed_first})), table)
+            except UnsupportedOp:
+                raise
+            except Exception as e:  # tracing itself failed: data-dependent control flow, ...
+                ops = [op for op in _without_functional_form(e) if op not in decomposed_first] if functional else []
+                if not ops:
+                    raise UnsupportedOp("tracing", f"{type(e).__name__}: {e}") from e
+                decomposed_first.update({op: decomposition_table[op] for op in ops})
 
 
 def _depends_on_arguments(node, memo: dict) -> bool:

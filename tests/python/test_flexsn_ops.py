@@ -81,7 +81,16 @@ def in_place(x, v):
     return torch.sigmoid_(h)
 
 
-IN_PLACE = {"in-place ops on a local": in_place}
+def in_place_without_a_functional_form(x, v):
+    """square_ and float_power_ have no form functionalization knows: decomposed first."""
+    h = x * 0.5
+    h.square_()
+    g = (h + 1.0).double().float_power_(0.5).to(x.dtype)
+    h.copy_(g + v)
+    return h
+
+
+IN_PLACE = {"in-place ops on a local": in_place, "in-place ops without a functional form": in_place_without_a_functional_form}
 OPS = {**OWN_RULES, **DECOMPOSED, **IN_PLACE}
 SPECIAL_VALUES = {"isnan and isinf", "nan_to_num", "fmax and fmin", "signbit"}
 # ATen's fp64 hardsigmoid multiplies by a float32 1/6 (relative error 3e-8); the kernels by the
@@ -180,11 +189,24 @@ class InPlaceCoreWithParameters(torch.nn.Module):
         return s, h
 
 
-def test_an_in_place_core_keeps_its_module_parameters_learnable():
+class SquaringCoreWithParameters(InPlaceCoreWithParameters):
+    """The same with square_, which is traced decomposed before it is functionalized."""
+
+    def forward(self, x, v):
+        h = v.clone()
+        h.mul_(self.decay).add_(x)
+        g = h.clone().square_()
+        s = spikejit.surrogate.Sigmoid()(g - self.threshold)
+        h.mul_(1.0 - s)
+        return s, h
+
+
+@pytest.mark.parametrize("core_class", [InPlaceCoreWithParameters, SquaringCoreWithParameters])
+def test_an_in_place_core_keeps_its_module_parameters_learnable(core_class):
     """Functionalization must not turn the core's parameters into constants: they stay IR
     parameters, read at each call, with the gradients of eager autograd."""
     neurons = 12
-    core = InPlaceCoreWithParameters(neurons)
+    core = core_class(neurons)
     node = spikejit.FlexSN(core, 1, 1, 1, strict=True, example_inputs=[torch.zeros(neurons)] * 2)
     assert node.program.canonical().count("param ") == 2
     x = random_input(7, neurons, dtype=torch.float64)
