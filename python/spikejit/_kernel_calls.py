@@ -117,7 +117,7 @@ def resolve_checkpoint_every(checkpoint_every, handle: int, x: Tensor, store_sta
     policy `checkpoint_every`."""
     if not isinstance(checkpoint_every, str):
         return checkpoint_every
-    interval = _auto_interval(handle, x.device.type == "cuda", DTYPE_CODES.get(x.dtype, -1), bool(store_state_seqs),
+    interval = _auto_interval(handle, x.is_cuda, DTYPE_CODES.get(x.dtype, -1), bool(store_state_seqs),
                               bool(packed_outputs or pack_spikes))
     large = (interval and x.dim() >= 1 and x.shape[0] >= _core.AUTO_CHECKPOINT_MIN_STEPS
              and neurons_of(x.shape) >= _core.AUTO_CHECKPOINT_MIN_NEURONS)
@@ -308,6 +308,15 @@ def _split_by_mask(tensors, packed):
     return ([None if p else t for t, p in zip(tensors, packed)], [t if p else None for t, p in zip(tensors, packed)])
 
 
+def _empty_sequence(x: Tensor, seq_shape) -> Tensor:
+    """An empty contiguous tensor of shape `seq_shape` in x's dtype and on its device. (empty_like
+    where x is that shape and contiguous: a microsecond or two less than new_empty, per buffer of
+    a call, where small calls are bound by the host.)"""
+    if x.shape == seq_shape and x.is_contiguous():
+        return torch.empty_like(x)
+    return x.new_empty(list(seq_shape))
+
+
 def _dense_like(t: Tensor) -> Tensor:
     """An empty contiguous tensor of t's shape, dtype and device (the kernels write contiguous
     results; empty_like would keep the strides of a permuted t)."""
@@ -386,9 +395,9 @@ def _launch(device, cuda_call, cpu_call, args, policy):
 def _output_buffers(counts, x, seq_shape, packed_outputs):
     """Empty outputs: [T, *S] values, or uint8 [T, ceil(N/8)] bit rows where packed."""
     if not packed_outputs:
-        return [x.new_empty(seq_shape) for _ in range(counts.outputs)]
+        return [_empty_sequence(x, seq_shape) for _ in range(counts.outputs)]
     rows = [seq_shape[0], row_bytes(neurons_of(seq_shape))]
-    return [x.new_empty(rows, dtype=torch.uint8) if packed_outputs >> i & 1 else x.new_empty(seq_shape)
+    return [x.new_empty(rows, dtype=torch.uint8) if packed_outputs >> i & 1 else _empty_sequence(x, seq_shape)
             for i in range(counts.outputs)]
 
 
@@ -403,8 +412,8 @@ def inference_buffers(counts, inputs, init_states, params, store_state_seqs, fin
     x = inputs[0]
     _checked_seed(counts, seed, x)
     outputs = _output_buffers(counts, x, seq_shape, check_packed_outputs(counts, packed_outputs))
-    state_seqs = [x.new_empty(seq_shape) for _ in range(counts.states)] if store_state_seqs else []
-    final_states = [x.new_empty(neuron_shape) for _ in range(counts.states)] if final_state else []
+    state_seqs = [_empty_sequence(x, seq_shape) for _ in range(counts.states)] if store_state_seqs else []
+    final_states = [x.new_empty(list(neuron_shape)) for _ in range(counts.states)] if final_state else []
     return seq_shape, outputs, state_seqs, final_states
 
 
@@ -500,8 +509,8 @@ class TrainingCall:
         x = inputs[0]
         _checked_seed(counts, seed, x)
         outputs = _output_buffers(counts, x, seq_shape, self.packed_outputs)
-        final_states = [x.new_empty(neuron_shape) for _ in range(counts.states)]
-        state_seqs = [x.new_empty(seq_shape) for _ in range(counts.states)] if self.store_state_seqs else []
+        final_states = [x.new_empty(list(neuron_shape)) for _ in range(counts.states)]
+        state_seqs = [_empty_sequence(x, seq_shape) for _ in range(counts.states)] if self.store_state_seqs else []
         saved = self.saved_buffers(x, seq_shape)
         return seq_shape, outputs, final_states, state_seqs, saved
 
@@ -512,7 +521,7 @@ class TrainingCall:
         checkpoints, one [ceil(T/k), *S] per state in the compute dtype."""
         if self.plan is not None:
             rows = [seq_shape[0], row_bytes(neurons_of(seq_shape))]
-            return [x.new_empty(rows, dtype=torch.uint8) if packed else x.new_empty(seq_shape)
+            return [x.new_empty(rows, dtype=torch.uint8) if packed else _empty_sequence(x, seq_shape)
                     for j, packed in self.plan if j < 0]  # inputs are not copied
         k = self.checkpoint_every
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -563,8 +572,10 @@ class TrainingCall:
             saved, bits = _split_by_mask(saved, self.saved_packed)
         neuron_shape = seq_shape[1:]
         ni, ns = counts.inputs, counts.states
-        grad_inputs = [torch.empty(seq_shape, dtype=dtype, device=device) if wanted is None or wanted[i] else None
-                       for i in range(ni)]
+        like = next((g for g in (*grad_outputs, *grad_state_seqs) if g is not None and g.dtype == dtype), None)
+        grad_inputs = [(torch.empty(seq_shape, dtype=dtype, device=device) if like is None else
+                        torch.empty_like(like, memory_format=torch.contiguous_format))
+                       if wanted is None or wanted[i] else None for i in range(ni)]
         grad_states = [torch.empty(neuron_shape, dtype=dtype, device=device)
                        if wanted is None or wanted[ni + j] else None for j in range(ns)]
         grad_params = [_dense_like(p) if wanted is None or wanted[ni + ns + k] else None

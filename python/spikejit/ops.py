@@ -269,13 +269,21 @@ def run_training(handle: int, inputs, init_states, params, store_state_seqs: boo
                 raise ValueError("carriers: expected False under torch.func transforms, got True")
             return list(FuncTraining.apply(call, len(inputs), len(init_states), *inputs, *init_states, *params,
                                            *_seed_arg(seed)))
-        return list(_Training.apply(call, carriers, len(inputs), len(init_states), seed, *inputs, *init_states,
-                                    *params))
+        dead_wrappers = any(map(_is_functorch_wrapped, (*inputs, *init_states, *params, *_seed_arg(seed))))
+        apply = _Training.apply if dead_wrappers else _bare_apply
+        return list(apply(call, carriers, len(inputs), len(init_states), seed, *inputs, *init_states, *params))
     if carriers:
         raise ValueError("carriers: expected False inside torch.compile or a tensor subclass (the custom op "
                          "has no gradient carriers), got True")
     return torch.ops.spikejit.neuron_forward(handle, inputs, init_states, params, store_state_seqs,
                                              checkpoint_every, packed_outputs, pack_spikes, seed)
+
+
+# _Training.apply without autograd.Function.apply's Python wrapper, whose only work outside
+# torch.func transforms is unwrapping tensors left over from a finished transform (a few µs a
+# call, where small calls are bound by the host). Calls with such a tensor take the wrapper.
+_bare_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, _Training)
+_is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 def _seed_arg(seed):

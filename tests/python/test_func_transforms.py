@@ -280,3 +280,34 @@ def test_a_batched_scalar_parameter_equals_a_loop(device, monkeypatch):
     for b in range(4):
         _, expected = torch.func.jvp(lambda v: spikes(v, x[:, b]), (ws[b],), (directions[b],))
         close(tangents[:, b], expected)
+
+
+def test_a_tensor_left_over_from_a_finished_transform_trains_like_a_plain_one():
+    """A tensor that escaped torch.func.grad is still wrapped (a dead wrapper); the eager training
+    call unwraps it as autograd.Function.apply does, instead of handing the wrapper to the kernels."""
+    leaked = []
+
+    def f(x):
+        leaked.append(x)
+        return x.sum()
+
+    x = random_input(6, 10)
+    grad(f)(x)
+    dead = leaked[0]
+    assert torch._C._functorch.is_functorch_wrapped_tensor(dead)
+    threshold = torch.nn.Parameter(torch.linspace(0.5, 1.5, 10))
+
+    def core(x, v):
+        h = 0.5 * v + x
+        s = spikejit.surrogate.Sigmoid()(h - threshold)
+        return s, h * (1.0 - s)
+
+    node = spikejit.FlexSN(core, 1, 1, 1, strict=True, example_inputs=[torch.zeros(10)] * 2)
+    results = []
+    for inputs in (dead, x):
+        threshold.grad = None
+        y = node(inputs)
+        node.reset()
+        y.sum().backward()
+        results.append((y.detach(), threshold.grad.clone()))
+    torch.testing.assert_close(results[0], results[1])
