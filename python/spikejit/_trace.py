@@ -399,8 +399,7 @@ RULES: Dict[str, Callable] = {
     "aten.bitwise_xor.Tensor": _bitwise_xor,
     "aten.bitwise_not.default": _bitwise_not,
     # selection
-    "aten.where.self": _where, "aten.where.ScalarSelf": _where, "aten.where.ScalarOther": _where,
-    "aten.where.Scalar": _where,
+    "aten.where.self": _where,  # (its overloads with numbers are composite: traced as this one)
     "aten.masked_fill.Scalar": _masked_fill, "aten.masked_fill.Tensor": _masked_fill,
     # backward helpers
     "aten.sigmoid_backward.default": lambda g, y, **kw: _f(f"({as_float(g)} * {as_float(y)} * (1 - {as_float(y)}))"),

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import spikejit
+from spikejit import _trace
 from conftest import device_params, random_input
 
 # f(x, v) -> the step's value; the arguments are kept inside each op's domain (|v| < 0.25).
@@ -90,8 +91,61 @@ def in_place_without_a_functional_form(x, v):
     return h
 
 
-IN_PLACE = {"in-place ops on a local": in_place, "in-place ops without a functional form": in_place_without_a_functional_form}
-OPS = {**OWN_RULES, **DECOMPOSED, **IN_PLACE}
+aten = torch.ops.aten
+
+
+def constants(x, v):
+    made = (torch.ones_like(x) + torch.zeros_like(v) + torch.full_like(x, 0.3) + x.new_ones(x.shape)
+            + torch.ones(x.shape, dtype=x.dtype) + torch.zeros(x.shape, dtype=x.dtype)
+            + torch.full(x.shape, 0.2, dtype=x.dtype))
+    return x * made * v
+
+
+def reference_table_math(x, v):
+    rounded = torch.floor(3 * x) + torch.ceil(3 * x) + torch.round(3 * x)
+    a = x.abs() + 1
+    positive = torch.sqrt(a) + torch.rsqrt(a) + torch.log2(a) + torch.reciprocal(a)
+    return (torch.cos(x) + rounded + positive + torch.relu(x - v) + torch.maximum(x, v) + aten.div.Scalar(x, 2.0)
+            + torch.fmod(x, 0.7) + (1 - x) + v)
+
+
+def backward_helpers(x, v):
+    g = v + 1
+    return (aten.sigmoid_backward(g, torch.sigmoid(x)) + aten.tanh_backward(g, torch.tanh(x))
+            + aten.threshold_backward(g, x, 0.5))
+
+
+# Overloads and forms no other core here traces (each rule of the translation is exercised).
+FORMS = {
+    "add, sub and mul with a number": lambda x, v: aten.mul.Scalar(aten.sub.Scalar(aten.add.Scalar(x, 0.5), 0.25), 3.0)
+                                                   + v,
+    "rsub of tensors": lambda x, v: torch.rsub(x, v),
+    "alias": lambda x, v: aten.alias(x) + v,
+    "comparisons of tensors": lambda x, v: (torch.where((x > v) & (x <= 2 * v + 0.3), x, v)
+                                            + torch.where((x < v) | (x != v), 0.5 * x, v)),
+    "xor": lambda x, v: torch.where(torch.logical_xor(x > 0, v > 0) ^ (x > 1), x, v),
+    "clamp by tensors": lambda x, v: (torch.clamp(x, min=v - 0.5, max=v + 0.5) + torch.clamp_min(x, v)
+                                      + torch.clamp_max(x, v)),
+    "clamp by numbers": lambda x, v: torch.clamp_min(x, 0.2) + torch.clamp_max(x, 0.6) + v,
+    "div with rounding": lambda x, v: (torch.div(3 * x, v + 0.5, rounding_mode="floor")
+                                       + aten.div.Scalar_mode(3 * x, 0.7, rounding_mode="trunc") + v),
+    "fmod of tensors": lambda x, v: torch.fmod(2 * x, v + 0.5),
+    "pow of tensors and of a number": lambda x, v: torch.pow(x.abs() + 1, v) + 2.0 ** x,
+    "constants": constants,
+    "a tensor made in the core": lambda x, v: x * torch.tensor(0.5) + v,
+    "where with numbers": lambda x, v: torch.where(x > 0, 1.0, 0.0) + torch.where(x > 0.5, x, 0.0) + v,
+    "masked_fill with a tensor": lambda x, v: x.masked_fill(x > 0.5, torch.tensor(0.25)) + v,
+    "logic": lambda x, v: torch.where(torch.logical_or(~(x > 0.5), v > 0.1), x, v).masked_fill(x > 1.5, 0.3),
+    "leaky_relu": lambda x, v: F.leaky_relu(x - 0.5, 0.1) + v,
+    "sgn and trunc": lambda x, v: torch.sgn(x - 0.5) * v + torch.trunc(3 * x),
+    "heaviside": lambda x, v: x * torch.heaviside((x - 0.5).detach(), torch.zeros_like(x)) + v,
+    "the reference table's math": reference_table_math,
+    "backward helpers": backward_helpers,
+}
+
+IN_PLACE = {"in-place ops on a local": in_place,
+            "in-place ops without a functional form": in_place_without_a_functional_form}
+OPS = {**OWN_RULES, **DECOMPOSED, **FORMS, **IN_PLACE}
 SPECIAL_VALUES = {"isnan and isinf", "nan_to_num", "fmax and fmin", "signbit"}
 # ATen's fp64 hardsigmoid multiplies by a float32 1/6 (relative error 3e-8); the kernels by the
 # double 1/6 of PyTorch's decomposition.
@@ -247,3 +301,35 @@ def test_a_core_with_float32_tensors_that_float64_rejects_compiles():
     y.sum().backward()
     want.sum().backward()
     torch.testing.assert_close(x.grad, reference.grad, rtol=1e-5, atol=1e-6)
+
+
+RANDOM_FORMS = [
+    lambda x, v: torch.rand_like(x) + torch.rand(x.shape, dtype=x.dtype) + v,
+    lambda x, v: torch.randn_like(x) + torch.randn(x.shape, dtype=x.dtype) + v,
+    lambda x, v: torch.bernoulli(torch.sigmoid(x)) + torch.bernoulli(x, 0.3) + x.clone().bernoulli_(torch.sigmoid(v)),
+    lambda x, v: torch.empty_like(x).uniform_(-1.0, 2.0) + torch.empty_like(x).normal_(0.5, 2.0) + v,
+    lambda x, v: torch.normal(x, 0.5) + torch.normal(0.2, x.abs() + 0.5) + torch.normal(x, v.abs() + 0.5),
+    lambda x, v: spikejit.surrogate.ATan()(x - v),
+    lambda x, v: F.dropout(x, 0.2) + v,
+]
+
+
+def test_every_rule_of_the_translation_is_exercised(monkeypatch):
+    """Each ATen op FlexSN translates is traced by some core of this file (their values are
+    compared with eager loops above; the random forms' statistics in test_random_neurons.py), so
+    that a rule cannot be wrong unseen (remainder's was: it wrote a type error)."""
+    used = set()
+
+    def recording(name, rule):
+        def record(*args, **kwargs):
+            used.add(name)
+            return rule(*args, **kwargs)
+        return record
+
+    for name, rule in list(_trace.RULES.items()):
+        monkeypatch.setitem(_trace.RULES, name, recording(name, rule))
+    examples = [torch.zeros(8), torch.zeros(8)]
+    for f in [*OPS.values(), *RANDOM_FORMS]:
+        _trace.trace_core(make_core(f), 1, 1, 1, examples)
+    missing = sorted(set(_trace.RULES) - used)
+    assert not missing, ", ".join(missing)

@@ -135,6 +135,27 @@ def test_normal_draws_have_the_normal_statistics(device):
     assert_uncorrelated(z.square()[1:], z.square()[:-1], "normal squares, consecutive steps")
 
 
+def normal_forms_core(x):
+    """torch.normal with a tensor mean, a tensor std, both, and randn of the neuron shape, each
+    standardized back to N(0, 1)."""
+    spread = x.abs() + 0.5
+    return ((torch.normal(x, 0.5) - x) / 0.5, (torch.normal(0.2, spread) - 0.2) / spread,
+            (torch.normal(x, spread) - x) / spread, torch.randn(x.shape, dtype=x.dtype, device=x.device))
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_every_form_of_normal_draws_has_the_normal_statistics(device):
+    node = kernel(normal_forms_core, num_outputs=4, example_inputs=[torch.zeros(4096)])
+    x = random_input(16, 4096, device=device)
+    forms = draws(node, x)
+    for name, z in zip(("normal(tensor, number)", "normal(number, tensor)", "normal(tensor, tensor)", "randn"),
+                       forms):
+        assert torch.isfinite(z).all(), name
+        assert_mean_and_variance(z, 0.0, 1.0, 3.0, name)
+    for a, b in zip(forms, forms[1:]):
+        assert_uncorrelated(a, b, "two forms (streams of their own)")
+
+
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 def test_bernoulli_draws_fire_at_their_rate(device):
     x = random_input(64, 4096, device=device)
@@ -146,6 +167,11 @@ def test_bernoulli_draws_fire_at_their_rate(device):
     b = draws(kernel(bernoulli_p_core), x)[0]
     rate = float(b.double().mean())
     assert abs(rate - 0.3) < SIGMAS * math.sqrt(0.3 * 0.7 / b.numel()), rate
+    # x.bernoulli_(p) with a tensor p of probabilities
+    b = draws(kernel(lambda x: x.clone().bernoulli_(torch.sigmoid(x))), x)[0]
+    assert set(b.unique().tolist()) <= {0.0, 1.0}
+    deviation = float((b.double() - p).sum() / (p * (1 - p)).sum().sqrt())
+    assert abs(deviation) < SIGMAS, deviation
 
 
 def dropout_core(x):
