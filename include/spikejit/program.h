@@ -33,8 +33,8 @@ class Program {
   // True when the neuron draws random numbers (uniform()): its calls need a seed
   // (ForwardBuffers::seed, and BackwardBuffers::seed under checkpoints).
   bool uses_random() const;
-  std::string canonical() const;     // canonical text of the neuron
-  std::string hash() const;          // hex digest of the canonical text
+  const std::string& canonical() const;  // canonical text of the neuron
+  const std::string& hash() const;       // hex digest of the canonical text (on every kernel lookup)
 
   // A value another part derives from this program (the CPU executor's compiled steps): made by
   // `make` on the first call with this (owner, variant) and kept as long as the program, so

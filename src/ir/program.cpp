@@ -103,7 +103,7 @@ const void* Program::derived_value(const void* owner, int variant,
   return impl_->derived.back().value.get();
 }
 
-std::string Program::canonical() const { return impl_->canonical; }
-std::string Program::hash() const { return impl_->hash; }
+const std::string& Program::canonical() const { return impl_->canonical; }
+const std::string& Program::hash() const { return impl_->hash; }
 
 }  // namespace spikejit

@@ -41,9 +41,10 @@ DType storage_dtype(std::initializer_list<std::pair<const char*, const std::vect
     for (size_t i = 0; i < views->size(); ++i) {
       const TensorView& v = (*views)[i];
       if (!v.present) continue;
-      const std::string item = std::string(name) + "[" + std::to_string(i) + "]";
+      // (Named only for an error: a valid launch builds no text.)
+      auto item = [&] { return std::string(name) + "[" + std::to_string(i) + "]"; };
       if (v.dtype != DType::F32 && v.dtype != DType::F16 && v.dtype != DType::BF16) {
-        throw ArgumentError(item, "dtype float32, float16 or bfloat16 (the CUDA backend)",
+        throw ArgumentError(item(), "dtype float32, float16 or bfloat16 (the CUDA backend)",
                             v.describe());
       }
       if (!first_name) {
@@ -51,7 +52,7 @@ DType storage_dtype(std::initializer_list<std::pair<const char*, const std::vect
         first_index = i;
         storage = v.dtype;
       } else if (v.dtype != storage) {
-        throw ArgumentError(item,
+        throw ArgumentError(item(),
                             std::string("dtype ") + dtype_name(storage) + " like " + first_name +
                                 "[" + std::to_string(first_index) + "] (one dtype per call)",
                             v.describe());
