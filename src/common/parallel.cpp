@@ -38,6 +38,10 @@ namespace {
 struct Job {
   const std::function<void(int64_t)>* body = nullptr;
   int64_t count = 0;
+  // Indices claimed at a time: a thread runs neighbouring indices (the CPU executor's blocks of
+  // neurons: its accesses to each step's rows stay contiguous instead of interleaving with the
+  // other threads'), while about four claims per thread keep the load balanced.
+  int64_t run = 1;
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> finished{0};
   std::atomic<bool> failed{false};
@@ -45,12 +49,13 @@ struct Job {
   std::mutex mutex;
   std::condition_variable done;
 
-  // Claims indices until none is left. After a failure the remaining indices are skipped.
+  // Claims runs of indices until none is left. After a failure the remaining indices are skipped.
   void work() {
     for (;;) {
-      const int64_t i = next.fetch_add(1);
-      if (i >= count) return;
-      if (!failed.load()) {
+      const int64_t first = next.fetch_add(run);
+      if (first >= count) return;
+      const int64_t end = std::min(count, first + run);
+      for (int64_t i = first; i < end && !failed.load(); ++i) {
         try {
           (*body)(i);
         } catch (...) {
@@ -59,7 +64,7 @@ struct Job {
           failed.store(true);
         }
       }
-      if (finished.fetch_add(1) + 1 == count) {
+      if (finished.fetch_add(end - first) + (end - first) == count) {
         std::lock_guard<std::mutex> lock(mutex);
         done.notify_all();
       }
@@ -190,6 +195,7 @@ void parallel_for(int64_t count, int threads, const std::function<void(int64_t)>
   auto job = std::make_shared<Job>();
   job->body = &body;
   job->count = count;
+  job->run = std::max<int64_t>(1, count / (4 * static_cast<int64_t>(helpers + 1)));
   if (OpenMpParallel parallel = openmp()) {
     parallel([](void* j) { static_cast<Job*>(j)->work(); }, job.get(), static_cast<unsigned>(helpers + 1), 0);
     if (job->error) std::rethrow_exception(job->error);
