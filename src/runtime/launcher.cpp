@@ -32,6 +32,10 @@ int64_t neuron_count(const std::vector<int64_t>& shape) {
   return n;
 }
 
+std::string entry_name(const char* argument, size_t i) {
+  return std::string(argument) + "[" + std::to_string(i) + "]";
+}
+
 // Every present buffer must have the same dtype, one the GPU kernels store.
 DType storage_dtype(std::initializer_list<std::pair<const char*, const std::vector<TensorView>*>> groups) {
   const char* first_name = nullptr;
@@ -42,9 +46,8 @@ DType storage_dtype(std::initializer_list<std::pair<const char*, const std::vect
       const TensorView& v = (*views)[i];
       if (!v.present) continue;
       // (Named only for an error: a valid launch builds no text.)
-      auto item = [&] { return std::string(name) + "[" + std::to_string(i) + "]"; };
       if (v.dtype != DType::F32 && v.dtype != DType::F16 && v.dtype != DType::BF16) {
-        throw ArgumentError(item(), "dtype float32, float16 or bfloat16 (the CUDA backend)",
+        throw ArgumentError(entry_name(name, i), "dtype float32, float16 or bfloat16 (the CUDA backend)",
                             v.describe());
       }
       if (!first_name) {
@@ -52,7 +55,7 @@ DType storage_dtype(std::initializer_list<std::pair<const char*, const std::vect
         first_index = i;
         storage = v.dtype;
       } else if (v.dtype != storage) {
-        throw ArgumentError(item(),
+        throw ArgumentError(entry_name(name, i),
                             std::string("dtype ") + dtype_name(storage) + " like " + first_name +
                                 "[" + std::to_string(first_index) + "] (one dtype per call)",
                             v.describe());
