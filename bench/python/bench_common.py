@@ -6,6 +6,12 @@ import time
 NEURONS = ("IF", "LIF", "PLIF")
 
 
+def device_name(device):
+    """The GPU's name for a CUDA device, "CPU" for the CPU (the headers of the tables)."""
+    import torch
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+
+
 def spikejit_node(kind, device, dtype):
     import spikejit
     surrogate = spikejit.surrogate.Sigmoid()

@@ -20,7 +20,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import NEURONS, fmt, markdown_table, quartiles, spikejit_node  # noqa: E402
+from bench_common import NEURONS, device_name, fmt, markdown_table, quartiles, spikejit_node  # noqa: E402
 
 MODES = ("eager", "compile", "reduce-overhead")
 
@@ -96,7 +96,7 @@ def main(argv=None):
             eager = times["eager"]
             rows.append([kind, args.steps_t, batch] + [fmt(times[m], 4) for m in modes]
                         + [f"{eager / times[m]:.2f}x" for m in modes[1:]])
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    name = device_name(device)
     print(f"# A training step of Linear -> neuron -> Linear -> neuron -> Linear, eager and compiled, on {name}\n")
     print(f"torch {torch.__version__}; ms per step (reset, forward, loss, backward), median of "
           f"{args.bursts} bursts of {args.steps} steps; speed-up over eager\n")

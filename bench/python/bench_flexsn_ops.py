@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import flexsn_bench_args, fmt, markdown_table, training_step_ms  # noqa: E402
+from bench_common import device_name, flexsn_bench_args, fmt, markdown_table, training_step_ms  # noqa: E402
 
 import spikejit  # noqa: E402
 
@@ -53,7 +53,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     device = torch.device(args.device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    name = device_name(device)
     print(f"# FlexSN cores through decompositions, fp32, T = {args.steps}, N = {args.neurons}, {name}, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"training step (forward, backward, reset), ms, median of {args.bursts} bursts of {args.calls} calls\n")

@@ -17,7 +17,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import cuda_copy_bandwidth, fmt, markdown_table, median_ms  # noqa: E402
+from bench_common import cuda_copy_bandwidth, device_name, fmt, markdown_table, median_ms  # noqa: E402
 
 import spikejit  # noqa: E402
 
@@ -82,7 +82,7 @@ def rows_for(steps, args, device, bandwidth):
 def main(argv=None):
     args = parse_args(argv)
     device = torch.device(args.device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    name = device_name(device)
     print(f"# Forward mode, LIF fp32, N = {args.neurons}, {name}, torch {torch.__version__}")
     bandwidth = cuda_copy_bandwidth(device, max(args.steps) * args.neurons)
     if bandwidth is not None:

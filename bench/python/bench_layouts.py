@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import cuda_copy_bandwidth, fmt, markdown_table, median_ms, minimal_bytes  # noqa: E402
+from bench_common import cuda_copy_bandwidth, device_name, fmt, markdown_table, median_ms, minimal_bytes  # noqa: E402
 
 import spikejit  # noqa: E402
 from spikejit import functional  # noqa: E402
@@ -141,7 +141,7 @@ def network_rows(args, device):
 def main(argv=None):
     args = parse_args(argv)
     device = torch.device(args.device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    name = device_name(device)
     print(f"# Channels-last activations, {name}, torch {torch.__version__}")
     print(f"T = {args.steps_t}, x = [T, {args.batch}, {args.channels}, {args.size}, {args.size}], fp32, "
           f"median of {args.bursts} bursts of {args.calls} calls\n")

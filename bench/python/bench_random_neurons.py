@@ -18,7 +18,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import cuda_copy_bandwidth, flexsn_bench_args, fmt, markdown_table, median_ms, training_step_ms  # noqa: E402
+from bench_common import (cuda_copy_bandwidth, device_name, flexsn_bench_args, fmt, markdown_table,  # noqa: E402
+                          median_ms, training_step_ms)
 
 import spikejit  # noqa: E402
 
@@ -69,7 +70,7 @@ def inference_ms(node, x, args, device):
 def main(argv=None):
     args = parse_args(argv)
     device = torch.device(args.device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    name = device_name(device)
     print(f"# Stochastic FlexSN neurons, fp32, T = {args.steps}, N = {args.neurons}, {name}, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"ms per call, median of {args.bursts} bursts of {args.calls} calls\n")

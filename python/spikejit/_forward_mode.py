@@ -20,7 +20,7 @@ from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 from . import registry
 from ._func_transforms import (NEURON, SCALAR, SEQ, FuncInference, batched, param_kinds, per_neuron_handle,
                                seed_kinds, split_seed, transforms_active)
-from ._kernel_calls import inference, initial_states, program_counts, split_inference_results
+from ._kernel_calls import inference, initial_states, program_counts, seed_tensors, split_inference_results
 
 
 def has_tangents(*groups) -> bool:
@@ -48,7 +48,7 @@ def run_with_tangents(handle, num_outputs, num_states, inputs, init_states, para
     wants_gradient = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     if transforms_active() or wants_gradient:  # FuncTangent refuses the gradient
         results = FuncTangent.apply(handle, tangent_handle, bool(store_state_seqs), len(inputs), len(init_states),
-                                    *tensors, *(() if seed is None else (seed,)))
+                                    *tensors, *seed_tensors(seed))
     else:
         duals = [_forward_ad.unpack_dual(t) for t in tensors]
         primal, tangent = run_tangent_neuron(tangent_handle, bool(store_state_seqs), len(inputs), len(init_states),
@@ -95,7 +95,7 @@ def run_tangent_neuron(tangent_handle, store_state_seqs, num_inputs, num_states,
     _, counts = program_counts(tangent_handle)
     if transforms_active():  # batched tangents (jacfwd, vmap around jvp): through the vmap rule
         results = FuncInference.apply(tangent_handle, counts, store_state_seqs, 0, len(inputs), len(states),
-                                      *inputs, *states, *params, *(() if seed is None else (seed,)))
+                                      *inputs, *states, *params, *seed_tensors(seed))
     else:
         results = inference(tangent_handle, inputs, states, params, store_state_seqs, True, seed=seed)
     # Each group of results (outputs, state sequences, final states) holds its primal half, then

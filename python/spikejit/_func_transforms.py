@@ -21,7 +21,7 @@ import torch
 
 from . import _core, registry
 from ._kernel_calls import (inference, keep_for_backward, output_gradients, program_counts, saved_for_backward,
-                            seed_for_backward, training_call)
+                            seed_for_backward, seed_tensors, training_call)
 
 SEQ, NEURON, SCALAR, SEED = "seq", "neuron", "scalar", "seed"  # how a tensor of a call carries the batch
 
@@ -163,7 +163,7 @@ class FuncTraining(torch.autograd.Function):
         seed = seed_for_backward(ctx)
         results = FuncBackward.apply(call, ctx.seq_shape, ctx.dtype, ctx.device, len(back), len(params), len(go),
                                      len(gf), seed is not None, *back, *params, *go, *gf, *gs,
-                                     *(() if seed is None else (seed,)))
+                                     *seed_tensors(seed))
         grad_states = results[ni:ni + ns] if ctx.num_states_given else ()
         return (None, None, None, *results[:ni], *grad_states, *results[ni + ns:],
                 *((None,) if ctx.seed_given else ()))

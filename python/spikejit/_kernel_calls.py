@@ -193,15 +193,18 @@ def check_seed(seed, device: torch.device) -> None:
         raise ValueError(f"seed: expected a tensor on {device} (that of the call's tensors), got {describe(seed)}")
 
 
-def _checked_seed(counts, seed, x: Tensor):
-    """The seed a call launches with (None for a neuron without random numbers), checked."""
+def _check_call_seed(counts, seed, x: Tensor) -> None:
+    """check_seed, and a seed present for a neuron that draws random numbers. (A call then
+    launches with `seed if counts.random else None`: other neurons ignore theirs.)"""
     check_seed(seed, x.device)
-    if not counts.random:
-        return None
-    if seed is None:
+    if counts.random and seed is None:
         raise ValueError("seed: the neuron draws random numbers (uniform()), so its calls need a seed (an int64 "
                          "tensor of one element on the inputs' device), got None")
-    return seed
+
+
+def seed_tensors(seed) -> tuple:
+    """The seed as a group of tensors (the last of a call's, where it has one): () when absent."""
+    return () if seed is None else (seed,)
 
 
 def _seed_pointer(seed):
@@ -410,7 +413,7 @@ def inference_buffers(counts, inputs, init_states, params, store_state_seqs, fin
     """Checks a call (the seed too); returns (seq_shape, outputs, state_seqs, final_states), empty."""
     seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
     x = inputs[0]
-    _checked_seed(counts, seed, x)
+    _check_call_seed(counts, seed, x)
     outputs = _output_buffers(counts, x, seq_shape, check_packed_outputs(counts, packed_outputs))
     state_seqs = [_empty_sequence(x, seq_shape) for _ in range(counts.states)] if store_state_seqs else []
     final_states = [x.new_empty(list(neuron_shape)) for _ in range(counts.states)] if final_state else []
@@ -435,7 +438,7 @@ def inference(handle: int, inputs, init_states, params, store_state_seqs: bool, 
         full, bits = _split_by_mask(outputs, _packed_flags(counts, packed_outputs))
     _launch_forward(program, inputs[0].device, seq_shape, _contiguous(inputs), _contiguous(init_states),
                     _contiguous(params), full, state_seqs, final_states, (), packed_outputs=bits,
-                    seed=_checked_seed(counts, seed, inputs[0]))
+                    seed=seed if counts.random else None)
     return outputs + state_seqs + final_states
 
 
@@ -507,7 +510,7 @@ class TrainingCall:
         counts = self.counts
         seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
         x = inputs[0]
-        _checked_seed(counts, seed, x)
+        _check_call_seed(counts, seed, x)
         outputs = _output_buffers(counts, x, seq_shape, self.packed_outputs)
         final_states = [x.new_empty(list(neuron_shape)) for _ in range(counts.states)]
         state_seqs = [_empty_sequence(x, seq_shape) for _ in range(counts.states)] if self.store_state_seqs else []
@@ -688,7 +691,7 @@ def keep_for_backward(ctx, call, results, inputs, params, seed=None):
     autograd context of its forward."""
     saved = call.backward_inputs(results[call.first_saved:], inputs)
     seed = seed if call.counts.random else None
-    ctx.save_for_backward(*saved, *params, *(() if seed is None else (seed,)))
+    ctx.save_for_backward(*saved, *params, *seed_tensors(seed))
     ctx.num_saved = len(saved)
     ctx.has_seed = seed is not None
     ctx.call = call

@@ -51,7 +51,7 @@ from . import _core
 from ._func_transforms import FuncInference, FuncTraining, refuse_second_derivative, transforms_active
 from ._kernel_calls import (check_strided, current_stream, describe, inference, inference_buffers, keep_for_backward,
                             neurons_of, output_gradients, program_counts, row_bytes, saved_for_backward,
-                            seed_for_backward, training_call)
+                            seed_for_backward, seed_tensors, training_call)
 from ._surrogate_grads import SURROGATE_GRADIENTS, surrogate_gradient
 
 
@@ -262,14 +262,15 @@ def run_training(handle: int, inputs, init_states, params, store_state_seqs: boo
     float stand-in of the output's full shape holding no values, whose gradient the backward
     takes as that output's. A caller that needs an output's gradient but not its values (the
     spikes a recomputed block returns, spikejit.Recompute) saves the full-width write this way."""
-    if is_eager(inputs, init_states, params, _seed_arg(seed)):
+    seeds = seed_tensors(seed)
+    if is_eager(inputs, init_states, params, seeds):
         call = training_call(handle, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes)
         if transforms_active():
             if carriers:
                 raise ValueError("carriers: expected False under torch.func transforms, got True")
             return list(FuncTraining.apply(call, len(inputs), len(init_states), *inputs, *init_states, *params,
-                                           *_seed_arg(seed)))
-        dead_wrappers = any(map(_is_functorch_wrapped, (*inputs, *init_states, *params, *_seed_arg(seed))))
+                                           *seeds))
+        dead_wrappers = any(map(_is_functorch_wrapped, (*inputs, *init_states, *params, *seeds)))
         apply = _Training.apply if dead_wrappers else _bare_apply
         return list(apply(call, carriers, len(inputs), len(init_states), seed, *inputs, *init_states, *params))
     if carriers:
@@ -286,19 +287,15 @@ _bare_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, _Training)
 _is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
-def _seed_arg(seed):
-    """The seed as the last tensor of a torch.func Function's tensors: () when absent."""
-    return () if seed is None else (seed,)
-
-
 def run_inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool,
                   packed_outputs: int = 0, seed=None):
     """Inference (no autograd): [*outputs, *state_seqs (if stored), *final_states (if asked)]."""
-    if is_eager(inputs, init_states, params, _seed_arg(seed)):
+    seeds = seed_tensors(seed)
+    if is_eager(inputs, init_states, params, seeds):
         if transforms_active():
             _, counts = program_counts(handle)
             results = FuncInference.apply(handle, counts, store_state_seqs, packed_outputs, len(inputs),
-                                          len(init_states), *inputs, *init_states, *params, *_seed_arg(seed))
+                                          len(init_states), *inputs, *init_states, *params, *seeds)
             return list(results if final_state else results[:len(results) - counts.states])
         return inference(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed)
     return torch.ops.spikejit.neuron_inference(handle, inputs, init_states, params, store_state_seqs, final_state,

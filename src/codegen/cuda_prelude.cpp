@@ -2,6 +2,10 @@
 // fp16 / bf16 conversions are single PTX instructions.
 #include "codegen/cuda_prelude.h"
 
+#include <cstdio>
+#include <string>
+
+#include "ir/random.h"
 #include "spikejit/codegen.h"
 
 namespace spikejit::codegen {
@@ -172,26 +176,35 @@ __device__ __forceinline__ real sj_sign(real a) {
 }
 )";
 
+// The generator's constants, written from ir/random.h's (one definition for both sides).
+std::string philox_constants() {
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "constexpr unsigned kPhiloxMul0 = 0x%08Xu, kPhiloxMul1 = 0x%08Xu;  // the round multipliers\n"
+                "constexpr unsigned kPhiloxWeyl0 = 0x%08Xu, kPhiloxWeyl1 = 0x%08Xu;  // the key schedule's steps\n"
+                "constexpr int kPhiloxRounds = %d;\n",
+                ir::kPhiloxMul0, ir::kPhiloxMul1, ir::kPhiloxWeyl0, ir::kPhiloxWeyl1, ir::kPhiloxRounds);
+  return text;
+}
+
 // The draws of uniform() (ir/random.h spells out the same arithmetic for the CPU executor):
 // Philox4x32-10 keyed by the seed, counting (group low word, group high word, step, stream) for
 // the group of four neurons n / 4; neuron n takes word n % 4, its top 24 bits times 2^-24. The
 // kernel source draws a thread's neurons with these (draw_rows).
-const char* kRandom = R"(
-// ---- random draws ----------------------------------------------------------------------------
-__device__ __forceinline__ uint4 sj_philox_block(unsigned long long seed, unsigned long long group, long long t,
+const char* kRandom = R"(__device__ __forceinline__ uint4 sj_philox_block(unsigned long long seed, unsigned long long group, long long t,
                                                  int stream) {
   unsigned c0 = (unsigned)group, c1 = (unsigned)(group >> 32), c2 = (unsigned)t, c3 = (unsigned)stream;
   unsigned k0 = (unsigned)seed, k1 = (unsigned)(seed >> 32);
 #pragma unroll
-  for (int round = 0; round < 10; ++round) {
-    const unsigned hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
-    const unsigned hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+  for (int round = 0; round < kPhiloxRounds; ++round) {
+    const unsigned hi0 = __umulhi(kPhiloxMul0, c0), lo0 = kPhiloxMul0 * c0;
+    const unsigned hi1 = __umulhi(kPhiloxMul1, c2), lo1 = kPhiloxMul1 * c2;
     c0 = hi1 ^ c1 ^ k0;
     c1 = lo1;
     c2 = hi0 ^ c3 ^ k1;
     c3 = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
+    k0 += kPhiloxWeyl0;
+    k1 += kPhiloxWeyl1;
   }
   return make_uint4(c0, c1, c2, c3);
 }
@@ -294,6 +307,8 @@ std::string cuda_prelude(DType storage) {
   }
   s += storage == DType::F64 ? kMathF64 : kMathF32;
   s += kMathCommon;
+  s += "\n// ---- random draws ----------------------------------------------------------------------------\n";
+  s += philox_constants();
   s += kRandom;
   s += kRows;
   return s;

@@ -23,13 +23,21 @@ constexpr uint32_t kPhiloxMul0 = 0xD2511F53u, kPhiloxMul1 = 0xCD9E8D57u;    // t
 constexpr uint32_t kPhiloxWeyl0 = 0x9E3779B9u, kPhiloxWeyl1 = 0xBB67AE85u;  // the key schedule's steps
 constexpr int kPhiloxRounds = 10;
 
+// One round on the counter words c0..c3 with the round's keys (the one definition both the
+// scalar generator and the vectorized uniform_draws run).
+inline void philox_round(uint32_t& c0, uint32_t& c1, uint32_t& c2, uint32_t& c3, uint32_t key0, uint32_t key1) {
+  const uint64_t p0 = static_cast<uint64_t>(kPhiloxMul0) * c0;
+  const uint64_t p1 = static_cast<uint64_t>(kPhiloxMul1) * c2;
+  c0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ key0;
+  c1 = static_cast<uint32_t>(p1);
+  c2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ key1;
+  c3 = static_cast<uint32_t>(p0);
+}
+
 inline PhiloxBlock philox4x32_10(PhiloxBlock counter, uint32_t key0, uint32_t key1) {
   PhiloxBlock c = counter;
   for (int round = 0; round < kPhiloxRounds; ++round) {
-    const uint64_t p0 = static_cast<uint64_t>(kPhiloxMul0) * c.w[0];
-    const uint64_t p1 = static_cast<uint64_t>(kPhiloxMul1) * c.w[2];
-    c = {{static_cast<uint32_t>(p1 >> 32) ^ c.w[1] ^ key0, static_cast<uint32_t>(p1),
-          static_cast<uint32_t>(p0 >> 32) ^ c.w[3] ^ key1, static_cast<uint32_t>(p0)}};
+    philox_round(c.w[0], c.w[1], c.w[2], c.w[3], key0, key1);
     key0 += kPhiloxWeyl0;
     key1 += kPhiloxWeyl1;
   }
@@ -70,16 +78,7 @@ inline void uniform_draws(F* __restrict dst, uint64_t seed, int64_t step, int32_
     }
     uint32_t key0 = static_cast<uint32_t>(seed), key1 = static_cast<uint32_t>(seed >> 32);
     for (int round = 0; round < kPhiloxRounds; ++round) {
-      for (int g = 0; g < groups; ++g) {
-        const uint64_t p0 = static_cast<uint64_t>(kPhiloxMul0) * c0[g];
-        const uint64_t p1 = static_cast<uint64_t>(kPhiloxMul1) * c2[g];
-        const uint32_t next0 = static_cast<uint32_t>(p1 >> 32) ^ c1[g] ^ key0;
-        const uint32_t next2 = static_cast<uint32_t>(p0 >> 32) ^ c3[g] ^ key1;
-        c1[g] = static_cast<uint32_t>(p1);
-        c3[g] = static_cast<uint32_t>(p0);
-        c0[g] = next0;
-        c2[g] = next2;
-      }
+      for (int g = 0; g < groups; ++g) philox_round(c0[g], c1[g], c2[g], c3[g], key0, key1);
       key0 += kPhiloxWeyl0;
       key1 += kPhiloxWeyl1;
     }

@@ -96,20 +96,23 @@ __device__ __forceinline__ real sj_sign(real a) {
 }
 
 // ---- random draws ----------------------------------------------------------------------------
+constexpr unsigned kPhiloxMul0 = 0xD2511F53u, kPhiloxMul1 = 0xCD9E8D57u;  // the round multipliers
+constexpr unsigned kPhiloxWeyl0 = 0x9E3779B9u, kPhiloxWeyl1 = 0xBB67AE85u;  // the key schedule's steps
+constexpr int kPhiloxRounds = 10;
 __device__ __forceinline__ uint4 sj_philox_block(unsigned long long seed, unsigned long long group, long long t,
                                                  int stream) {
   unsigned c0 = (unsigned)group, c1 = (unsigned)(group >> 32), c2 = (unsigned)t, c3 = (unsigned)stream;
   unsigned k0 = (unsigned)seed, k1 = (unsigned)(seed >> 32);
 #pragma unroll
-  for (int round = 0; round < 10; ++round) {
-    const unsigned hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
-    const unsigned hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+  for (int round = 0; round < kPhiloxRounds; ++round) {
+    const unsigned hi0 = __umulhi(kPhiloxMul0, c0), lo0 = kPhiloxMul0 * c0;
+    const unsigned hi1 = __umulhi(kPhiloxMul1, c2), lo1 = kPhiloxMul1 * c2;
     c0 = hi1 ^ c1 ^ k0;
     c1 = lo1;
     c2 = hi0 ^ c3 ^ k1;
     c3 = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
+    k0 += kPhiloxWeyl0;
+    k1 += kPhiloxWeyl1;
   }
   return make_uint4(c0, c1, c2, c3);
 }
