@@ -32,6 +32,8 @@ static const char* const kOptions =
     "  --seed S         random seed of the inputs and of the neuron's uniform() draws\n"
     "                   (default: a fresh one, printed)\n"
     "  --threads K      worker threads (default 0: all hardware threads)\n"
+    "  --fused F        auto (default), on or off: the neuron's step compiled by the host C++\n"
+    "                   compiler (same results, faster; auto: for >= 2^20 neuron-steps) or interpreted\n"
     "  --dtype D        storage: float32 (default), float16, bfloat16, float64\n"
     "  --mean M --std S input distribution (default mean 1, std 1)\n"
     "  --repeat R       time R runs and report the fastest (default 3)\n"
@@ -137,7 +139,8 @@ double time_training(const Program& program, ForwardBuffers& fwd, DType dtype, s
 
 int cmd_run(int argc, char** argv) {
   const Args args(argc, argv,
-                  {"set", "steps", "neurons", "seed", "threads", "dtype", "mean", "std", "repeat"}, {"train"});
+                  {"set", "steps", "neurons", "seed", "threads", "fused", "dtype", "mean", "std", "repeat"},
+                  {"train"});
   if (args.help()) {
     std::cout << kAbout << kNeuronSourceHelp << kOptions;
     return 0;
@@ -154,6 +157,11 @@ int cmd_run(int argc, char** argv) {
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed", std::random_device{}() >> 1, 0, max_seed));
   cpu::Options options;
   options.threads = static_cast<int>(args.integer("threads", 0, 0, 4096));
+  const std::string fused = args.value("fused").value_or("auto");
+  if (fused != "auto" && fused != "on" && fused != "off") {
+    throw UsageError("--fused: expected auto, on or off, got '" + fused + "'");
+  }
+  options.fused = fused == "on" ? cpu::Fused::On : fused == "off" ? cpu::Fused::Off : cpu::Fused::Auto;
   const DType dtype = parse_dtype(args.value("dtype").value_or("float32"));
   const double mean = args.real("mean", 1.0), std = args.real("std", 1.0);
   if (std < 0) throw UsageError("--std: expected a number >= 0");
@@ -185,8 +193,9 @@ int cmd_run(int argc, char** argv) {
 
   const unsigned threads = options.threads > 0 ? static_cast<unsigned>(options.threads)
                                                : std::max(1u, std::thread::hardware_concurrency());
-  std::printf("neuron %s: T=%" PRId64 " N=%" PRId64 " dtype=%s threads=%u seed=%" PRIu64 " mode=%s\n",
-              neuron.name.c_str(), T, N, dtype_name(dtype), threads, seed, train ? "training" : "inference");
+  std::printf("neuron %s: T=%" PRId64 " N=%" PRId64 " dtype=%s threads=%u fused=%s seed=%" PRIu64 " mode=%s\n",
+              neuron.name.c_str(), T, N, dtype_name(dtype), threads, fused.c_str(), seed,
+              train ? "training" : "inference");
   const double seconds = train ? time_training(program, fwd, dtype, rng, repeat, options)
                                : best_seconds(repeat, [&] { cpu::forward(program, fwd, options); });
   for (size_t i = 0; i < outputs.size(); ++i) report_output(neuron.outputs[i].name, outputs[i]);

@@ -17,9 +17,19 @@ namespace spikejit::cpu {
 
 enum class Compute : uint8_t { Auto /* F64 if any buffer is fp64, else F32 */, F32, F64 };
 
+// Fused steps: a neuron's step compiled to machine code by the host's C++ compiler (once per
+// neuron, kept in the disk cache), with the same results, bit for bit, as the interpreted lane
+// loops, several times faster. fp32 compute only; fp64 always runs interpreted.
+//   Auto: fused for calls of at least 2^20 neuron-steps when a compiler is found, else
+//         interpreted (a warning says why). SPIKEJIT_CPU_FUSED=0 or 1 turns it into Off or On.
+//   On:   always fused; an Error when the step cannot be compiled.
+//   Off:  always interpreted.
+enum class Fused : uint8_t { Auto, On, Off };
+
 struct Options {
   Compute compute = Compute::Auto;
   int threads = 0;  // 0: all hardware threads
+  Fused fused = Fused::Auto;
 };
 
 void forward(const Program& program, const ForwardBuffers& buffers, const Options& options = {});

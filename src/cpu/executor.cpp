@@ -10,9 +10,11 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/parallel.h"
+#include "cpu/fused_steps.h"
 #include "cpu/lane_bits.h"
 #include "cpu/lane_kernels.h"
 #include "cpu/lane_program.h"
@@ -39,7 +41,9 @@ class Slots {
     for (int32_t k = 0; k < count; ++k) slots_[k] = base + k * kBlock;
   }
   F* operator[](int32_t slot) const { return slots_[slot]; }
+  F* const* pointers() const { return slots_.data(); }
   void point(int32_t slot, F* at) { slots_[slot] = at; }
+  void swap(int32_t a, int32_t b) { std::swap(slots_[a], slots_[b]); }
 
  private:
   std::unique_ptr<F[]> storage_;
@@ -162,8 +166,13 @@ void fill_constants(const LaneProgram& p, const std::vector<LaneBuffer>& params,
   }
 }
 
+// The step's instructions over n lanes: the fused step when there is one (fp32 only), else
+// one lane loop per instruction.
 template <class F>
-void run_instrs(const LaneProgram& p, const Slots<F>& s, int64_t n) {
+void run_instrs(const LaneProgram& p, FusedStepFn fused, const Slots<F>& s, int64_t n) {
+  if constexpr (std::is_same_v<F, float>) {
+    if (fused) return fused(s.pointers(), n);
+  }
   for (const LaneInstr& in : p.instrs)
     run_op_lanes<F>(in.op, s[in.dst], s[in.args[0]], s[in.args[1]], s[in.args[2]], n);
 }
@@ -181,25 +190,6 @@ struct DrawSite {
   int64_t t, start;
 };
 
-// The lane programs of a program's steps, compiled once per program and kept with it.
-const char kLaneProgramsOwner = 0;  // its address tags them (Program::derived)
-
-// The forward step, keeping the saved values of the backward of `pack_spikes` when `saving`.
-const LaneProgram& forward_lane_program(const Program& program, bool saving, bool pack_spikes) {
-  const int variant = saving ? (pack_spikes ? 2 : 1) : 0;
-  return program.derived<LaneProgram>(&kLaneProgramsOwner, variant, [&] {
-    const ir::Step& step = program.forward();
-    return compile_lane_program(step, step, StepKind::Forward,
-                                saving ? program.backward(pack_spikes).saved : std::vector<ir::ValueId>{});
-  });
-}
-
-const LaneProgram& backward_lane_program(const Program& program, bool pack_spikes) {
-  return program.derived<LaneProgram>(&kLaneProgramsOwner, pack_spikes ? 4 : 3, [&] {
-    return compile_lane_program(program.backward(pack_spikes), program.forward(), StepKind::Backward, {});
-  });
-}
-
 // The call's seed when the neuron draws random numbers (validate() checked that there is one).
 uint64_t seed_of(const Program& program, const void* seed) {
   return program.uses_random() ? *static_cast<const uint64_t*>(seed) : 0;
@@ -210,13 +200,13 @@ uint64_t seed_of(const Program& program, const void* seed) {
 // forward and the checkpoint recomputation of the backward both run this, so they agree bit for
 // bit (the draws too: they depend only on the site).
 template <class F, class Results>
-void forward_step(const LaneProgram& p, const std::vector<LaneBuffer>& inputs,
+void forward_step(const LaneProgram& p, FusedStepFn fused, const std::vector<LaneBuffer>& inputs,
                   const std::vector<int32_t>& next_state_slots, Slots<F>& s, int64_t row, int64_t n,
                   const DrawSite& site, const Results& results) {
   const int32_t states = static_cast<int32_t>(p.carry_slot.size());
   for (const LaneLeaf& leaf : p.step_leaves) read_leaf(s, leaf.slot, inputs[leaf.index], row, n);
   for (const LaneLeaf& draw : p.draws) draw_lanes(s[draw.slot], site.seed, site.t, draw.index, site.start, n);
-  run_instrs(p, s, n);
+  run_instrs(p, fused, s, n);
   results();
   if (p.states_need_staging) {
     const int32_t staging = p.num_slots;
@@ -224,7 +214,11 @@ void forward_step(const LaneProgram& p, const std::vector<LaneBuffer>& inputs,
     for (int32_t i = 0; i < states; ++i) copy_lanes(s[p.carry_slot[i]], s[staging + i], n);
   } else {
     for (int32_t i = 0; i < states; ++i) {
-      if (next_state_slots[i] != p.carry_slot[i]) copy_lanes(s[p.carry_slot[i]], s[next_state_slots[i]], n);
+      if (p.swap_carry[i]) {
+        s.swap(p.carry_slot[i], next_state_slots[i]);
+      } else if (next_state_slots[i] != p.carry_slot[i]) {
+        copy_lanes(s[p.carry_slot[i]], s[next_state_slots[i]], n);
+      }
     }
   }
 }
@@ -233,6 +227,7 @@ void forward_step(const LaneProgram& p, const std::vector<LaneBuffer>& inputs,
 
 struct ForwardCall {
   const LaneProgram* program = nullptr;
+  FusedStepFn fused = nullptr;
   int64_t steps = 0, neurons = 0;
   std::vector<ir::ParamKind> param_kinds;
   std::vector<double> state_defaults;
@@ -298,7 +293,7 @@ void forward_block(const ForwardCall& c, int64_t block) {
     for (size_t i = 0; i < c.saved.size(); ++i) {
       if (c.saved_in_place[i]) s.point(c.saved_slots[i], same_type_lanes<F>(c.saved[i], row));
     }
-    forward_step(p, c.inputs, c.next_state_slots, s, row, n, {c.seed, t, start}, [&] {
+    forward_step(p, c.fused, c.inputs, c.next_state_slots, s, row, n, {c.seed, t, start}, [&] {
       for (size_t i = 0; i < c.outputs.size(); ++i) {
         if (c.outputs[i].present() && !c.output_in_place[i]) store_lanes(c.outputs[i], row, s[c.output_slots[i]], n);
         if (c.packed_outputs.data[i]) pack_lanes(c.packed_outputs.at(i, t, start), s[c.output_slots[i]], n);
@@ -321,6 +316,7 @@ void forward_block(const ForwardCall& c, int64_t block) {
 
 struct BackwardCall {
   const LaneProgram* program = nullptr;
+  FusedStepFn fused = nullptr;
   int64_t steps = 0, neurons = 0;
   std::vector<ir::ParamKind> param_kinds;
   std::vector<LaneBuffer> saved, params, grad_outputs, grad_state_seqs, grad_final_states;
@@ -333,6 +329,7 @@ struct BackwardCall {
   int64_t checkpoint_every = 0;
   uint64_t seed = 0;
   const LaneProgram* forward = nullptr;
+  FusedStepFn forward_fused = nullptr;
   std::vector<LaneBuffer> checkpoints, inputs;
   std::vector<int32_t> forward_next_state_slots, forward_saved_slots;
 };
@@ -368,17 +365,22 @@ void backward_step(BackwardCall& c, Slots<F>& s, int64_t t, int64_t start, int64
       }
     }
   }
-  run_instrs(p, s, n);
+  run_instrs(p, c.fused, s, n);
   for (size_t i = 0; i < c.grad_inputs.size(); ++i) {
     if (c.grad_inputs[i].present()) store_lanes(c.grad_inputs[i], row, s[c.grad_input_slots[i]], n);
   }
+  for (int32_t k = 0; k < num_params; ++k) {
+    if (c.grad_params[k].present()) add_lanes(s[accumulators + k], s[c.grad_param_slots[k]], n);
+  }
+  // Last: exchanging slots moves the step's values away.
   for (int32_t i = 0; i < states; ++i) {
     F* carry = s[p.carry_slot[i]];
     const F* grad_prev = s[c.grad_prev_state_slots[i]];
-    if (grad_prev != carry) copy_lanes(carry, grad_prev, n);
-  }
-  for (int32_t k = 0; k < num_params; ++k) {
-    if (c.grad_params[k].present()) add_lanes(s[accumulators + k], s[c.grad_param_slots[k]], n);
+    if (p.swap_carry[i]) {
+      s.swap(p.carry_slot[i], c.grad_prev_state_slots[i]);
+    } else if (grad_prev != carry) {
+      copy_lanes(carry, grad_prev, n);
+    }
   }
 }
 
@@ -401,7 +403,7 @@ void backward_segments(BackwardCall& c, Slots<F>& s, int64_t start, int64_t n) {
     }
     for (int64_t u = 0; u < len; ++u) {
       const int32_t at = static_cast<int32_t>(u) * saved;
-      forward_step(fp, c.inputs, c.forward_next_state_slots, fs, (first + u) * N + start, n, {c.seed, first + u, start},
+      forward_step(fp, c.forward_fused, c.inputs, c.forward_next_state_slots, fs, (first + u) * N + start, n, {c.seed, first + u, start},
                    [&] {
         for (int32_t i = 0; i < saved; ++i) copy_lanes(values[at + i], fs[c.forward_saved_slots[i]], n);
       });
@@ -501,7 +503,7 @@ void forward(const Program& program, const ForwardBuffers& b, const Options& opt
       !b.saved.empty() && !checkpoints ? program.backward(b.pack_spikes).saved : std::vector<ir::ValueId>{};
 
   ForwardCall c;
-  c.program = &forward_lane_program(program, !saved_nodes.empty(), b.pack_spikes);
+  c.program = &lane_program(program, forward_variant(!saved_nodes.empty(), b.pack_spikes));
   c.steps = b.steps;
   c.neurons = neuron_count(b.neuron_shape);
   c.param_kinds = step.params;
@@ -528,6 +530,8 @@ void forward(const Program& program, const ForwardBuffers& b, const Options& opt
   const bool f64 = compute_in_f64(options, any_f64({&b.inputs, &b.initial_states, &b.params, &b.outputs,
                                                     &b.state_seqs, &b.final_states, &b.saved}));
   if (checkpoints) check_checkpoint_dtypes(b.saved, f64);
+  c.fused = fused_step(program, forward_variant(!saved_nodes.empty(), b.pack_spikes), options.fused, f64,
+                       c.steps * c.neurons);
   mark_in_place_results(step, saved_nodes, f64 ? DType::F64 : DType::F32, &c);
   parallel_for(block_count(c.neurons), options.threads, [&](int64_t block) {
     if (f64) {
@@ -546,13 +550,13 @@ void backward(const Program& program, const BackwardBuffers& b, const Options& o
   const size_t num_params = fwd.params.size();
 
   BackwardCall c;
-  c.program = &backward_lane_program(program, b.pack_spikes);
+  c.program = &lane_program(program, backward_variant(b.pack_spikes));
   c.steps = b.steps;
   c.neurons = neuron_count(b.neuron_shape);
   c.param_kinds = fwd.params;
   if (b.checkpoint_every > 0) {
     c.checkpoint_every = b.checkpoint_every;
-    c.forward = &forward_lane_program(program, true, b.pack_spikes);
+    c.forward = &lane_program(program, forward_variant(true, b.pack_spikes));
     c.checkpoints = lane_buffers(b.saved, fwd.num_states);
     c.inputs = lane_buffers(b.inputs, fwd.num_inputs);
     c.forward_next_state_slots = slots_of(*c.forward, fwd.next_states);
@@ -579,6 +583,11 @@ void backward(const Program& program, const BackwardBuffers& b, const Options& o
       options, any_f64({&b.saved, &b.inputs, &b.params, &b.grad_outputs, &b.grad_state_seqs,
                         &b.grad_final_states, &b.grad_inputs, &b.grad_initial_states, &b.grad_params}));
   if (b.checkpoint_every > 0) check_checkpoint_dtypes(b.saved, f64);
+  c.fused = fused_step(program, backward_variant(b.pack_spikes), options.fused, f64, c.steps * c.neurons);
+  if (b.checkpoint_every > 0) {
+    c.forward_fused =
+        fused_step(program, forward_variant(true, b.pack_spikes), options.fused, f64, c.steps * c.neurons);
+  }
   parallel_for(blocks, options.threads, [&](int64_t block) {
     if (f64) {
       backward_block<double>(c, block);

@@ -144,13 +144,59 @@ LaneProgram compile_lane_program(const ir::Step& step, const ir::Step& forward, 
     if (last_use[id] == id) free_slots.push_back(dst);
   }
 
+  for (int32_t id = 0; id < count; ++id) {
+    const int32_t slot = p.node_slot[id];
+    if (last_use[id] == kForever && !ir::is_leaf(step.nodes[id].op) &&
+        std::find(p.result_slots.begin(), p.result_slots.end(), slot) == p.result_slots.end()) {
+      p.result_slots.push_back(slot);
+    }
+  }
   if (is_forward) {
     for (int i = 0; i < forward.num_states; ++i) {
       const ir::Node& next = step.nodes[step.next_states[i]];
       if (next.op == ir::Op::State && next.index != i) p.states_need_staging = true;
     }
   }
+  const std::vector<ir::ValueId>& carries = is_forward ? step.next_states : step.grad_prev_states;
+  for (int i = 0; i < forward.num_states; ++i) {
+    const ir::ValueId id = carries[i];
+    const bool shared = std::count(carries.begin(), carries.end(), id) > 1;
+    p.swap_carry.push_back(!p.states_need_staging && !shared && !ir::is_leaf(step.nodes[id].op));
+  }
   return p;
+}
+
+LaneVariant forward_variant(bool saving, bool pack_spikes) {
+  if (!saving) return LaneVariant::Forward;
+  return pack_spikes ? LaneVariant::ForwardSavingPacked : LaneVariant::ForwardSaving;
+}
+
+LaneVariant backward_variant(bool pack_spikes) {
+  return pack_spikes ? LaneVariant::BackwardPacked : LaneVariant::Backward;
+}
+
+namespace {
+const char kLaneProgramsOwner = 0;  // its address tags them (Program::derived)
+}  // namespace
+
+const LaneProgram& lane_program(const Program& program, LaneVariant variant) {
+  return program.derived<LaneProgram>(&kLaneProgramsOwner, static_cast<int>(variant), [&] {
+    const ir::Step& forward = program.forward();
+    switch (variant) {
+      case LaneVariant::Forward:
+        return compile_lane_program(forward, forward, StepKind::Forward, {});
+      case LaneVariant::ForwardSaving:
+      case LaneVariant::ForwardSavingPacked: {
+        const bool packed = variant == LaneVariant::ForwardSavingPacked;
+        return compile_lane_program(forward, forward, StepKind::Forward, program.backward(packed).saved);
+      }
+      case LaneVariant::Backward:
+      case LaneVariant::BackwardPacked:
+        break;
+    }
+    const bool packed = variant == LaneVariant::BackwardPacked;
+    return compile_lane_program(program.backward(packed), forward, StepKind::Backward, {});
+  });
 }
 
 }  // namespace spikejit::cpu

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "spikejit/ir.h"
+#include "spikejit/program.h"
 
 namespace spikejit::cpu {
 
@@ -38,9 +39,14 @@ struct LaneProgram {
   std::vector<LaneLeaf> draws;        // Uniform (`index`: the stream): drawn every step
   std::vector<int32_t> carry_slot;    // per state: forward state value / backward gradient carry
   std::vector<LaneInstr> instrs;
+  // Slots the instructions write that are read after the step (its results and `kept` values).
+  std::vector<int32_t> result_slots;
   // Forward: some next state is another state's previous value, so states are updated through
   // a copy (a plain in-place update would overwrite a value still to be read).
   bool states_need_staging = false;
+  // Per state: the new carry (next state / gradient carry) is an instruction's value in a slot
+  // of its own, so the executor moves it into the carry by exchanging the two slots' arrays.
+  std::vector<bool> swap_carry;
 };
 
 enum class StepKind : uint8_t { Forward, Backward };
@@ -50,5 +56,14 @@ enum class StepKind : uint8_t { Forward, Backward };
 // values of a training forward). Throws Error on a malformed step or a leaf of the wrong kind.
 LaneProgram compile_lane_program(const ir::Step& step, const ir::Step& forward, StepKind kind,
                                  const std::vector<ir::ValueId>& kept);
+
+// The lane programs a program's calls run, compiled once per program and kept with it
+// (Program::derived): the forward step, keeping the saved values of the backward of
+// `pack_spikes` when `saving`; the backward step of `pack_spikes`.
+enum class LaneVariant : int { Forward, ForwardSaving, ForwardSavingPacked, Backward, BackwardPacked };
+constexpr int kLaneVariants = 5;
+LaneVariant forward_variant(bool saving, bool pack_spikes);
+LaneVariant backward_variant(bool pack_spikes);
+const LaneProgram& lane_program(const Program& program, LaneVariant variant);
 
 }  // namespace spikejit::cpu

@@ -13,6 +13,7 @@
 #include <ctime>
 #include <random>
 
+#include "common/file_io.h"
 #include "common/sha256.h"
 
 namespace spikejit::runtime {
@@ -64,34 +65,6 @@ std::string make_dirs(const std::string& path) {
     return "cannot use " + path + " as the cache directory: not a directory";
   }
   return "";
-}
-
-bool read_file(const std::string& path, std::string* out) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  out->clear();
-  char buffer[1 << 16];
-  bool ok = true;
-  for (;;) {
-    ssize_t n = read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) ok = false;
-    if (n <= 0) break;
-    out->append(buffer, static_cast<size_t>(n));
-  }
-  close(fd);
-  return ok;
-}
-
-bool write_all(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
 }
 
 bool is_key(const std::string& s) {
@@ -151,7 +124,7 @@ std::string cache_key(const CacheKeyParts& parts) {
   for (const std::string& o : parts.options) options += (options.empty() ? "" : " ") + o;
   std::string manifest = "format=" + std::to_string(kCacheFormat) + "\n" +
                          "entry=" + parts.entry + "\n" + "target=" + parts.target + "\n" +
-                         "nvrtc=" + parts.nvrtc_version + "\n" + "options=" + options + "\n" +
+                         "compiler=" + parts.compiler + "\n" + "options=" + options + "\n" +
                          "source=" + sha256_hex(parts.source) + "\n";
   return sha256_hex(manifest);
 }

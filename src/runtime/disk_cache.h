@@ -26,10 +26,10 @@ bool decode_entry(const std::string& bytes, DecodedEntry* out);
 
 // Everything that affects the binary.
 struct CacheKeyParts {
-  std::string source;  // the generated CUDA C++ (covers neuron, kernel spec and generator)
+  std::string source;    // the generated C++ (covers neuron, kernel spec and generator)
   std::string entry;
-  std::string target;  // "sm_90" / "compute_90"
-  std::string nvrtc_version;
+  std::string target;    // "sm_90" / "compute_90" / "host-x86_64"
+  std::string compiler;  // "nvrtc 13.0" / the host compiler's --version line
   std::vector<std::string> options;
 };
 // Hex SHA-256 of a manifest with one `name=value` line per part plus the cache format.

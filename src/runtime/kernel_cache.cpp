@@ -2,6 +2,7 @@
 #include "runtime/kernel_cache.h"
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -117,11 +118,8 @@ std::shared_ptr<const LoadedKernel> load(codegen::KernelSource source, const std
 
 }  // namespace
 
-std::string binary_for(const codegen::KernelSource& source, const std::string& target,
-                       const std::string& label) {
-  const NvrtcApi& api = nvrtc();
-  CacheKeyParts parts{source.source, source.entry, target, api.version(),
-                      compile_options(target, source.source)};
+std::string cached_binary(const CacheKeyParts& parts, const std::string& label,
+                          const std::function<std::string()>& compile) {
   std::string root = disk_cache_enabled_by_env() ? default_cache_root() : "";
   if (!disk_cache_enabled_by_env()) {
     SPIKEJIT_LOG_AT(Level::Debug, "disk cache off (SPIKEJIT_CACHE=0): " << label);
@@ -149,7 +147,7 @@ std::string binary_for(const codegen::KernelSource& source, const std::string& t
       SPIKEJIT_LOG_AT(Level::Debug, "disk cache miss: " << label << " (" << cache.entry_path(key) << ")");
     }
   }
-  std::string binary = compile_cuda(source.source, target, label);
+  std::string binary = compile();
   stats().compiles++;
   if (!root.empty()) {
     const DiskCache cache(root);
@@ -164,6 +162,14 @@ std::string binary_for(const codegen::KernelSource& source, const std::string& t
     note_disk_problem(root, problem);
   }
   return binary;
+}
+
+std::string binary_for(const codegen::KernelSource& source, const std::string& target,
+                       const std::string& label) {
+  const NvrtcApi& api = nvrtc();
+  const CacheKeyParts parts{source.source, source.entry, target, "nvrtc " + api.version(),
+                            compile_options(target, source.source)};
+  return cached_binary(parts, label, [&] { return compile_cuda(source.source, target, label); });
 }
 
 std::shared_ptr<const LoadedKernel> kernel_for(const Program& program,

@@ -2,10 +2,12 @@
 // of NVRTC.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "runtime/disk_cache.h"
 #include "runtime/driver_api.h"
 #include "spikejit/codegen.h"
 #include "spikejit/program.h"
@@ -28,6 +30,11 @@ struct LoadedKernel {
 std::shared_ptr<const LoadedKernel> kernel_for(const Program& program,
                                                const codegen::KernelSpec& spec, int device,
                                                CUcontext context);
+
+// The binary that `parts` describe from the disk cache, else made by `compile` and stored.
+// `label` describes it in the log and in the cache listing. Counted in cache_info().
+std::string cached_binary(const CacheKeyParts& parts, const std::string& label,
+                          const std::function<std::string()>& compile);
 
 // The binary (cubin or PTX) of `source` for `target` from the disk cache, else compiled with
 // NVRTC and stored. `label` describes it in errors and in the cache listing.

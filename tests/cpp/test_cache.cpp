@@ -139,7 +139,7 @@ TEST_F(CacheTest, KeyChangesWithEveryComponent) {
   variants[0].source[rng_() % base.source.size()] ^= 1;
   variants[1].entry += "_";
   variants[2].target = "sm_80";
-  variants[3].nvrtc_version = "12.8";
+  variants[3].compiler = "nvrtc 12.8";
   variants[4].options[2] = "--fmad=true";
   variants[5].options.push_back("--include-path=/x");
   std::set<std::string> keys = {key};

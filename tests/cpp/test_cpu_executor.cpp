@@ -29,129 +29,12 @@
 #include "spikejit/error.h"
 #include "spikejit/program.h"
 #include "spikejit/tensor.h"
+#include "support/cpu_runs.h"
 
 namespace spikejit {
 namespace {
 
-// ---------------------------------------------------------------------------------------------
-// Test data
-
-struct Random {
-  uint32_t seed = std::random_device{}();
-  std::mt19937 gen{seed};
-  double uniform(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(gen); }
-  uint32_t bits() { return static_cast<uint32_t>(gen()); }
-  std::string trace() const { return "random seed " + std::to_string(seed); }
-};
-
-double round_to(DType d, double v) {
-  switch (d) {
-    case DType::F32:
-      return static_cast<float>(v);
-    case DType::F64:
-      return v;
-    case DType::F16:
-      return half_to_float(float_to_half(static_cast<float>(v)));
-    case DType::BF16:
-      return bfloat16_to_float(float_to_bfloat16(static_cast<float>(v)));
-  }
-  return v;
-}
-
-// An owned tensor in any storage dtype.
-class Buffer {
- public:
-  Buffer() = default;
-  Buffer(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
-    storage_.resize((numel() * static_cast<int64_t>(dtype_size(dtype)) + 7) / 8);
-  }
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : shape_) n *= d;
-    return n;
-  }
-  DType dtype() const { return dtype_; }
-  const std::vector<int64_t>& shape() const { return shape_; }
-  void* data() { return storage_.data(); }
-
-  double get(int64_t i) const {
-    const void* p = storage_.data();
-    switch (dtype_) {
-      case DType::F32:
-        return static_cast<const float*>(p)[i];
-      case DType::F64:
-        return static_cast<const double*>(p)[i];
-      case DType::F16:
-        return half_to_float(static_cast<const uint16_t*>(p)[i]);
-      case DType::BF16:
-        return bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
-    }
-    return 0;
-  }
-  void set(int64_t i, double v) {
-    void* p = storage_.data();
-    switch (dtype_) {
-      case DType::F32:
-        static_cast<float*>(p)[i] = static_cast<float>(v);
-        return;
-      case DType::F64:
-        static_cast<double*>(p)[i] = v;
-        return;
-      case DType::F16:
-        static_cast<uint16_t*>(p)[i] = float_to_half(static_cast<float>(v));
-        return;
-      case DType::BF16:
-        static_cast<uint16_t*>(p)[i] = float_to_bfloat16(static_cast<float>(v));
-        return;
-    }
-  }
-  void fill(double v) {
-    for (int64_t i = 0; i < numel(); ++i) set(i, v);
-  }
-  void randomize(Random& rng, double lo, double hi) {
-    for (int64_t i = 0; i < numel(); ++i) set(i, rng.uniform(lo, hi));
-  }
-  void poison() { fill(std::numeric_limits<double>::quiet_NaN()); }
-  bool same_bits(const Buffer& o) const {
-    return dtype_ == o.dtype_ && shape_ == o.shape_ && storage_ == o.storage_;
-  }
-  TensorView view() { return TensorView(storage_.data(), dtype_, shape_); }
-
- private:
-  DType dtype_ = DType::F32;
-  std::vector<int64_t> shape_;
-  std::vector<double> storage_;  // doubles keep every dtype aligned
-};
-
-std::vector<TensorView> views(std::vector<Buffer>& buffers) {
-  std::vector<TensorView> out;
-  for (Buffer& b : buffers) out.push_back(b.view());
-  return out;
-}
-
-// Compares `got` with reference values (rounded to got's dtype); NaN matches NaN, Inf itself.
-void expect_close(const Buffer& got, const std::vector<double>& want, double rtol, double atol,
-                  const std::string& what) {
-  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size())) << what;
-  int failures = 0;
-  for (int64_t i = 0; i < got.numel() && failures < 5; ++i) {
-    const double g = got.get(i), w = round_to(got.dtype(), want[i]);
-    if (g == w || (std::isnan(g) && std::isnan(w))) continue;
-    if (!(std::fabs(g - w) <= atol + rtol * std::fabs(w))) {
-      ADD_FAILURE() << what << "[" << i << "]: got " << g << ", expected " << w;
-      ++failures;
-    }
-  }
-}
-
-void expect_finite(const Buffer& b, const std::string& what) {
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    if (!std::isfinite(b.get(i))) {
-      ADD_FAILURE() << what << "[" << i << "] was not written (or is not finite): " << b.get(i);
-      return;
-    }
-  }
-}
+using namespace testing::cpu_runs;
 
 // ---------------------------------------------------------------------------------------------
 // Neurons
@@ -259,50 +142,6 @@ std::vector<F> eval_step(const ir::Step& s, const std::function<F(const ir::Node
   return v;
 }
 
-// One problem instance: a program and its inputs, initial states and parameters.
-struct Problem {
-  Program program;
-  int64_t steps = 0;
-  std::vector<int64_t> neuron_shape;
-  int64_t neurons = 0;
-  std::vector<Buffer> inputs, initial_states, params;
-
-  std::vector<int64_t> seq_shape() const {
-    std::vector<int64_t> s = {steps};
-    s.insert(s.end(), neuron_shape.begin(), neuron_shape.end());
-    return s;
-  }
-  std::vector<int64_t> param_shape(size_t k) const {
-    return program.forward().params[k] == ir::ParamKind::PerNeuron ? neuron_shape : std::vector<int64_t>{};
-  }
-  double param(size_t k, int64_t n) const {
-    return params[k].get(program.forward().params[k] == ir::ParamKind::PerNeuron ? n : 0);
-  }
-};
-
-Problem make_problem(const Program& p, int64_t steps, std::vector<int64_t> neuron_shape, DType dtype,
-                     Random& rng, bool with_initial_states = true) {
-  Problem s{p, steps, std::move(neuron_shape), 1, {}, {}, {}};
-  for (int64_t d : s.neuron_shape) s.neurons *= d;
-  const ir::Step& f = p.forward();
-  for (int i = 0; i < f.num_inputs; ++i) {
-    s.inputs.emplace_back(dtype, s.seq_shape());
-    s.inputs.back().randomize(rng, -1.0, 3.0);
-  }
-  if (with_initial_states) {
-    for (int i = 0; i < f.num_states; ++i) {
-      s.initial_states.emplace_back(dtype, s.neuron_shape);
-      s.initial_states.back().randomize(rng, -0.5, 0.9);
-    }
-  }
-  for (size_t k = 0; k < f.params.size(); ++k) {
-    s.params.emplace_back(dtype, s.param_shape(k));
-    const double init = p.neuron().params[k].init;
-    s.params.back().randomize(rng, init - 0.4, init + 0.4);
-  }
-  return s;
-}
-
 struct RefForward {
   std::vector<std::vector<double>> outputs, state_seqs, final_states, saved;  // flat [t * N + n]
 };
@@ -340,11 +179,6 @@ RefForward reference_forward(const Problem& s) {
   }
   return r;
 }
-
-// Upstream gradients; an empty Buffer (numel 0 of shape {}) never appears: absent ones are null.
-struct Upstream {
-  std::vector<std::optional<Buffer>> grad_outputs, grad_state_seqs, grad_final_states;
-};
 
 struct RefBackward {
   std::vector<std::vector<double>> grad_inputs, grad_initial_states, grad_params;
@@ -397,110 +231,6 @@ RefBackward reference_backward(const Problem& s, const std::vector<Buffer>& save
 
 // ---------------------------------------------------------------------------------------------
 // Running the executor
-
-struct ForwardRun {
-  std::vector<Buffer> outputs, state_seqs, final_states, saved;
-};
-
-struct ForwardRequest {
-  DType dtype = DType::F32;  // of everything written (checkpoints: the compute dtype)
-  bool state_seqs = true, final_states = true, training = true;
-  cpu::Options options;
-  int64_t checkpoint_every = 0;  // training with checkpoints: `saved` holds them
-};
-
-bool computes_in_f64(const Problem& s, const ForwardRequest& q) {
-  const bool f64_buffers = q.dtype == DType::F64 || (!s.inputs.empty() && s.inputs[0].dtype() == DType::F64);
-  return q.options.compute == cpu::Compute::F64 || (q.options.compute == cpu::Compute::Auto && f64_buffers);
-}
-
-ForwardRun run_forward(Problem& s, const ForwardRequest& q) {
-  const ir::Step& f = s.program.forward();
-  ForwardRun r;
-  for (int i = 0; i < f.num_outputs; ++i) r.outputs.emplace_back(q.dtype, s.seq_shape());
-  for (int i = 0; q.state_seqs && i < f.num_states; ++i) r.state_seqs.emplace_back(q.dtype, s.seq_shape());
-  for (int i = 0; q.final_states && i < f.num_states; ++i)
-    r.final_states.emplace_back(q.dtype, s.neuron_shape);
-  if (q.training && q.checkpoint_every > 0) {
-    std::vector<int64_t> shape = s.neuron_shape;
-    shape.insert(shape.begin(), (s.steps + q.checkpoint_every - 1) / q.checkpoint_every);
-    const DType compute = computes_in_f64(s, q) ? DType::F64 : DType::F32;
-    for (int i = 0; i < f.num_states; ++i) r.saved.emplace_back(compute, shape);
-  } else {
-    const size_t saved = q.training ? s.program.backward().saved.size() : 0;
-    for (size_t i = 0; i < saved; ++i) r.saved.emplace_back(q.dtype, s.seq_shape());
-  }
-  for (auto* group : {&r.outputs, &r.state_seqs, &r.final_states, &r.saved}) {
-    for (Buffer& b : *group) b.poison();
-  }
-  ForwardBuffers fb;
-  fb.steps = s.steps;
-  fb.neuron_shape = s.neuron_shape;
-  fb.inputs = views(s.inputs);
-  fb.initial_states = views(s.initial_states);
-  fb.params = views(s.params);
-  fb.outputs = views(r.outputs);
-  fb.state_seqs = views(r.state_seqs);
-  fb.final_states = views(r.final_states);
-  fb.saved = views(r.saved);
-  fb.checkpoint_every = q.checkpoint_every;
-  cpu::forward(s.program, fb, q.options);
-  return r;
-}
-
-struct BackwardRun {
-  std::vector<Buffer> grad_inputs, grad_initial_states, grad_params;
-};
-
-// `checkpoint_every` > 0: `saved` holds checkpoints, and the backward reads the inputs too.
-BackwardRun run_backward(Problem& s, std::vector<Buffer>& saved, Upstream& up, DType dtype,
-                         const cpu::Options& options = {}, int64_t checkpoint_every = 0) {
-  const ir::Step& f = s.program.forward();
-  BackwardRun r;
-  for (int i = 0; i < f.num_inputs; ++i) r.grad_inputs.emplace_back(dtype, s.seq_shape());
-  for (int i = 0; i < f.num_states; ++i) r.grad_initial_states.emplace_back(dtype, s.neuron_shape);
-  for (size_t k = 0; k < f.params.size(); ++k) r.grad_params.emplace_back(dtype, s.param_shape(k));
-  for (auto* group : {&r.grad_inputs, &r.grad_initial_states, &r.grad_params}) {
-    for (Buffer& b : *group) b.poison();
-  }
-  auto optional_views = [](std::vector<std::optional<Buffer>>& buffers) {
-    std::vector<TensorView> out;
-    for (auto& b : buffers) out.push_back(b ? b->view() : TensorView());
-    return out;
-  };
-  BackwardBuffers bb;
-  bb.steps = s.steps;
-  bb.neuron_shape = s.neuron_shape;
-  bb.saved = views(saved);
-  bb.params = views(s.params);
-  bb.grad_outputs = optional_views(up.grad_outputs);
-  bb.grad_state_seqs = optional_views(up.grad_state_seqs);
-  bb.grad_final_states = optional_views(up.grad_final_states);
-  bb.grad_inputs = views(r.grad_inputs);
-  bb.grad_initial_states = views(r.grad_initial_states);
-  bb.grad_params = views(r.grad_params);
-  if (checkpoint_every > 0) bb.inputs = views(s.inputs);
-  bb.checkpoint_every = checkpoint_every;
-  cpu::backward(s.program, bb, options);
-  return r;
-}
-
-// Random upstream gradients; `present` selects which groups are given.
-Upstream make_upstream(const Problem& s, DType dtype, Random& rng, bool outputs, bool state_seqs,
-                       bool finals) {
-  const ir::Step& f = s.program.forward();
-  Upstream u;
-  auto make = [&](bool on, std::vector<int64_t> shape) -> std::optional<Buffer> {
-    if (!on) return std::nullopt;
-    Buffer b(dtype, std::move(shape));
-    b.randomize(rng, -1.0, 1.0);
-    return b;
-  };
-  for (int i = 0; i < f.num_outputs; ++i) u.grad_outputs.push_back(make(outputs, s.seq_shape()));
-  for (int i = 0; i < f.num_states; ++i) u.grad_state_seqs.push_back(make(state_seqs, s.seq_shape()));
-  for (int i = 0; i < f.num_states; ++i) u.grad_final_states.push_back(make(finals, s.neuron_shape));
-  return u;
-}
 
 // Tolerances against the interpreter: elementwise results agree to rounding of the storage dtype;
 // reductions over t and neurons run in a different order.

@@ -1,0 +1,89 @@
+// Compiles a program's lane programs into one host library on first use and picks its functions.
+#include "cpu/fused_steps.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "common/log.h"
+#include "runtime/host_compiler.h"
+#include "spikejit/error.h"
+
+namespace spikejit::cpu {
+namespace {
+
+const char kFusedStepsOwner = 0;  // its address tags them (Program::derived)
+
+// A program's fused steps, or why there are none.
+struct FusedSteps {
+  std::shared_ptr<runtime::HostLibrary> library;
+  FusedStepFn functions[kLaneVariants] = {};  // null where the variant has no lane program
+  std::string failure;                        // "" when compiled
+};
+
+std::string symbol_of(int variant) { return "spikejit_fused_step_" + std::to_string(variant); }
+
+// `programs`: the lane program of each variant, null where the step cannot be derived (the
+// interpreter reports that error when such a call comes).
+FusedSteps compile_fused_steps(const Program& program, const LaneProgram* const* programs) {
+  const std::string label = "neuron " + program.neuron().name + ", fused CPU steps";
+  FusedSteps out;
+  try {
+    std::vector<std::pair<std::string, const LaneProgram*>> functions;
+    for (int v = 0; v < kLaneVariants; ++v) {
+      if (programs[v]) functions.emplace_back(symbol_of(v), programs[v]);
+    }
+    const auto began = std::chrono::steady_clock::now();
+    const runtime::HostCompiler compiler = runtime::find_host_compiler();
+    out.library = runtime::HostLibrary::load(
+        runtime::host_library_for(compiler, fused_unit_source(functions), label), label);
+    for (int v = 0; v < kLaneVariants; ++v) {
+      if (programs[v]) out.functions[v] = reinterpret_cast<FusedStepFn>(out.library->symbol(symbol_of(v)));
+    }
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
+    SPIKEJIT_LOG_AT(Level::Info, label << " ready in " << ms.count() << " ms");
+  } catch (const Error& e) {
+    out.failure = std::string("cannot compile the fused CPU steps of neuron ") + program.neuron().name + ": " + e.what();
+    SPIKEJIT_LOG_AT(Level::Warning, out.failure << "\n(the neuron runs on the interpreted CPU steps: the same "
+                                                   "results, slower)");
+  }
+  return out;
+}
+
+// `fused` with Auto resolved through SPIKEJIT_CPU_FUSED.
+Fused resolve(Fused fused) {
+  if (fused != Fused::Auto) return fused;
+  const char* env = std::getenv("SPIKEJIT_CPU_FUSED");
+  if (!env || !*env || std::strcmp(env, "auto") == 0) return Fused::Auto;
+  if (std::strcmp(env, "1") == 0) return Fused::On;
+  if (std::strcmp(env, "0") == 0) return Fused::Off;
+  throw Error(std::string("SPIKEJIT_CPU_FUSED: expected 0, 1 or auto, got '") + env + "'");
+}
+
+}  // namespace
+
+FusedStepFn fused_step(const Program& program, LaneVariant variant, Fused fused, bool f64, int64_t work) {
+  const Fused mode = resolve(fused);
+  if (mode == Fused::Off || f64 || (mode == Fused::Auto && work < kFusedMinWork)) return nullptr;
+  // Derived outside the fused steps' own derivation (Program::derived does not nest).
+  const LaneProgram* programs[kLaneVariants] = {};
+  for (int v = 0; v < kLaneVariants; ++v) {
+    try {
+      programs[v] = &lane_program(program, static_cast<LaneVariant>(v));
+    } catch (const Error&) {
+      if (v == static_cast<int>(variant)) throw;
+    }
+  }
+  const FusedSteps& steps = program.derived<FusedSteps>(&kFusedStepsOwner, 0,
+                                                        [&] { return compile_fused_steps(program, programs); });
+  if (!steps.failure.empty()) {
+    if (mode == Fused::On) throw Error(steps.failure);
+    return nullptr;
+  }
+  return steps.functions[static_cast<int>(variant)];
+}
+
+}  // namespace spikejit::cpu

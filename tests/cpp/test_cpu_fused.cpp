@@ -1,0 +1,273 @@
+// The fused CPU steps (a neuron's lane program compiled by the host compiler) against the
+// interpreted lane loops: the same bits, for every lane-program variant of every test neuron and
+// for whole executor calls in every storage dtype; the policy that picks them (Options::fused,
+// SPIKEJIT_CPU_FUSED, the work threshold, fp64) and the errors of the host compiler.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/log.h"
+#include "cpu/fused_source.h"
+#include "cpu/fused_steps.h"
+#include "cpu/lane_kernels.h"
+#include "cpu/lane_program.h"
+#include "runtime/host_compiler.h"
+#include "spikejit/builtins.h"
+#include "spikejit/error.h"
+#include "spikejit/runtime.h"
+#include "support/cpu_runs.h"
+#include "support/scoped_env.h"
+#include "support/test_neurons.h"
+
+namespace spikejit {
+namespace {
+
+using namespace testing::cpu_runs;
+using testing::ScopedEnv;
+
+struct NamedProgram {
+  std::string name;
+  Program program;
+};
+
+std::vector<NamedProgram> fused_test_programs() {
+  builtins::Options soft;
+  soft.v_reset = std::nullopt;
+  soft.detach_reset = true;
+  soft.decay_input = false;
+  std::vector<NamedProgram> out = {{"if", Program(builtins::if_neuron({}))},
+                                   {"lif", Program(builtins::lif_neuron({}))},
+                                   {"lif_soft_detach", Program(builtins::lif_neuron(soft))},
+                                   {"plif", Program(builtins::plif_neuron({}))}};
+  for (const char* stem : {"every_op", "noisy_threshold", "ste_lif", "two_thresholds", "mixed_outputs"}) {
+    out.push_back({stem, testing::test_neuron(stem)});
+  }
+  return out;
+}
+
+// Lanes of every slot filled with values an op of the step may see: mostly in [-3, 3], some
+// 0, ±1, NaN and ±Inf.
+void fill_random_lanes(std::vector<std::vector<float>>& slots, Random& rng) {
+  const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, std::numeric_limits<float>::quiet_NaN(),
+                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+  for (std::vector<float>& lanes : slots) {
+    for (float& x : lanes) {
+      const uint32_t pick = rng.bits() % 16;
+      x = pick < 7 ? special[pick] : static_cast<float>(rng.uniform(-3.0, 3.0));
+    }
+  }
+}
+
+// The same bits, or both NaN: which NaN an op returns when an operand is NaN (or which of two
+// NaN operands it keeps) depends on the order the compiler gave the operands.
+bool same_values(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0 && !(std::isnan(a[i]) && std::isnan(b[i]))) return false;
+  }
+  return true;
+}
+
+// Each variant's fused function writes every result slot with the bits the lane loops write,
+// and nothing else: leaf slots keep their values, slots of values in between are not touched.
+TEST(FusedSteps, EveryVariantWritesWhatTheLaneLoopsWrite) {
+  const runtime::HostCompiler compiler = runtime::find_host_compiler();
+  for (const NamedProgram& np : fused_test_programs()) {
+    std::vector<cpu::LaneVariant> variants;
+    std::vector<std::pair<std::string, const cpu::LaneProgram*>> functions;
+    for (int v = 0; v < cpu::kLaneVariants; ++v) {
+      variants.push_back(static_cast<cpu::LaneVariant>(v));
+      functions.emplace_back("variant_" + std::to_string(v), &cpu::lane_program(np.program, variants.back()));
+    }
+    const std::string label = "test unit of " + np.name;
+    const auto library = runtime::HostLibrary::load(
+        runtime::host_library_for(compiler, cpu::fused_unit_source(functions), label), label);
+    for (const auto& [symbol, lane_program] : functions) {
+      Random rng;
+      SCOPED_TRACE(np.name + " " + symbol + " " + rng.trace());
+      const cpu::LaneProgram& p = *lane_program;
+      const int64_t n = 203;  // not a multiple of any vector width
+      std::vector<std::vector<float>> interpreted(p.num_slots, std::vector<float>(n));
+      fill_random_lanes(interpreted, rng);
+      for (const cpu::LaneLiteral& lit : p.literals) {
+        std::fill(interpreted[lit.slot].begin(), interpreted[lit.slot].end(), static_cast<float>(lit.value));
+      }
+      std::vector<std::vector<float>> fused = interpreted;
+      for (const cpu::LaneInstr& in : p.instrs) {
+        cpu::run_op_lanes<float>(in.op, interpreted[in.dst].data(), interpreted[in.args[0]].data(),
+                                 interpreted[in.args[1]].data(), interpreted[in.args[2]].data(), n);
+      }
+      std::vector<float*> pointers;
+      for (std::vector<float>& lanes : fused) pointers.push_back(lanes.data());
+      std::vector<std::vector<float>> before = fused;
+      reinterpret_cast<cpu::FusedStepFn>(library->symbol(symbol))(pointers.data(), n);
+      for (int32_t slot = 0; slot < p.num_slots; ++slot) {
+        const bool result = std::count(p.result_slots.begin(), p.result_slots.end(), slot) > 0;
+        EXPECT_TRUE(same_values(fused[slot], result ? interpreted[slot] : before[slot]))
+            << "slot " << slot << (result ? " (a result)" : " (not a result: must be left alone)");
+      }
+    }
+  }
+}
+
+void expect_same_bits(const std::vector<Buffer>& got, const std::vector<Buffer>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].same_bits(want[i])) << what << "[" << i << "]";
+}
+
+cpu::Options with_fused(cpu::Fused fused) {
+  cpu::Options o;
+  o.fused = fused;
+  return o;
+}
+
+// Whole calls: the training forward (per-step saving and checkpoints) and the backward, fused
+// and interpreted, in every storage dtype, with two blocks of lanes (the second partial).
+TEST(FusedSteps, WholeCallsHaveTheBitsOfInterpretedCalls) {
+  for (const NamedProgram& np : fused_test_programs()) {
+    for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+      for (int64_t checkpoint_every : {int64_t{0}, int64_t{3}}) {
+        Random rng;
+        SCOPED_TRACE(np.name + " " + dtype_name(dtype) + " checkpoint_every " + std::to_string(checkpoint_every) +
+                     " " + rng.trace());
+        Problem s = make_problem(np.program, 7, {3, 301}, dtype, rng);
+        const ForwardRun want = run_forward(s, {dtype, true, true, true, with_fused(cpu::Fused::Off), checkpoint_every});
+        const ForwardRun got = run_forward(s, {dtype, true, true, true, with_fused(cpu::Fused::On), checkpoint_every});
+        expect_same_bits(got.outputs, want.outputs, "outputs");
+        expect_same_bits(got.state_seqs, want.state_seqs, "state_seqs");
+        expect_same_bits(got.final_states, want.final_states, "final_states");
+        expect_same_bits(got.saved, want.saved, "saved");
+        const bool all = checkpoint_every == 0;  // with checkpoints: gradients of the states only
+        Upstream up = make_upstream(s, dtype, rng, all, true, !all);
+        std::vector<Buffer> saved_want = want.saved, saved_got = got.saved;
+        const BackwardRun grads_want =
+            run_backward(s, saved_want, up, dtype, with_fused(cpu::Fused::Off), checkpoint_every);
+        const BackwardRun grads_got = run_backward(s, saved_got, up, dtype, with_fused(cpu::Fused::On), checkpoint_every);
+        expect_same_bits(grads_got.grad_inputs, grads_want.grad_inputs, "grad_inputs");
+        expect_same_bits(grads_got.grad_initial_states, grads_want.grad_initial_states, "grad_initial_states");
+        expect_same_bits(grads_got.grad_params, grads_want.grad_params, "grad_params");
+      }
+    }
+  }
+}
+
+// A problem big enough for Fused::Auto to fuse: 2^20 neuron-steps.
+Problem large_problem(const Program& program, Random& rng) {
+  return make_problem(program, 16, {int64_t{1} << 16}, DType::F32, rng);
+}
+
+TEST(FusedSteps, WithoutACompilerOnIsAnErrorAndAutoWarnsAndInterprets) {
+  const ScopedEnv compiler("SPIKEJIT_CXX", "/nonexistent/c++");
+  Random rng;
+  SCOPED_TRACE(rng.trace());
+  const Program lif(builtins::lif_neuron({}));
+  Problem s = large_problem(lif, rng);
+  try {
+    run_forward(s, {DType::F32, true, true, true, with_fused(cpu::Fused::On)});
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no C++ compiler"), std::string::npos) << what;
+    EXPECT_NE(what.find("SPIKEJIT_CXX"), std::string::npos) << what;
+    EXPECT_NE(what.find("/nonexistent/c++"), std::string::npos) << what;
+  }
+  // Another program of the same neuron: the failure above is remembered per program.
+  Problem fresh = large_problem(Program(builtins::lif_neuron({})), rng);
+  fresh.inputs = s.inputs;
+  fresh.initial_states = s.initial_states;
+  const log::Level level = log::level();
+  log::set_level(log::Level::Warning);
+  ::testing::internal::CaptureStderr();
+  const ForwardRun automatic = run_forward(fresh, {DType::F32, true, true, true, with_fused(cpu::Fused::Auto)});
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  log::set_level(level);
+  EXPECT_NE(warning.find("runs on the interpreted CPU steps"), std::string::npos) << warning;
+  const ForwardRun interpreted = run_forward(fresh, {DType::F32, true, true, true, with_fused(cpu::Fused::Off)});
+  expect_same_bits(automatic.outputs, interpreted.outputs, "outputs");
+}
+
+// Auto interprets calls below the threshold (no compiler is even looked for) and fp64 compute
+// (even under On); SPIKEJIT_CPU_FUSED turns Auto into On or Off and names itself when wrong.
+TEST(FusedSteps, ThePolicy) {
+  const Program lif(builtins::lif_neuron({}));
+  const cpu::LaneVariant v = cpu::LaneVariant::Forward;
+  {
+    const ScopedEnv compiler("SPIKEJIT_CXX", "/nonexistent/c++");
+    EXPECT_EQ(cpu::fused_step(lif, v, cpu::Fused::Auto, false, cpu::kFusedMinWork - 1), nullptr);
+    EXPECT_EQ(cpu::fused_step(lif, v, cpu::Fused::On, true, cpu::kFusedMinWork), nullptr);
+    EXPECT_EQ(cpu::fused_step(lif, v, cpu::Fused::Off, false, cpu::kFusedMinWork), nullptr);
+    const ScopedEnv off("SPIKEJIT_CPU_FUSED", "0");
+    EXPECT_EQ(cpu::fused_step(lif, v, cpu::Fused::Auto, false, cpu::kFusedMinWork), nullptr);
+  }
+  {
+    const ScopedEnv on("SPIKEJIT_CPU_FUSED", "1");
+    EXPECT_NE(cpu::fused_step(lif, v, cpu::Fused::Auto, false, 1), nullptr);
+    EXPECT_EQ(cpu::fused_step(lif, v, cpu::Fused::Off, false, 1), nullptr);
+  }
+  EXPECT_NE(cpu::fused_step(lif, v, cpu::Fused::Auto, false, cpu::kFusedMinWork), nullptr);
+  const ScopedEnv wrong("SPIKEJIT_CPU_FUSED", "maybe");
+  try {
+    cpu::fused_step(lif, v, cpu::Fused::Auto, false, 1);
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SPIKEJIT_CPU_FUSED: expected 0, 1 or auto, got 'maybe'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(HostCompiler, ACompileErrorCarriesTheCompilersOutput) {
+  const runtime::HostCompiler compiler = runtime::find_host_compiler();
+  const ScopedEnv no_cache("SPIKEJIT_CACHE", "0");
+  try {
+    runtime::host_library_for(compiler, "int broken( {\n", "a broken unit");
+    ADD_FAILURE() << "expected a CompileError";
+  } catch (const runtime::CompileError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the host compiler failed on a broken unit"), std::string::npos) << what;
+    EXPECT_NE(what.find(compiler.path), std::string::npos) << what;
+    EXPECT_FALSE(e.log().empty());
+    EXPECT_NE(what.find(e.log()), std::string::npos);
+  }
+}
+
+TEST(HostCompiler, LibrariesComeFromTheDiskCacheTheSecondTime) {
+  const std::string folder = ::testing::TempDir() + "spikejit-host-cache-" + std::to_string(Random{}.bits());
+  const ScopedEnv cache("SPIKEJIT_CACHE_DIR", folder.c_str());
+  const runtime::HostCompiler compiler = runtime::find_host_compiler();
+  const std::string source = "extern \"C\" int spikejit_answer() { return 42; }\n";
+  const runtime::CacheInfo before = runtime::cache_info();
+  const std::string first = runtime::host_library_for(compiler, source, "the answer");
+  const runtime::CacheInfo middle = runtime::cache_info();
+  const std::string second = runtime::host_library_for(compiler, source, "the answer");
+  const runtime::CacheInfo after = runtime::cache_info();
+  EXPECT_EQ(middle.compiles, before.compiles + 1);
+  EXPECT_EQ(after.disk_hits, middle.disk_hits + 1);
+  EXPECT_EQ(after.compiles, middle.compiles);
+  EXPECT_EQ(first, second);
+  const auto library = runtime::HostLibrary::load(second, "the answer");
+  EXPECT_EQ(reinterpret_cast<int (*)()>(library->symbol("spikejit_answer"))(), 42);
+  try {
+    library->symbol("spikejit_question");
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("spikejit_question not found in the answer"), std::string::npos);
+  }
+  runtime::cache_clear();
+}
+
+TEST(HostCompiler, BytesThatAreNotALibraryDoNotLoad) {
+  try {
+    runtime::HostLibrary::load("not an ELF file", "a bad library");
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot load a bad library"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace spikejit
