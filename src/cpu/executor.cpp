@@ -241,27 +241,31 @@ struct ForwardCall {
   std::vector<LaneBuffer> checkpoints;  // per state, [ceil(T/k), N] in the compute type F
 };
 
-// Results computed by an instruction into a slot of their own (kept for the whole step, so no
-// other value reuses it) can be written in place when their buffer holds the compute type; a
-// slot that holds two results is written in place for the first.
-void mark_in_place_results(const ir::Step& step, const std::vector<ir::ValueId>& saved_nodes, DType compute,
-                           ForwardCall* c) {
-  std::vector<bool> taken(static_cast<size_t>(c->program->num_slots), false);
-  for (int32_t slot : c->program->carry_slot) taken[slot] = true;
-  auto mark = [&](const std::vector<ir::ValueId>& nodes, const std::vector<LaneBuffer>& buffers,
-                  std::vector<bool>* in_place) {
-    in_place->assign(buffers.size(), false);
-    for (size_t i = 0; i < buffers.size(); ++i) {
-      const int32_t slot = c->program->node_slot[nodes[i]];
-      if (!buffers[i].present() || buffers[i].dtype != compute || ir::is_leaf(step.nodes[nodes[i]].op) ||
+// Per group of results, which are computed straight into the caller's buffer: those an
+// instruction computes into a slot of its own (kept for the whole step, so no other value reuses
+// it) whose buffer holds the compute type; a slot that holds two results is written in place for
+// the first.
+struct ResultGroup {
+  const std::vector<ir::ValueId>& nodes;
+  const std::vector<LaneBuffer>& buffers;
+};
+std::vector<std::vector<bool>> in_place_results(const LaneProgram& p, const ir::Step& step, DType compute,
+                                                const std::vector<ResultGroup>& groups) {
+  std::vector<bool> taken(static_cast<size_t>(p.num_slots), false);
+  for (int32_t slot : p.carry_slot) taken[slot] = true;
+  std::vector<std::vector<bool>> marks;
+  for (const ResultGroup& g : groups) {
+    std::vector<bool>& in_place = marks.emplace_back(g.buffers.size(), false);
+    for (size_t i = 0; i < g.buffers.size(); ++i) {
+      const int32_t slot = p.node_slot[g.nodes[i]];
+      if (!g.buffers[i].present() || g.buffers[i].dtype != compute || ir::is_leaf(step.nodes[g.nodes[i]].op) ||
           taken[slot])
         continue;
       taken[slot] = true;
-      (*in_place)[i] = true;
+      in_place[i] = true;
     }
-  };
-  mark(step.outputs, c->outputs, &c->output_in_place);
-  mark(saved_nodes, c->saved, &c->saved_in_place);
+  }
+  return marks;
 }
 
 template <class F>
@@ -323,6 +327,7 @@ struct BackwardCall {
   PackedRows packed_saved;
   std::vector<LaneBuffer> grad_inputs, grad_initial_states, grad_params;
   std::vector<int32_t> grad_input_slots, grad_prev_state_slots, grad_param_slots;
+  std::vector<bool> grad_input_in_place;  // computed straight into the caller's buffer
   std::vector<double> partial_sums;  // [block][param]: per-block sums of scalar parameter gradients
   // Checkpoints (checkpoint_every > 0): the forward step that recomputes the saved values from
   // `checkpoints` (per state, [ceil(T/k), N] in F) and `inputs`, drawing with `seed`.
@@ -365,9 +370,13 @@ void backward_step(BackwardCall& c, Slots<F>& s, int64_t t, int64_t start, int64
       }
     }
   }
+  for (size_t i = 0; i < c.grad_inputs.size(); ++i) {
+    if (c.grad_input_in_place[i]) s.point(c.grad_input_slots[i], same_type_lanes<F>(c.grad_inputs[i], row));
+  }
   run_instrs(p, c.fused, s, n);
   for (size_t i = 0; i < c.grad_inputs.size(); ++i) {
-    if (c.grad_inputs[i].present()) store_lanes(c.grad_inputs[i], row, s[c.grad_input_slots[i]], n);
+    if (c.grad_inputs[i].present() && !c.grad_input_in_place[i])
+      store_lanes(c.grad_inputs[i], row, s[c.grad_input_slots[i]], n);
   }
   for (int32_t k = 0; k < num_params; ++k) {
     if (c.grad_params[k].present()) add_lanes(s[accumulators + k], s[c.grad_param_slots[k]], n);
@@ -532,7 +541,10 @@ void forward(const Program& program, const ForwardBuffers& b, const Options& opt
   if (checkpoints) check_checkpoint_dtypes(b.saved, f64);
   c.fused = fused_step(program, forward_variant(!saved_nodes.empty(), b.pack_spikes), options.fused, f64,
                        c.steps * c.neurons);
-  mark_in_place_results(step, saved_nodes, f64 ? DType::F64 : DType::F32, &c);
+  std::vector<std::vector<bool>> in_place = in_place_results(
+      *c.program, step, f64 ? DType::F64 : DType::F32, {{step.outputs, c.outputs}, {saved_nodes, c.saved}});
+  c.output_in_place = std::move(in_place[0]);
+  c.saved_in_place = std::move(in_place[1]);
   parallel_for(block_count(c.neurons), options.threads, [&](int64_t block) {
     if (f64) {
       forward_block<double>(c, block);
@@ -583,6 +595,8 @@ void backward(const Program& program, const BackwardBuffers& b, const Options& o
       options, any_f64({&b.saved, &b.inputs, &b.params, &b.grad_outputs, &b.grad_state_seqs,
                         &b.grad_final_states, &b.grad_inputs, &b.grad_initial_states, &b.grad_params}));
   if (b.checkpoint_every > 0) check_checkpoint_dtypes(b.saved, f64);
+  c.grad_input_in_place =
+      in_place_results(*c.program, step, f64 ? DType::F64 : DType::F32, {{step.grad_inputs, c.grad_inputs}})[0];
   c.fused = fused_step(program, backward_variant(b.pack_spikes), options.fused, f64, c.steps * c.neurons);
   if (b.checkpoint_every > 0) {
     c.forward_fused =
