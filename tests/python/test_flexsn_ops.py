@@ -96,8 +96,8 @@ aten = torch.ops.aten
 
 def constants(x, v):
     made = (torch.ones_like(x) + torch.zeros_like(v) + torch.full_like(x, 0.3) + x.new_ones(x.shape)
-            + torch.ones(x.shape, dtype=x.dtype) + torch.zeros(x.shape, dtype=x.dtype)
-            + torch.full(x.shape, 0.2, dtype=x.dtype))
+            + torch.ones(x.shape, dtype=x.dtype, device=x.device) + torch.zeros(x.shape, dtype=x.dtype, device=x.device)
+            + torch.full(x.shape, 0.2, dtype=x.dtype, device=x.device))
     return x * made * v
 
 
