@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -45,7 +46,7 @@ FusedSteps compile_fused_steps(const Program& program, const LaneProgram* const*
     }
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
     SPIKEJIT_LOG_AT(Level::Info, label << " ready in " << ms.count() << " ms");
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // spikejit::Error, and std::filesystem's errors
     out.failure = std::string("cannot compile the fused CPU steps of neuron ") + program.neuron().name + ": " + e.what();
     SPIKEJIT_LOG_AT(Level::Warning, out.failure << "\n(the neuron runs on the interpreted CPU steps: the same "
                                                    "results, slower)");

@@ -130,7 +130,7 @@ struct ForwardRun {
 };
 
 ForwardRun run_forward(Call& s, Kind kind, const std::vector<bool>& full, const std::vector<bool>& packed,
-                       bool pack_spikes, int threads) {
+                       bool pack_spikes, int threads, cpu::Fused fused = cpu::Fused::Off) {
   const Program& p = *s.program;
   const ir::Step& f = p.forward();
   ForwardRun r;
@@ -170,6 +170,7 @@ ForwardRun run_forward(Call& s, Kind kind, const std::vector<bool>& full, const 
   b.pack_spikes = pack_spikes;
   cpu::Options o;
   o.threads = threads;
+  o.fused = fused;
   cpu::forward(p, b, o);
   return r;
 }
@@ -178,7 +179,8 @@ struct BackwardRun {
   std::vector<Host> grad_inputs, grad_initial_states, grad_params;
 };
 
-BackwardRun run_backward(Call& s, ForwardRun& fr, std::vector<Host>& grad_outputs, bool pack_spikes) {
+BackwardRun run_backward(Call& s, ForwardRun& fr, std::vector<Host>& grad_outputs, bool pack_spikes,
+                         cpu::Fused fused = cpu::Fused::Off) {
   const Program& p = *s.program;
   const ir::Step& f = p.forward();
   const ir::Step& plan = p.backward(pack_spikes);
@@ -199,7 +201,9 @@ BackwardRun run_backward(Call& s, ForwardRun& fr, std::vector<Host>& grad_output
   b.grad_inputs = views(r.grad_inputs);
   b.grad_initial_states = views(r.grad_initial_states);
   b.grad_params = views(r.grad_params);
-  cpu::backward(p, b);
+  cpu::Options o;
+  o.fused = fused;
+  cpu::backward(p, b, o);
   return r;
 }
 
@@ -362,7 +366,8 @@ TEST(PackedSpikes, OutputsAreRowsOfBitSpikeCompress) {
 
 // The pack_spikes policy: the same outputs and final states as the default policy, the packed
 // saved bits are the rows of what the default policy saves where both save the same value, and
-// the gradients are the same bits (float16 / bfloat16: see NamedProgram).
+// the gradients are the same bits (float16 / bfloat16: see NamedProgram), interpreted and on
+// the fused steps alike.
 TEST(PackedSpikes, SavedBitsGiveTheDefaultPolicysGradients) {
   SeededRng rng;
   SCOPED_TRACE(rng.trace());
@@ -379,8 +384,10 @@ TEST(PackedSpikes, SavedBitsGiveTheDefaultPolicysGradients) {
         std::vector<Host> grad_outputs;
         for (int i = 0; i < p.forward().num_outputs; ++i) grad_outputs.push_back(random_host(rng, d, s.seq, -1, 1));
         const std::vector<bool> all(p.packable_outputs().size(), true), none(all.size(), false);
+        // The second repeat runs the packed policy on the fused steps (the same bits again).
+        const cpu::Fused fused = repeat == 1 ? cpu::Fused::On : cpu::Fused::Off;
         ForwardRun plain = run_forward(s, Kind::Training, all, none, false, 0);
-        ForwardRun packed = run_forward(s, Kind::Training, all, none, true, 0);
+        ForwardRun packed = run_forward(s, Kind::Training, all, none, true, 0, fused);
         for (size_t i = 0; i < plain.outputs.size(); ++i) EXPECT_TRUE(same_bytes(plain.outputs[i], packed.outputs[i]));
         for (size_t i = 0; i < plain.final_states.size(); ++i) {
           EXPECT_TRUE(same_bytes(plain.final_states[i], packed.final_states[i]));
@@ -394,7 +401,7 @@ TEST(PackedSpikes, SavedBitsGiveTheDefaultPolicysGradients) {
           }
         }
         const BackwardRun want = run_backward(s, plain, grad_outputs, false);
-        const BackwardRun got = run_backward(s, packed, grad_outputs, true);
+        const BackwardRun got = run_backward(s, packed, grad_outputs, true, fused);
         if (dtype_size(d) == 2 && !np.same_16bit_gradients) continue;
         for (size_t i = 0; i < want.grad_inputs.size(); ++i) {
           EXPECT_TRUE(same_bytes(want.grad_inputs[i], got.grad_inputs[i])) << "grad_inputs " << i;
