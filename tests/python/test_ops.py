@@ -266,3 +266,23 @@ def test_saved_inputs_are_not_copied():
     assert sum(t.numel() for t in kept if t.dim() == 3) == 2 * x.numel()  # x and v, nothing else
     s.sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all() and w.grad is not None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_large_cpu_calls_run_the_fused_steps_with_the_interpreted_bits(monkeypatch, dtype):
+    """From 2^20 neuron-steps a CPU call runs the neuron's step compiled by the host C++ compiler
+    (docs/user-guide.md, "CPU and GPU"); SPIKEJIT_CPU_FUSED=0 interprets it. Both give the same
+    spikes, states, PLIF w gradient and input gradients, bit for bit."""
+    x = (random_input(16, 65537, dtype=torch.float32) + 0.4).to(dtype)  # a partial last block
+    grad = torch.randn(16, 65537).to(dtype)
+    results = {}
+    for fused in ("0", "1"):
+        monkeypatch.setenv("SPIKEJIT_CPU_FUSED", fused)
+        node = spikejit.ParametricLIFNode(init_tau=2.5, step_mode="m", store_v_seq=True).to(dtype)
+        xr = x.clone().requires_grad_()
+        s = node(xr)
+        (s * grad).sum().backward()
+        results[fused] = (s, node.v_seq, xr.grad, node.w.grad)
+    bits = lambda t: t.view(torch.int16 if t.element_size() == 2 else torch.int32)  # noqa: E731
+    for got, want in zip(results["1"], results["0"]):
+        assert torch.equal(bits(got), bits(want))
