@@ -9,9 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -220,7 +220,13 @@ std::string host_library_for(const HostCompiler& compiler, const std::string& so
                              ")\ncommand: " + command_text(argv) + "\n" + log,
                          log);
     }
-    return output_of(library);
+    std::string bytes = output_of(library);
+    if (bytes.empty()) {
+      throw CompileError("the host compiler wrote no library for " + label + "\ncommand: " + command_text(argv) +
+                             "\n" + output_of(log_path),
+                         output_of(log_path));
+    }
+    return bytes;
   });
 }
 
