@@ -275,6 +275,14 @@ void bind_kernels(nb::module_& m) {
       },
       "(True, '') when a CUDA driver with a device and an NVRTC library can be opened, else "
       "(False, what was not found and where it looked).");
+  m.def(
+      "cpu_fused_support",
+      [] {
+        const cpu::FusedSupport support = cpu::fused_support();
+        return std::make_pair(support.available, support.detail);
+      },
+      "(True, the compiler) when large CPU calls can run the neuron's step compiled by the host C++ "
+      "compiler, else (False, why not).");
 }
 
 }  // namespace spikejit::python

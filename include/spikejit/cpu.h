@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "spikejit/buffers.h"
@@ -26,6 +27,10 @@ enum class Compute : uint8_t { Auto /* F64 if any buffer is fp64, else F32 */, F
 //   Off:  always interpreted.
 enum class Fused : uint8_t { Auto, On, Off };
 
+// Calls with fewer neuron-steps than this run interpreted under Fused::Auto: compiling a neuron
+// the first time takes about a second, and small calls gain little.
+constexpr int64_t kFusedMinWork = int64_t{1} << 20;
+
 struct Options {
   Compute compute = Compute::Auto;
   int threads = 0;  // 0: all hardware threads
@@ -34,5 +39,18 @@ struct Options {
 
 void forward(const Program& program, const ForwardBuffers& buffers, const Options& options = {});
 void backward(const Program& program, const BackwardBuffers& buffers, const Options& options = {});
+
+// Whether Fused::Auto can fuse here: (true, the compiler and its --version line), or (false, why
+// not: SPIKEJIT_CPU_FUSED=0, or no compiler, with what was tried). Compiles nothing; a compiler
+// that is found may still fail on a neuron (the warning of Fused::Auto says so).
+// `fused` with Auto turned into On or Off by SPIKEJIT_CPU_FUSED=1 or 0 (Auto when it is unset or
+// "auto"); throws Error naming the variable for any other value.
+Fused resolve_fused(Fused fused);
+
+struct FusedSupport {
+  bool available = false;
+  std::string detail;
+};
+FusedSupport fused_support();
 
 }  // namespace spikejit::cpu

@@ -29,7 +29,8 @@ __all__ = [
     "multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step", "plif_multi_step",
     "eager_scan", "eager_scan_final_state", "lowerable_scan", "lowerable_scan_final_state",
     "lowerable_scan_available", "bit_spike_compress", "bit_spike_decompress", "pack_spike_rows",
-    "unpack_spike_rows", "cuda_available",
+    "unpack_spike_rows", "cuda_available", "cuda_unavailable_reason", "cpu_fused_available",
+    "cpu_fused_unavailable_reason",
     "PackedSpikeLinear", "PackedSpikeConv2d", "packed_spikes", "Recompute",
     "surrogate", "registry", "ops",
 ]
@@ -43,6 +44,19 @@ def cuda_available() -> bool:
 def cuda_unavailable_reason() -> str:
     """Why CUDA kernels cannot run here ('' when they can): what was not found and where."""
     return _core.cuda_available()[1]
+
+
+def cpu_fused_available() -> bool:
+    """True when CPU calls of at least 2^20 neuron-steps can run the neuron's step compiled by the
+    host's C++ compiler (the same results as the interpreted steps, faster; docs/user-guide.md)."""
+    return _core.cpu_fused_support()[0]
+
+
+def cpu_fused_unavailable_reason() -> str:
+    """Why CPU steps are always interpreted here ('' when they can be compiled): SPIKEJIT_CPU_FUSED=0,
+    or no C++ compiler, with what was tried."""
+    available, detail = _core.cpu_fused_support()
+    return "" if available else detail
 
 
 def bit_spike_compress(s):

@@ -54,8 +54,9 @@ FusedSteps compile_fused_steps(const Program& program, const LaneProgram* const*
   return out;
 }
 
-// `fused` with Auto resolved through SPIKEJIT_CPU_FUSED.
-Fused resolve(Fused fused) {
+}  // namespace
+
+Fused resolve_fused(Fused fused) {
   if (fused != Fused::Auto) return fused;
   const char* env = std::getenv("SPIKEJIT_CPU_FUSED");
   if (!env || !*env || std::strcmp(env, "auto") == 0) return Fused::Auto;
@@ -64,10 +65,8 @@ Fused resolve(Fused fused) {
   throw Error(std::string("SPIKEJIT_CPU_FUSED: expected 0, 1 or auto, got '") + env + "'");
 }
 
-}  // namespace
-
 FusedStepFn fused_step(const Program& program, LaneVariant variant, Fused fused, bool f64, int64_t work) {
-  const Fused mode = resolve(fused);
+  const Fused mode = resolve_fused(fused);
   if (mode == Fused::Off || f64 || (mode == Fused::Auto && work < kFusedMinWork)) return nullptr;
   // Derived outside the fused steps' own derivation (Program::derived does not nest).
   const LaneProgram* programs[kLaneVariants] = {};
@@ -85,6 +84,16 @@ FusedStepFn fused_step(const Program& program, LaneVariant variant, Fused fused,
     return nullptr;
   }
   return steps.functions[static_cast<int>(variant)];
+}
+
+FusedSupport fused_support() {
+  if (resolve_fused(Fused::Auto) == Fused::Off) return {false, "turned off by SPIKEJIT_CPU_FUSED=0"};
+  try {
+    const runtime::HostCompiler compiler = runtime::find_host_compiler();
+    return {true, compiler.path + " (" + compiler.identity + ")"};
+  } catch (const Error& e) {
+    return {false, e.what()};
+  }
 }
 
 }  // namespace spikejit::cpu

@@ -12,10 +12,6 @@
 
 namespace spikejit::cpu {
 
-// Calls with fewer neuron-steps than this run interpreted under Fused::Auto: compiling a program
-// the first time takes about a second, and small calls gain little.
-constexpr int64_t kFusedMinWork = int64_t{1} << 20;
-
 // The fused step of `variant`, or nullptr to interpret: `fused` resolved against the
 // SPIKEJIT_CPU_FUSED variable (Auto only), the compute type and the call's `work` (steps x
 // neurons). Throws Error when the steps must be fused (Fused::On) and cannot be compiled; under

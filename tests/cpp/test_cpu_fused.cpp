@@ -207,7 +207,10 @@ TEST(FusedSteps, ThePolicy) {
     const ScopedEnv on("SPIKEJIT_CPU_FUSED", "1");
     EXPECT_NE(cpu::fused_step(lif, v, cpu::Fused::Auto, false, 1), nullptr);
     EXPECT_EQ(cpu::fused_step(lif, v, cpu::Fused::Off, false, 1), nullptr);
+    EXPECT_EQ(cpu::resolve_fused(cpu::Fused::Auto), cpu::Fused::On);
+    EXPECT_EQ(cpu::resolve_fused(cpu::Fused::Off), cpu::Fused::Off);
   }
+  EXPECT_EQ(cpu::resolve_fused(cpu::Fused::Auto), cpu::Fused::Auto);
   EXPECT_NE(cpu::fused_step(lif, v, cpu::Fused::Auto, false, cpu::kFusedMinWork), nullptr);
   const ScopedEnv wrong("SPIKEJIT_CPU_FUSED", "maybe");
   try {
@@ -218,6 +221,22 @@ TEST(FusedSteps, ThePolicy) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(FusedSteps, SupportNamesTheCompilerOrWhyNot) {
+  const cpu::FusedSupport here = cpu::fused_support();
+  EXPECT_TRUE(here.available) << here.detail;
+  EXPECT_NE(here.detail.find(runtime::find_host_compiler().identity), std::string::npos) << here.detail;
+  {
+    const ScopedEnv off("SPIKEJIT_CPU_FUSED", "0");
+    const cpu::FusedSupport support = cpu::fused_support();
+    EXPECT_FALSE(support.available);
+    EXPECT_EQ(support.detail, "turned off by SPIKEJIT_CPU_FUSED=0");
+  }
+  const ScopedEnv compiler("SPIKEJIT_CXX", "/nonexistent/c++");
+  const cpu::FusedSupport support = cpu::fused_support();
+  EXPECT_FALSE(support.available);
+  EXPECT_NE(support.detail.find("/nonexistent/c++: not found"), std::string::npos) << support.detail;
 }
 
 TEST(HostCompiler, ACompileErrorCarriesTheCompilersOutput) {

@@ -286,3 +286,17 @@ def test_large_cpu_calls_run_the_fused_steps_with_the_interpreted_bits(monkeypat
     bits = lambda t: t.view(torch.int16 if t.element_size() == 2 else torch.int32)  # noqa: E731
     for got, want in zip(results["1"], results["0"]):
         assert torch.equal(bits(got), bits(want))
+
+
+def test_cpu_fused_support_says_why_not(monkeypatch):
+    assert spikejit.cpu_fused_available(), spikejit.cpu_fused_unavailable_reason()  # CI has a compiler
+    assert spikejit.cpu_fused_unavailable_reason() == ""
+    monkeypatch.setenv("SPIKEJIT_CPU_FUSED", "0")
+    assert not spikejit.cpu_fused_available()
+    assert spikejit.cpu_fused_unavailable_reason() == "turned off by SPIKEJIT_CPU_FUSED=0"
+    monkeypatch.setenv("SPIKEJIT_CPU_FUSED", "auto")
+    monkeypatch.setenv("SPIKEJIT_CXX", "/nonexistent/c++")
+    assert "/nonexistent/c++: not found" in spikejit.cpu_fused_unavailable_reason()
+    monkeypatch.setenv("SPIKEJIT_CPU_FUSED", "sometimes")
+    with pytest.raises(spikejit.Error, match="SPIKEJIT_CPU_FUSED: expected 0, 1 or auto, got 'sometimes'"):
+        spikejit.cpu_fused_available()
