@@ -9,7 +9,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +19,7 @@
 #include "common/file_io.h"
 #include "common/log.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/library_search.h"
 #include "spikejit/runtime.h"
 
 extern char** environ;
@@ -117,13 +117,9 @@ bool is_executable_file(const std::string& path) {
 std::string locate(const std::string& name) {
   if (name.find('/') != std::string::npos) return is_executable_file(name) ? name : "";
   const char* path = std::getenv("PATH");
-  const std::string dirs = path ? path : "";
-  for (size_t begin = 0; begin <= dirs.size();) {
-    const size_t end = std::min(dirs.find(':', begin), dirs.size());
-    const std::string dir = dirs.substr(begin, end - begin);
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+  for (const std::string& dir : split_paths(path ? path : "")) {
+    const std::string candidate = dir + "/" + name;
     if (is_executable_file(candidate)) return candidate;
-    begin = end + 1;
   }
   return "";
 }

@@ -14,18 +14,6 @@ std::string env(const char* name) {
   return value ? value : "";
 }
 
-std::vector<std::string> split_paths(const std::string& list) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t end = list.find(':', start);
-    if (end == std::string::npos) end = list.size();
-    if (end > start) parts.push_back(list.substr(start, end - start));
-    start = end + 1;
-  }
-  return parts;
-}
-
 bool is_dir(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -70,6 +58,18 @@ std::vector<std::string> wheel_dirs(const std::string& site, const char* leaf) {
 }
 
 }  // namespace
+
+std::vector<std::string> split_paths(const std::string& list) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(':', start);
+    if (end == std::string::npos) end = list.size();
+    if (end > start) parts.push_back(list.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
 
 std::vector<std::string> python_site_packages() {
   std::vector<std::string> sites;

@@ -6,6 +6,9 @@
 
 namespace spikejit::runtime {
 
+// The non-empty entries of a ':'-separated list such as PATH.
+std::vector<std::string> split_paths(const std::string& list);
+
 // SPIKEJIT_CUDA_DRIVER_PATH alone when set; else libcuda.so.1 through the loader, then the
 // usual driver install locations.
 std::vector<std::string> driver_candidates();
