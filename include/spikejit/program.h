@@ -40,6 +40,7 @@ class Program {
   // `make` on the first call with this (owner, variant) and kept as long as the program, so
   // that a call does not derive it again (thread-safe). `owner` is the address of something of
   // the deriving part (one tag per part); every call with the same key must ask for the same T.
+  // `make` may derive other values of this program (not its own key).
   template <class T, class Make>
   const T& derived(const void* owner, int variant, const Make& make) const {
     return *static_cast<const T*>(

@@ -27,23 +27,26 @@ struct FusedSteps {
 
 std::string symbol_of(int variant) { return "spikejit_fused_step_" + std::to_string(variant); }
 
-// `programs`: the lane program of each variant, null where the step cannot be derived (the
-// interpreter reports that error when such a call comes).
-FusedSteps compile_fused_steps(const Program& program, const LaneProgram* const* programs) {
+// The lane programs of every variant compiled into one library. A variant whose step cannot be
+// derived gets no function (the interpreter reports that error when such a call comes).
+FusedSteps compile_fused_steps(const Program& program) {
   const std::string label = "neuron " + program.neuron().name + ", fused CPU steps";
   FusedSteps out;
   try {
     std::vector<std::pair<std::string, const LaneProgram*>> functions;
+    std::vector<int> variants;
     for (int v = 0; v < kLaneVariants; ++v) {
-      if (programs[v]) functions.emplace_back(symbol_of(v), programs[v]);
+      try {
+        functions.emplace_back(symbol_of(v), &lane_program(program, static_cast<LaneVariant>(v)));
+        variants.push_back(v);
+      } catch (const Error&) {
+      }
     }
     const auto began = std::chrono::steady_clock::now();
     const runtime::HostCompiler compiler = runtime::find_host_compiler();
     out.library = runtime::HostLibrary::load(
         runtime::host_library_for(compiler, fused_unit_source(functions), label), label);
-    for (int v = 0; v < kLaneVariants; ++v) {
-      if (programs[v]) out.functions[v] = reinterpret_cast<FusedStepFn>(out.library->symbol(symbol_of(v)));
-    }
+    for (int v : variants) out.functions[v] = reinterpret_cast<FusedStepFn>(out.library->symbol(symbol_of(v)));
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
     SPIKEJIT_LOG_AT(Level::Info, label << " ready in " << ms.count() << " ms");
   } catch (const std::exception& e) {  // spikejit::Error, and std::filesystem's errors
@@ -68,17 +71,8 @@ Fused resolve_fused(Fused fused) {
 FusedStepFn fused_step(const Program& program, LaneVariant variant, Fused fused, bool f64, int64_t work) {
   const Fused mode = resolve_fused(fused);
   if (mode == Fused::Off || f64 || (mode == Fused::Auto && work < kFusedMinWork)) return nullptr;
-  // Derived outside the fused steps' own derivation (Program::derived does not nest).
-  const LaneProgram* programs[kLaneVariants] = {};
-  for (int v = 0; v < kLaneVariants; ++v) {
-    try {
-      programs[v] = &lane_program(program, static_cast<LaneVariant>(v));
-    } catch (const Error&) {
-      if (v == static_cast<int>(variant)) throw;
-    }
-  }
-  const FusedSteps& steps = program.derived<FusedSteps>(&kFusedStepsOwner, 0,
-                                                        [&] { return compile_fused_steps(program, programs); });
+  const FusedSteps& steps =
+      program.derived<FusedSteps>(&kFusedStepsOwner, 0, [&] { return compile_fused_steps(program); });
   if (!steps.failure.empty()) {
     if (mode == Fused::On) throw Error(steps.failure);
     return nullptr;

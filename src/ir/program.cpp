@@ -37,7 +37,7 @@ struct Program::Impl {
   std::vector<bool> packable_outputs;
   bool uses_random = false;
   DerivedBackward backward[2];  // [pack_spikes]
-  std::mutex derived_mutex;
+  std::recursive_mutex derived_mutex;  // recursive: a value's `make` may derive others
   std::vector<DerivedValue> derived;  // a handful: a linear search
 };
 
@@ -95,7 +95,7 @@ bool Program::uses_random() const { return impl_->uses_random; }
 // Made under the lock: a second caller waits for the first one's value instead of making its own.
 const void* Program::derived_value(const void* owner, int variant,
                                    const std::function<std::shared_ptr<const void>()>& make) const {
-  std::lock_guard<std::mutex> lock(impl_->derived_mutex);
+  std::lock_guard<std::recursive_mutex> lock(impl_->derived_mutex);
   for (const DerivedValue& d : impl_->derived) {
     if (d.owner == owner && d.variant == variant) return d.value.get();
   }

@@ -537,5 +537,16 @@ TEST(ProgramDerived, AFailedMakeKeepsNothingAndTheNextCallTriesAgain) {
   EXPECT_EQ(program.derived<int>(&kOwnerA, 0, [] { return 4; }), 4);
 }
 
+// The fused CPU steps derive the lane programs while being derived themselves.
+TEST(ProgramDerived, AMakeMayDeriveOtherValues) {
+  const Program program = Program::from_text(kAccumulator);
+  const int& outer = program.derived<int>(&kOwnerA, 0, [&] {
+    return program.derived<int>(&kOwnerB, 0, [] { return 20; }) + 1;
+  });
+  EXPECT_EQ(outer, 21);
+  EXPECT_EQ(program.derived<int>(&kOwnerB, 0, [] { return 99; }), 20);
+  EXPECT_EQ(&program.derived<int>(&kOwnerA, 0, [] { return 99; }), &outer);
+}
+
 }  // namespace
 }  // namespace spikejit
