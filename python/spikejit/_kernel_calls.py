@@ -685,14 +685,15 @@ class ActiveReference:
         registry.release_active(self.handle)
 
 
-def keep_for_backward(ctx, call, results, inputs, params, seed=None):
+def keep_for_backward(ctx, call, results, inputs, params, seed=None, anchor=None):
     """Saves what the backward reads (TrainingCall.backward_inputs, the params and the seed of a
     random neuron: the backward must see the forward's own) and the facts of the call, on the
-    autograd context of its forward."""
+    autograd context of its forward. `anchor`: an output of the forward, saved last (see
+    ops._refusing_second_derivatives)."""
     saved = call.backward_inputs(results[call.first_saved:], inputs)
     seed = seed if call.counts.random else None
-    ctx.save_for_backward(*saved, *params, *seed_tensors(seed))
-    ctx.num_saved = len(saved)
+    ctx.save_for_backward(*saved, *params, *seed_tensors(seed), *(() if anchor is None else (anchor,)))
+    ctx.num_saved, ctx.num_params = len(saved), len(params)
     ctx.has_seed = seed is not None
     ctx.call = call
     ctx.active_reference = ActiveReference(call.handle)
@@ -703,10 +704,9 @@ def keep_for_backward(ctx, call, results, inputs, params, seed=None):
 def saved_for_backward(ctx):
     """(saved, params) as keep_for_backward kept them."""
     tensors = ctx.saved_tensors
-    end = len(tensors) - 1 if ctx.has_seed else len(tensors)
-    return tensors[:ctx.num_saved], tensors[ctx.num_saved:end]
+    return tensors[:ctx.num_saved], tensors[ctx.num_saved:ctx.num_saved + ctx.num_params]
 
 
 def seed_for_backward(ctx):
     """The forward's seed as keep_for_backward kept it, or None."""
-    return ctx.saved_tensors[-1] if ctx.has_seed else None
+    return ctx.saved_tensors[ctx.num_saved + ctx.num_params] if ctx.has_seed else None

@@ -152,6 +152,9 @@ def _backward_forward(ctx, grads):
 
 
 torch.library.register_autograd("spikejit::neuron_forward", _backward_forward, setup_context=_setup_forward)
+# A gradient of the gradients (create_graph=True, then a second autograd.grad) raises spikejit's
+# own message instead of PyTorch's "no autograd formula was registered".
+torch.library.register_autograd("spikejit::neuron_backward", refuse_second_derivative)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,13 +176,14 @@ class _Training(torch.autograd.Function):
         # read an absent gradient as zero without allocating, filling and reading one. (Packed
         # outputs, uint8, carry no gradient: theirs is None too.)
         ctx.set_materialize_grads(False)
-        keep_for_backward(ctx, call, results, inputs, params, seed)
+        anchor = inputs[0].new_empty(0)  # last, after any carriers: callers slice by their counts
+        keep_for_backward(ctx, call, results, inputs, params, seed, anchor)
         ctx.num_states_given = num_states
         ctx.carriers = carriers
         returned = tuple(results[:call.first_saved])
         if carriers:
             returned += tuple(_gradient_carrier(inputs[0]) for _ in range(bin(call.packed_outputs).count("1")))
-        return returned
+        return returned + (anchor,)
 
     @staticmethod
     def backward(ctx, *grads):
@@ -187,7 +191,7 @@ class _Training(torch.autograd.Function):
             return _training_backward(ctx, *grads)
         with torch.no_grad():  # create_graph=True: the kernels' gradients have no graph of their own
             results = _training_backward(ctx, *grads)
-        return _refusing_second_derivatives(results)
+        return _refusing_second_derivatives(results, ctx.saved_tensors[-1], grads)
 
 
 def _training_backward(ctx, *grads):
@@ -211,12 +215,13 @@ def _training_backward(ctx, *grads):
 
 
 class _SecondDerivativeRefused(torch.autograd.Function):
-    """The identity on gradients the kernels computed, under create_graph=True: differentiating
-    them again raises, so a second derivative through the kernels is an error, not a silent zero."""
+    """The identity on gradients the kernels computed, under create_graph=True, with edges to
+    everything they depend on: differentiating them again raises, so a second derivative through
+    the kernels is an error, not a silent zero or a silently missing term."""
 
     @staticmethod
-    def forward(*gradients):
-        return tuple(g.view_as(g) for g in gradients)
+    def forward(num_links, *tensors):
+        return tuple(g.view_as(g) for g in tensors[num_links:])
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -225,10 +230,15 @@ class _SecondDerivativeRefused(torch.autograd.Function):
     backward = staticmethod(refuse_second_derivative)
 
 
-def _refusing_second_derivatives(results):
-    """`results` (tensors and None) with each tensor behind a _SecondDerivativeRefused node."""
-    tensors = [r.requires_grad_() for r in results if r is not None]  # the kernels' fresh results
-    refused = iter(_SecondDerivativeRefused.apply(*tensors) if tensors else ())
+def _refusing_second_derivatives(results, anchor: Tensor, grads):
+    """`results` (tensors and None, computed without a graph) behind a _SecondDerivativeRefused
+    node linked to `anchor` and to the incoming `grads` that have a graph. The anchor, an empty
+    output of the forward, leads back to the forward's inputs, initial states and parameters:
+    any path of a second derivative from the results to them passes the refusing node. (Without
+    it the results would be fresh leaves, and autograd.grad would leave out their terms.)"""
+    links = [anchor, *(g for g in grads if g is not None and g.requires_grad)]
+    tensors = [r for r in results if r is not None]
+    refused = iter(_SecondDerivativeRefused.apply(len(links), *links, *tensors) if tensors else ())
     return tuple(None if r is None else next(refused) for r in results)
 
 

@@ -55,6 +55,41 @@ def test_create_graph_gives_the_same_first_derivative_and_refuses_a_second(name,
         first.sum().backward()
 
 
+@pytest.mark.parametrize("name", NEURONS)
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_a_second_autograd_grad_through_the_kernels_raises(name, device):
+    # autograd.grad runs only the nodes on a path to what it differentiates: the refusal must sit
+    # on every path from the kernels' gradients back to the call's inputs and parameters, and to
+    # whatever the incoming gradient depends on (here `weights`).
+    node, x = NEURONS[name]().to(device), random_input(5, 7, device=device).requires_grad_()
+    weights = torch.randn(5, 7, device=device, requires_grad=True)
+    (first,) = torch.autograd.grad((run(node, x) * weights).sum(), x, create_graph=True)
+    for loss, wrt in [((first * x).sum(), x), (first.sum(), x), (first.sum(), weights),
+                      *([(first.sum(), node.w)] if name == "ParametricLIFNode" else [])]:
+        with pytest.raises(RuntimeError, match="^spikejit.s neuron kernels have first derivatives only"):
+            torch.autograd.grad(loss, wrt, allow_unused=True)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_a_second_derivative_with_respect_to_an_initial_state_raises(device):
+    x = random_input(5, 7, device=device).requires_grad_()
+    v_init = (0.5 * torch.rand(7, device=device)).requires_grad_()
+    _, v_last = spikejit.multistep_lif(x, v_init, store_v_seq=False)
+    (first,) = torch.autograd.grad((v_last ** 2).sum(), v_init, create_graph=True)
+    with pytest.raises(RuntimeError, match="^spikejit.s neuron kernels have first derivatives only"):
+        torch.autograd.grad((first * v_init).sum(), v_init)
+
+
+def test_a_second_derivative_through_the_custom_op_raises():
+    # The op torch.compile's graphs call, used directly: its backward op refuses a gradient too.
+    x = random_input(5, 7, dtype=torch.float64).requires_grad_()
+    handle = spikejit.LIFNode(step_mode="m")._program_handle
+    _, v_last = torch.ops.spikejit.neuron_forward(handle, [x], [], [], False)[:2]
+    (first,) = torch.autograd.grad((v_last ** 2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="^spikejit.s neuron kernels have first derivatives only"):
+        torch.autograd.grad((first * x).sum(), x)
+
+
 # ---- the spike function: every derivative mode, the surrogate's derivative in each -----------
 
 SURROGATES = [("sigmoid", [4.0]), ("atan", [2.0]), ("piecewise_quadratic", [1.0]), ("super_spike", [3.0])]
