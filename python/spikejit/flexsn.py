@@ -22,6 +22,7 @@ multi_step_functional_forward and FlexSNKernel).
 """
 import copy
 import inspect
+import threading
 import warnings
 from typing import Callable, List, Optional, Sequence, Union
 
@@ -229,6 +230,38 @@ def _check_shapes(eager, ours, eager_grads, ours_grads, dtype) -> None:
                                 f"eager autograd's {list(a.shape)}")
 
 
+# Tracing (make_fx patches module-level state of PyTorch's), the generators' save and restore
+# and the verification of one core at a time: FlexSN modules made in several threads at once
+# would otherwise trace inside each other (a crash, or a spurious fallback).
+_COMPILING = threading.RLock()
+_cuda_guard_pinned = False
+
+
+def _pin_fake_cuda_guard() -> None:
+    """Works around a PyTorch bug (2.11; fixed upstream by pytorch/pytorch#178950): where CUDA
+    has no device, the first FakeTensorMode (make_fx enters one) registers a no-op CUDA device
+    guard owned by its thread. Once that thread ends the registry points at freed memory, and
+    the next trace, in any thread, crashes. Registered by a thread that lives as long as the
+    process (the main thread, else a parked one), the guard stays valid. Call under _COMPILING."""
+    global _cuda_guard_pinned
+    ensure = getattr(torch._C, "_ensureCUDADeviceGuardSet", None)  # (older PyTorch: no such guard)
+    if _cuda_guard_pinned or ensure is None:
+        return
+    if threading.current_thread() is threading.main_thread():
+        ensure()
+    else:
+        registered = threading.Event()
+
+        def park():
+            ensure()
+            registered.set()
+            threading.Event().wait()
+
+        threading.Thread(target=park, name="spikejit-cuda-guard", daemon=True).start()
+        registered.wait()
+    _cuda_guard_pinned = True
+
+
 def _untouched_generators(device: torch.device):
     """A context that restores PyTorch's generators (the CPU's and, for a CUDA device, its own) on
     exit: tracing and verifying a core run it, and a core's random draws must not move them (making
@@ -311,7 +344,8 @@ class FlexSN(StatefulModule):
             else:
                 examples = [e.clone() for e in example_inputs]  # tracing an in-place core writes them
                 device = examples[0].device
-            with _untouched_generators(device):
+            with _COMPILING, _untouched_generators(device):
+                _pin_fake_cuda_guard()
                 compiled = _CompiledCore(self.core, self.num_inputs, self.num_states, self.num_outputs, examples)
                 try:
                     _verify(compiled, self.core, device)

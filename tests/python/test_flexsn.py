@@ -450,3 +450,31 @@ def test_handles_name_programs_the_same_in_every_process():
     del a
     gc.collect()
     assert live(b.handle)
+
+
+def test_modules_made_in_several_threads_at_once_all_compile():
+    # In a subprocess: tracing inside another thread's tracing crashed the interpreter before.
+    script = """
+import threading, torch, spikejit
+def core(x, v):
+    h = v + (x - v) / 2.0
+    s = spikejit.surrogate.ATan()(h - 1.0)
+    return s, h * (1.0 - s)
+def plain_core(x, v):
+    h = 0.9 * v + x
+    return torch.sigmoid(h), h
+errors, handles = [], []
+def make(i):
+    try:
+        for _ in range(3):
+            handles.append(spikejit.FlexSN(core if i % 2 else plain_core, 1, 1, 1, strict=True).handle)
+    except Exception as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=make, args=(i,)) for i in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(len(handles), len(set(handles)), errors)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["12", "2", "[]"], done.stdout
