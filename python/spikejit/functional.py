@@ -28,6 +28,7 @@ from typing import Optional, Union
 
 import torch
 from torch import Tensor
+from torch.fx.experimental.symbolic_shapes import guard_scalar
 
 from . import _core, ops, registry
 from ._forward_mode import has_tangents, run_with_tangents
@@ -70,12 +71,31 @@ def _check_number(name, value):
     return float(value)
 
 
-@torch.compiler.assume_constant_result
+def _specialized(value):
+    """A number as a constant. Under torch.compile a float argument that changed between calls
+    arrives symbolic (dynamo makes it dynamic); the kernels bake hyper-parameters in, so it is
+    specialized instead: a guard on its value, and a new value compiles again."""
+    # (Dynamo shows a symbolic float as a float; guard_scalar returns a plain number as it is.)
+    if isinstance(value, (float, int, torch.SymFloat, torch.SymInt, torch.SymBool)):
+        return guard_scalar(value)
+    return value
+
+
 def builtin_handle(kind: str, v_threshold: float, v_reset: Optional[float], detach_reset: bool,
                    surrogate_name: str, surrogate_params: tuple, decay_input: bool = True,
                    tau: float = 2.0) -> int:
     """The registry handle of a built-in neuron ('if', 'lif', 'plif', 'plif_r') for these
     options; programs are built once per distinct options and kept for the process."""
+    return _builtin_handle(kind, _specialized(v_threshold), _specialized(v_reset), _specialized(detach_reset),
+                           surrogate_name, tuple(_specialized(p) for p in surrogate_params),
+                           _specialized(decay_input), _specialized(tau))
+
+
+# Dynamo cannot trace into the extension: under torch.compile this runs while tracing (its
+# arguments are constants there) and its result is a constant of the graph.
+@torch.compiler.assume_constant_result
+def _builtin_handle(kind: str, v_threshold: float, v_reset: Optional[float], detach_reset: bool,
+                    surrogate_name: str, surrogate_params: tuple, decay_input: bool, tau: float) -> int:
     key = (kind, v_threshold, v_reset, detach_reset, surrogate_name, tuple(surrogate_params),
            decay_input, tau if kind == "lif" else None)
     handle = _builtin_handles.get(key)

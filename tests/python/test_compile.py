@@ -165,6 +165,22 @@ def test_functional_api_compiles_without_breaks():
     torch.testing.assert_close(torch.compile(run, fullgraph=True)(*args), run(*args))
 
 
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_functional_hyper_parameters_passed_as_changing_floats(dynamic):
+    # Dynamo makes a float argument that changes between calls symbolic (with dynamic=True, at
+    # once); the kernels bake hyper-parameters in, so each value gets its own specialized graph.
+    def run(x, a):
+        s, v = spikejit.multistep_lif(x, None, tau=a, v_threshold=a / 2, v_reset=a - 3.0,
+                                      surrogate_function=spikejit.surrogate.Sigmoid(alpha=a))
+        return s, v
+
+    compiled = torch.compile(run, fullgraph=True, dynamic=dynamic)
+    x = torch.rand(6, 10) * 3
+    for a in (2.0, 3.0, 4.5, 3.0):
+        for ours, expected in zip(compiled(x, a), run(x, a)):
+            assert torch.equal(ours, expected)
+
+
 def test_dynamic_shapes_and_changed_options():
     """dynamic=True: a new T reuses the graph; assigning an option rebuilds the program and the
     compiled function follows (a guard on the program handle)."""
