@@ -72,9 +72,9 @@ def bit_spike_decompress(compressed, shape, dtype=None):
 def pack_spike_rows(s):
     """[T, *S] spikes -> uint8 [T, ceil(N / 8)]: neuron n of step t at bit n % 8 of byte n // 8 of
     row t (the layout of packed outputs; for N % 8 == 0, bit_spike_compress of the sequence)."""
-    return ops.pack_spike_rows(s)
+    return ops.pack_spike_rows(ops.check_tensor("s", s))
 
 
 def unpack_spike_rows(packed, shape, dtype=None):
     """The inverse of pack_spike_rows: 0/1 spikes of `shape` [T, *S] in `dtype` (default uint8)."""
-    return ops.unpack_spike_rows(packed, list(shape), dtype)
+    return ops.unpack_spike_rows(ops.check_tensor("packed", packed), ops.shape_argument("shape", shape), dtype)

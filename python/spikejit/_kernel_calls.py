@@ -613,6 +613,8 @@ class TrainingCall:
                         grad_state_seqs, seed=None):
         counts = self.counts
         seq_shape = list(seq_shape)
+        if len(seq_shape) < 1 or any(d < 0 for d in seq_shape):
+            raise ValueError(f"seq_shape: expected [T, *S] with dimensions >= 0, got {seq_shape}")
         if dtype not in DTYPE_CODES:
             raise TypeError(f"dtype: expected float32, float64, float16 or bfloat16, got {dtype}")
         self._check_backward_seed(device, seed)
@@ -631,6 +633,8 @@ class TrainingCall:
             if packed and (t.dtype != torch.uint8 or list(t.shape) != rows or t.device != device):
                 raise ValueError(f"saved[{i}]: expected the spikes saved as bits, uint8{rows} (T, ceil(N/8)) "
                                  f"on {device}, got {describe(t)}")
+            if not packed and t.dtype != dtype:
+                raise TypeError(f"saved[{i}]: expected {dtype} (what the forward saved), got {describe(t)}")
 
     def _check_backward_seed(self, device, seed):
         """The backward of a random neuron recomputes its draws under checkpoints: it needs the

@@ -785,8 +785,9 @@ def trace_core(core: Callable, num_inputs: int, num_states: int, num_outputs: in
 
     results = []
     for i, r in enumerate(returned):
-        if not isinstance(r, torch.fx.Node):
-            raise UnsupportedOp("output", f"a non-tensor result {r!r}")
+        if not isinstance(r, torch.fx.Node):  # (runs eagerly no better: not a fallback)
+            raise TypeError(f"core: expected tensors (outputs, then next states), got {type(r).__name__} "
+                            f"as value {i}")
         body.append(f"r{i} = {as_float(values[r])}")
         results.append(f"r{i}")
 

@@ -24,17 +24,17 @@ import copy
 import inspect
 import threading
 import warnings
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Callable, Iterable, List, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 
 from . import _core, registry
 from ._trace import UnsupportedOp, captured_tensors, trace_core
-from .functional import refuse_stale_state, run_neuron
+from .functional import check_flag, refuse_stale_state, run_neuron
 from ._kernel_calls import AUTO, check_checkpoint_every, check_pack_spikes
 from ._stateful_module import StatefulModule
-from .scan import eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available, \
+from .scan import core_results, eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available, \
     lowerable_scan_final_state
 
 __all__ = ["FlexSN", "FlexSNKernel", "UnsupportedCoreError"]
@@ -309,17 +309,23 @@ class FlexSN(StatefulModule):
         count = num_inputs + num_states
         if requires_grad is not None and len(requires_grad) != count:
             raise ValueError(f"requires_grad: expected {count} flags (inputs then states), got {len(requires_grad)}")
-        if example_inputs is not None and len(example_inputs) != count:
-            raise ValueError(f"example_inputs: expected {count} tensors (inputs then states), got {len(example_inputs)}")
+        if example_inputs is not None:
+            if len(example_inputs) != count:
+                raise ValueError(f"example_inputs: expected {count} tensors (inputs then states), "
+                                 f"got {len(example_inputs)}")
+            for i, e in enumerate(example_inputs):
+                if not isinstance(e, Tensor):
+                    raise TypeError(f"example_inputs[{i}]: expected a tensor, got {type(e).__name__}")
         if example_outputs is not None and len(example_outputs) != num_outputs:
             raise ValueError(f"example_outputs: expected {num_outputs} tensors, got {len(example_outputs)}")
         _check_arity(core, count)
         self.core = core
-        self.requires_grad = None if requires_grad is None else [bool(r) for r in requires_grad]
+        self.requires_grad = None if requires_grad is None else [
+            check_flag(f"requires_grad[{i}]", r) for i, r in enumerate(requires_grad)]
         self.step_mode = step_mode
         self.backend = backend
-        self.store_state_seqs = bool(store_state_seqs)
-        self.strict = bool(strict)
+        self.store_state_seqs = check_flag("store_state_seqs", store_state_seqs)
+        self.strict = check_flag("strict", strict)
         self.checkpoint_every = check_checkpoint_every(checkpoint_every)
         self.pack_spikes = check_pack_spikes(pack_spikes, self.checkpoint_every)
         self.fallback_reason = None
@@ -365,6 +371,8 @@ class FlexSN(StatefulModule):
 
     def _check_packed_outputs(self, packed_outputs) -> int:
         """The bit mask of `packed_outputs` (indices of spike-valued outputs)."""
+        if isinstance(packed_outputs, (str, bytes)) or not isinstance(packed_outputs, Iterable):
+            raise TypeError(f"packed_outputs: expected a sequence of output indices, got {packed_outputs!r}")
         indices = list(packed_outputs)
         if not indices:
             return 0
@@ -438,6 +446,13 @@ class FlexSN(StatefulModule):
     def _custom_init(self) -> bool:
         return type(self).init_states is not FlexSN.init_states
 
+    def detach(self) -> None:
+        """Cuts the states (and stored state sequences) from the autograd graph (truncated BPTT)."""
+        for name in ("states", "state_seqs"):
+            values = getattr(self, name)
+            if values is not None:
+                setattr(self, name, [v.detach() if isinstance(v, Tensor) else v for v in values])
+
     def reset(self) -> None:
         self.states = None
         self.state_seqs = None
@@ -478,11 +493,8 @@ class FlexSN(StatefulModule):
         if states is None:
             states = self.init_states(self.num_states, "s", *inputs)
         inputs, states = self._mask(inputs, states)
-        results = _as_list(self.core(*inputs, *states))
-        if len(results) != self.num_outputs + self.num_states:
-            raise ValueError(f"core: expected {self.num_outputs + self.num_states} values, got {len(results)}")
-        self.states = results[self.num_outputs:]
-        return results[:self.num_outputs]
+        outputs, self.states = core_results(self.core(*inputs, *states), self.num_outputs, self.num_states)
+        return outputs
 
     def multi_step_functional_forward(self, *inputs, states: Optional[Sequence[Tensor]] = None,
                                       seed: Optional[Tensor] = None):
@@ -491,6 +503,12 @@ class FlexSN(StatefulModule):
         draws, compiled): an int64 tensor of one element on the inputs' device that fixes the
         draws; None draws one from PyTorch's generator."""
         self._check_inputs(inputs)
+        if states is not None:
+            if len(states) != self.num_states:
+                raise ValueError(f"states: expected {self.num_states} tensors (or None), got {len(states)}")
+            for j, s in enumerate(states):
+                if s is not None and not isinstance(s, Tensor):
+                    raise TypeError(f"states[{j}]: expected a tensor or None, got {type(s).__name__}")
         return self._run_sequence(list(inputs), states, seed)
 
     def _run_sequence(self, inputs, states, seed=None):

@@ -86,6 +86,8 @@ def builtin_handle(kind: str, v_threshold: float, v_reset: Optional[float], deta
                    tau: float = 2.0) -> int:
     """The registry handle of a built-in neuron ('if', 'lif', 'plif', 'plif_r') for these
     options; programs are built once per distinct options and kept for the process."""
+    check_flag("detach_reset", detach_reset)
+    check_flag("decay_input", decay_input)
     return _builtin_handle(kind, _specialized(v_threshold), _specialized(v_reset), _specialized(detach_reset),
                            surrogate_name, tuple(_specialized(p) for p in surrogate_params),
                            _specialized(decay_input), _specialized(tau))
@@ -293,7 +295,9 @@ def _check_sequence(x_seq):
 
 
 def _initial_state(v_init, x_seq):
-    """None (the neuron's default, v_reset) or v_init as a [*S] tensor in x_seq's dtype."""
+    """None (the neuron's default, v_reset) or v_init as a [*S] tensor in x_seq's dtype. A v_init
+    of another shape with N elements is read in memory order (SpikingJelly's contract: it needs
+    the element count only)."""
     if v_init is None:
         return None
     if not isinstance(v_init, Tensor):
@@ -318,17 +322,20 @@ def _scalar_param(value, name, x_seq):
     return value.reshape(1).to(x_seq.dtype)
 
 
-def _check_flag(name, value):
+def check_flag(name, value):
     if not isinstance(value, bool):
         raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
     return value
 
 
 def _run_builtin(handle, x_seq, v_init, params, store_v_seq, checkpoint_every, packed_spikes):
-    packed = 1 if _check_flag("packed_spikes", packed_spikes) else 0
+    packed = 1 if check_flag("packed_spikes", packed_spikes) else 0
     outputs, finals, seqs = run_neuron(handle, 1, 1, [x_seq], [_initial_state(v_init, x_seq)], params,
                                        store_v_seq, checkpoint_every, packed)
-    return outputs[0], finals[0], (seqs[0] if store_v_seq else None)
+    v_last = finals[0]
+    if v_init is not None and v_init.shape != v_last.shape:  # read in memory order: v_last comes back alike
+        v_last = v_last.reshape(v_init.shape)
+    return outputs[0], v_last, (seqs[0] if store_v_seq else None)
 
 
 def if_multi_step(x_seq: Tensor, v: Optional[Tensor] = None, v_threshold: float = 1.0,

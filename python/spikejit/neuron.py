@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from . import surrogate as _surrogate
-from .functional import builtin_handle, refuse_stale_state, run_neuron
+from .functional import builtin_handle, check_flag, refuse_stale_state, run_neuron
 from ._kernel_calls import AUTO, check_checkpoint_every
 from ._stateful_module import StatefulModule
 
@@ -31,45 +31,60 @@ BACKENDS = ("spikejit", "torch", "cupy", "triton", "inductor")
 
 def _check_float(name, value, allow_none=False):
     if value is None and allow_none:
-        return
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         expected = "a float or None" if allow_none else "a float"
         raise TypeError(f"{name}: expected {expected}, got {type(value).__name__}")
+    return float(value)
+
+
+def _checked_option(name: str, value):
+    """An option's value as the module keeps it, after its checks (constructor and assignment)."""
+    if name in ("detach_reset", "decay_input"):
+        return check_flag(name, value)
+    if name == "surrogate_function":
+        _surrogate.resolve(value)  # rejects unsupported surrogates now
+        return _surrogate.Sigmoid() if value is None else value
+    if name == "v_reset":
+        return _check_float(name, value, allow_none=True)
+    value = _check_float(name, value)
+    if name == "tau" and not value > 1.0:
+        raise ValueError(f"tau: expected a float > 1, got {value}")
+    return value
 
 
 class BaseNode(StatefulModule):
     """Common state handling of the built-in neurons (one state `v`).
 
     The program handle is kept in `_program_handle` and rebuilt whenever an option attribute is
-    assigned, so that forward only reads an int (a constant for torch.compile). A surrogate
-    changed in place (`node.surrogate_function.alpha = 3`) must be assigned again to count.
+    assigned, so that forward only reads an int (a constant for torch.compile). An assignment
+    is checked first: a rejected value leaves the option and the program as they were. A
+    surrogate changed in place (`node.surrogate_function.alpha = 3`) must be assigned again to
+    count. Assigning `store_v_seq` forgets `v_seq`, as SpikingJelly does.
     """
 
     _STATE_NAMES = frozenset({"v", "v_seq"})
     _OPTIONS = frozenset({"v_threshold", "v_reset", "detach_reset", "surrogate_function", "tau", "decay_input"})
+    _SUBCLASS_OPTIONS = frozenset({"tau", "decay_input"})  # what **options may hold
 
     def __init__(self, v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, surrogate_function=None,
                  detach_reset: bool = False, step_mode: str = "s", backend: str = "spikejit",
                  store_v_seq: bool = False, checkpoint_every: Union[int, str] = "auto", **options):
         super().__init__()
-        _check_float("v_threshold", v_threshold)
-        _check_float("v_reset", v_reset, allow_none=True)
-        if not isinstance(detach_reset, bool):
-            raise TypeError(f"detach_reset: expected a bool, got {type(detach_reset).__name__}")
+        for name in options:
+            if name not in self._SUBCLASS_OPTIONS:
+                raise TypeError(f"{type(self).__name__}.__init__() got an unexpected keyword argument {name!r}")
         if step_mode not in ("s", "m"):
             raise ValueError(f"step_mode: expected 's' or 'm', got {step_mode!r}")
         if backend not in BACKENDS:
             raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
-        _surrogate.resolve(surrogate_function)  # rejects unsupported surrogates now
-        self.v_threshold = float(v_threshold)
-        self.v_reset = None if v_reset is None else float(v_reset)
-        self.surrogate_function = _surrogate.Sigmoid() if surrogate_function is None else surrogate_function
-        self.detach_reset = detach_reset
+        options = dict(v_threshold=v_threshold, v_reset=v_reset, surrogate_function=surrogate_function,
+                       detach_reset=detach_reset, **options)
         for name, value in options.items():
-            setattr(self, name, value)
+            setattr(self, name, _checked_option(name, value))
         self.step_mode = step_mode
         self.backend = backend
-        self.store_v_seq = store_v_seq
+        self.store_v_seq = check_flag("store_v_seq", store_v_seq)
         self.checkpoint_every = check_checkpoint_every(checkpoint_every)
         self.v = self._v_default()
         self.v_seq = None
@@ -77,9 +92,29 @@ class BaseNode(StatefulModule):
         self._refresh_program()
 
     def __setattr__(self, name, value):
-        super().__setattr__(name, value)
-        if name in self._OPTIONS and self.__dict__.get("_options_ready", False):
+        if not self.__dict__.get("_options_ready", False):
+            super().__setattr__(name, value)
+        elif name in self._OPTIONS:
+            self._assign_option(name, _checked_option(name, value))
+        elif name == "store_v_seq":
+            super().__setattr__(name, check_flag(name, value))
+            self.v_seq = None
+        else:
+            super().__setattr__(name, value)
+
+    def _assign_option(self, name, value) -> None:
+        old = getattr(self, name)
+        self._store(name, value)
+        try:
             self._refresh_program()
+        except BaseException:
+            self._store(name, old)
+            raise
+
+    def _store(self, name, value) -> None:
+        if not isinstance(value, nn.Module) and name in self._modules:  # a surrogate name after a module
+            del self._modules[name]
+        super().__setattr__(name, value)
 
     def _refresh_program(self) -> None:
         self._program_handle = self._make_handle()
@@ -120,7 +155,11 @@ class BaseNode(StatefulModule):
         if isinstance(v, Tensor) and v.shape == shape:
             refuse_stale_state(self)
             return v.to(device=x_seq.device, dtype=x_seq.dtype)
-        if isinstance(v, Tensor) or v == self._v_default():
+        if isinstance(v, Tensor):
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"v: expected a tensor or a float (the state), got {type(v).__name__}")
+        if v == self._v_default():
             return None
         refuse_stale_state(self)
         return torch.full(shape, float(v), dtype=x_seq.dtype, device=x_seq.device)
@@ -158,8 +197,10 @@ class BaseNode(StatefulModule):
         self.v = finals[0]
         if self.store_v_seq:
             step = self.v.unsqueeze(0)
-            if isinstance(self.v_seq, Tensor) and self.v_seq.shape[1:] == step.shape[1:]:
-                self.v_seq = torch.cat((self.v_seq, step))
+            v_seq = self.v_seq
+            if (isinstance(v_seq, Tensor) and v_seq.shape[1:] == step.shape[1:] and v_seq.device == step.device
+                    and v_seq.dtype == step.dtype):
+                self.v_seq = torch.cat((v_seq, step))
             else:
                 self.v_seq = step
         return outputs[0][0]
@@ -180,6 +221,12 @@ class BaseNode(StatefulModule):
 class IFNode(BaseNode):
     """Integrate-and-fire: h = v + x; s = H(h - v_threshold); hard or soft reset."""
 
+    def __init__(self, v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, surrogate_function=None,
+                 detach_reset: bool = False, step_mode: str = "s", backend: str = "spikejit",
+                 store_v_seq: bool = False, checkpoint_every: Union[int, str] = "auto"):
+        super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq,
+                         checkpoint_every)
+
     def _make_handle(self) -> int:
         name, params = _surrogate.resolve(self.surrogate_function)
         return builtin_handle("if", self.v_threshold, self.v_reset, self.detach_reset, name, params)
@@ -193,11 +240,8 @@ class LIFNode(BaseNode):
                  v_reset: Optional[float] = 0.0, surrogate_function=None, detach_reset: bool = False,
                  step_mode: str = "s", backend: str = "spikejit", store_v_seq: bool = False,
                  checkpoint_every: Union[int, str] = "auto"):
-        _check_float("tau", tau)
-        if not tau > 1.0:
-            raise ValueError(f"tau: expected a float > 1, got {tau}")
         super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq,
-                         checkpoint_every, tau=float(tau), decay_input=bool(decay_input))
+                         checkpoint_every, tau=tau, decay_input=decay_input)
 
     def _make_handle(self) -> int:
         name, params = _surrogate.resolve(self.surrogate_function)
@@ -219,7 +263,7 @@ class ParametricLIFNode(BaseNode):
         if not init_tau > 1.0:
             raise ValueError(f"init_tau: expected a float > 1, got {init_tau}")
         super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq,
-                         checkpoint_every, decay_input=bool(decay_input))
+                         checkpoint_every, decay_input=decay_input)
         self.w = nn.Parameter(torch.as_tensor(-math.log(init_tau - 1.0)))
 
     def _make_handle(self) -> int:
@@ -228,7 +272,11 @@ class ParametricLIFNode(BaseNode):
                               self.decay_input)
 
     def _params(self, x_seq: Tensor):
-        return [self.w.reshape(1).to(x_seq.dtype)]
+        w = self.w
+        if not isinstance(w, Tensor) or w.numel() != 1:
+            raise ValueError(f"w: expected a one-element tensor (1/tau = sigmoid(w)), got "
+                             f"{'shape ' + str(list(w.shape)) if isinstance(w, Tensor) else type(w).__name__}")
+        return [w.reshape(1).to(x_seq.dtype)]
 
     def extra_repr(self) -> str:
         return f"tau={1.0 / self.w.detach().sigmoid().item():.4g}, decay_input={self.decay_input}, " + super().extra_repr()

@@ -176,7 +176,7 @@ class _Training(torch.autograd.Function):
         # read an absent gradient as zero without allocating, filling and reading one. (Packed
         # outputs, uint8, carry no gradient: theirs is None too.)
         ctx.set_materialize_grads(False)
-        anchor = inputs[0].new_empty(0)  # last, after any carriers: callers slice by their counts
+        anchor = inputs[0].new_empty(0)  # last, after any carriers; run_training drops it
         keep_for_backward(ctx, call, results, inputs, params, seed, anchor)
         ctx.num_states_given = num_states
         ctx.carriers = carriers
@@ -282,7 +282,8 @@ def run_training(handle: int, inputs, init_states, params, store_state_seqs: boo
                                            *seeds))
         dead_wrappers = any(map(_is_functorch_wrapped, (*inputs, *init_states, *params, *seeds)))
         apply = _Training.apply if dead_wrappers else _bare_apply
-        return list(apply(call, carriers, len(inputs), len(init_states), seed, *inputs, *init_states, *params))
+        results = apply(call, carriers, len(inputs), len(init_states), seed, *inputs, *init_states, *params)
+        return list(results[:-1])  # (without the anchor, see _Training.forward)
     if carriers:
         raise ValueError("carriers: expected False inside torch.compile or a tensor subclass (the custom op "
                          "has no gradient carriers), got True")
@@ -390,6 +391,7 @@ class _EagerSpike(torch.autograd.Function):
 def run_spike(x: Tensor, surrogate: str, params: List[float]) -> Tensor:
     """The spike op, or its eager twin for plain tensors outside compilation and tracing (also
     under torch.func transforms and forward-mode AD, which the op does not support)."""
+    check_tensor("x", x)
     if is_eager([x]):
         check_surrogate(surrogate, params)
         return _EagerSpike.apply(x, surrogate, params)
@@ -455,17 +457,36 @@ def _decompress(compressed: Tensor, shape, dtype=None) -> Tensor:
     return out
 
 
+def check_tensor(name: str, t) -> Tensor:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name}: expected a tensor, got {type(t).__name__}")
+    return t
+
+
+def shape_argument(name: str, shape) -> List[int]:
+    """A shape given as an int or a sequence of ints, as a list (what torch.empty accepts)."""
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        return [shape]
+    if isinstance(shape, (str, bytes, Tensor)) or not isinstance(shape, (list, tuple, torch.Size)) or any(
+            isinstance(d, bool) or not isinstance(d, (int, torch.SymInt)) for d in shape):
+        raise TypeError(f"{name}: expected a shape (an int or a sequence of ints), got {shape!r}")
+    return list(shape)
+
+
 def compress_spikes(s: Tensor) -> Tensor:
     """bit_spike_compress: the op inside graphs; for plain tensors in eager mode its
     implementation directly (the op's dispatch costs tens of microseconds a call)."""
+    check_tensor("s", s)
     return _compress(s) if is_eager([s]) else torch.ops.spikejit.bit_spike_compress(s)
 
 
 def decompress_spikes(compressed: Tensor, shape, dtype=None) -> Tensor:
     """bit_spike_decompress, as compress_spikes is bit_spike_compress."""
+    check_tensor("compressed", compressed)
+    shape = shape_argument("shape", shape)
     if is_eager([compressed]):
-        return _decompress(compressed, list(shape), dtype)
-    return torch.ops.spikejit.bit_spike_decompress(compressed, list(shape), dtype)
+        return _decompress(compressed, shape, dtype)
+    return torch.ops.spikejit.bit_spike_decompress(compressed, shape, dtype)
 
 
 @torch.library.custom_op("spikejit::bit_spike_compress", mutates_args=())

@@ -26,7 +26,9 @@ norm running statistics, updated once per step) are restored after it.
 Rules, checked: `spikes=True` needs an input of 0/1 values (only `x != 0` is kept; not checked,
 like the packed layers); the module returns one tensor; its neurons are multi-step
 (step_mode "m"), and the state they start from carries no gradient (reset() them between batches,
-as usual): a state carried out of the block is not part of the graph. Outside autograd (no_grad,
+as usual). A state carried out of the block is not part of the graph: a gradient through it (a
+loss on a neuron's `v`, or a second call of the block without reset()) raises instead of being
+zero; detach() such a state to start from it on purpose (truncated BPTT). Outside autograd (no_grad,
 nothing requiring a gradient) the module just runs. The backward calls the module from Python,
 so torch.compile puts a graph break around a Recompute block (eager mode is what it is for).
 """
@@ -43,7 +45,7 @@ from .neuron import BaseNode
 
 __all__ = ["Recompute"]
 
-_STATE_ATTRIBUTES = {BaseNode: ("v", "v_seq"), FlexSN: ("states",)}
+_STATE_ATTRIBUTES = {BaseNode: ("v", "v_seq"), FlexSN: ("states", "state_seqs")}
 
 
 def _neurons(module: nn.Module):
@@ -76,6 +78,37 @@ def _check_neurons(module: nn.Module) -> None:
                     raise ValueError(f"module: {name}.{a} carries a gradient from an earlier call; a Recompute "
                                      "block starts from states without one (reset() or detach() the neurons "
                                      "between batches)")
+
+
+class _GraphlessState(torch.autograd.Function):
+    """The identity on a neuron state a Recompute block leaves behind, whose backward raises: the
+    block's forward ran without autograd, so a gradient through that state (a loss on it, or the
+    block's next call starting from it) would silently be zero."""
+
+    @staticmethod
+    def forward(ctx, state, anchor, name):  # anchor: a leaf that requires grad, so the result does
+        ctx.name = name
+        return state.view_as(state)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError(f"spikejit.Recompute: the neuron state {ctx.name} was computed inside a Recompute "
+                           "block, without autograd, so no gradient can flow through it (reset() the "
+                           "block's neurons between calls, or detach() the state)")
+
+
+def _mark_graphless(module: nn.Module) -> None:
+    """Puts each tensor state the forward left behind behind a _GraphlessState node; the next call
+    of the block then sees a state with a gradient and refuses it (_check_neurons)."""
+    anchor = torch.empty(0, requires_grad=True)
+    for name, m, attributes in _neurons(module):
+        for a in attributes:
+            values = getattr(m, a)
+            if isinstance(values, Tensor):
+                setattr(m, a, _GraphlessState.apply(values, anchor, f"{name}.{a}"))
+            elif isinstance(values, (list, tuple)):
+                setattr(m, a, type(values)(_GraphlessState.apply(v, anchor, f"{name}.{a}[{i}]")
+                                           if isinstance(v, Tensor) else v for i, v in enumerate(values)))
 
 
 class _RngState:
@@ -239,7 +272,9 @@ class Recompute(nn.Module):
         if not torch.is_grad_enabled() or not (x.requires_grad or params):
             return self.module(x)
         _check_neurons(self.module)
-        return _RecomputeFunction.apply(self, x, *params)
+        y = _RecomputeFunction.apply(self, x, *params)
+        _mark_graphless(self.module)
+        return y
 
     def extra_repr(self) -> str:
         return f"spikes={self.spikes}"

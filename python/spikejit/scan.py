@@ -46,13 +46,23 @@ def _empty_outputs(inputs, num_outputs: Optional[int]) -> List[Tensor]:
     return [inputs[0].new_empty((0, *inputs[0].shape[1:])) for _ in range(num_outputs)]
 
 
-def _step(core, x_t, states, num_outputs):
-    results = _as_tuple(core(*x_t, *states))
-    expected = len(results) - len(states) if num_outputs is None else num_outputs
-    if expected < 0 or len(results) != expected + len(states):
-        raise ValueError(f"core: expected {expected} outputs and {len(states)} states, "
-                         f"got {len(results)} values")
+def core_results(results, num_outputs: Optional[int], num_states: int) -> Tuple[List[Tensor], List[Tensor]]:
+    """(outputs, next states) of one call of a core, checked: as many tensors as expected
+    (num_outputs None: whatever precedes the states)."""
+    results = _as_tuple(results)
+    expected = len(results) - num_states if num_outputs is None else num_outputs
+    if expected < 0 or len(results) != expected + num_states:
+        raise ValueError(f"core: expected {max(expected, 0)} outputs and {num_states} next states "
+                         f"({max(expected, 0) + num_states} values), got {len(results)}")
+    for i, r in enumerate(results):
+        if not isinstance(r, Tensor):
+            raise TypeError(f"core: expected tensors (outputs, then next states), got {type(r).__name__} "
+                            f"as value {i}")
     return list(results[:expected]), list(results[expected:])
+
+
+def _step(core, x_t, states, num_outputs):
+    return core_results(core(*x_t, *states), num_outputs, len(states))
 
 
 def _eager(core, inputs, states, num_outputs, keep_sequences):

@@ -7,6 +7,7 @@ Inside a FlexSN core these trace to the IR's `spike` op (one `spikejit::spike` n
 also accept SpikingJelly's own surrogate objects (matched by exact class name, parameters read
 from their attributes), names ("sigmoid", "ATan") and None (Sigmoid(alpha=4)).
 """
+import math
 from typing import Sequence, Tuple
 
 import torch
@@ -42,7 +43,8 @@ class SurrogateFunction(nn.Module):
                                 f"it takes {self.param_names}")
             values[key] = value
         for key in self.param_names:
-            setattr(self, key, float(values[key]))
+            value = values[key]
+            setattr(self, key, float(value) if isinstance(value, torch.Tensor) else _finite_number(key, value))
         self.spiking = True
 
     @property
@@ -106,11 +108,22 @@ def spike(x: torch.Tensor, surrogate="sigmoid", params: Sequence[float] = None) 
     default to SpikingJelly's) or any surrogate object accepted by `resolve`."""
     name, resolved = resolve(surrogate, "surrogate")
     if params is not None:
+        if isinstance(params, (str, bytes)) or not isinstance(params, Sequence):
+            raise TypeError(f"params: expected a sequence of numbers, got {type(params).__name__}")
         resolved = list(resolved)
         if len(params) > len(resolved):
             raise ValueError(f"params: surrogate {name} takes {len(resolved)} parameters, got {len(params)}")
-        resolved[:len(params)] = [float(p) for p in params]
+        resolved[:len(params)] = [_finite_number(f"params[{i}]", p) for i, p in enumerate(params)]
     return run_spike(x, name, list(resolved))
+
+
+def _finite_number(name: str, value) -> float:
+    """A surrogate parameter as a float: a finite number, as the neurons' programs require."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    if not torch.compiler.is_compiling() and not math.isfinite(value):  # (symbolic under dynamo)
+        raise ValueError(f"{name}: expected a finite number, got {value}")
+    return float(value)
 
 
 def heaviside(x: torch.Tensor) -> torch.Tensor:

@@ -212,6 +212,33 @@ def test_seed_return_contracts():
     assert v_last.shape == (3, 5)
     s, v_seq = spikejit.multistep_plif(x, v0, torch.tensor([0.5]), True, 1.0, 0.0, False, None)
     assert v_seq.shape == x.shape
+    # v_init needs N elements only (read in memory order); v_last comes back in v_init's shape
+    flat = random_input(15, scale=0.3)
+    s_flat, v_last = spikejit.multistep_lif(x, flat, store_v_seq=False)
+    s, v_seq = spikejit.multistep_lif(x, flat.reshape(3, 5), store_v_seq=True)
+    assert v_last.shape == (15,) and torch.equal(s_flat, s) and torch.equal(v_last, v_seq[-1].flatten())
+
+
+@pytest.mark.parametrize("step_mode", ["m", "s"])
+def test_store_v_seq_toggled_between_calls_matches_spikingjelly(step_mode):
+    """Assigning store_v_seq forgets v_seq (SpikingJelly's setter); single steps append to it."""
+    nodes = [sj_neuron.LIFNode(step_mode=step_mode, store_v_seq=True), spikejit.LIFNode(step_mode=step_mode,
+                                                                                        store_v_seq=True)]
+    x = random_input(6, 3, 4)
+    seen = []
+    for node in nodes:
+        calls = [x[:2], x[2:4], x[4:]] if step_mode == "m" else [x[t] for t in range(6)]
+        history = []
+        for i, xi in enumerate(calls):
+            if i == len(calls) // 3:
+                node.store_v_seq = False
+            if i == 2 * len(calls) // 3:
+                node.store_v_seq = True
+            node(xi)
+            history.append(None if node.v_seq is None else node.v_seq.clone())
+        seen.append(history)
+    for a, b in zip(*seen):
+        assert (a is None and b is None) or torch.allclose(a, b, **FP32), (a, b)
 
 
 def test_zero_steps_and_zero_neurons():

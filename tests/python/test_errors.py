@@ -208,6 +208,82 @@ def test_dtype_mismatches_name_the_argument():
     expect(ValueError, "tau: expected a float > 1, got 0.5", lambda: spikejit.LIFNode(tau=0.5))
 
 
+def test_arguments_of_the_wrong_type_name_the_argument():
+    x = random_input(4, 3)
+    expect(TypeError, "decay_input: expected a bool, got str", lambda: spikejit.LIFNode(decay_input="False"))
+    expect(TypeError, "store_v_seq: expected a bool, got str", lambda: spikejit.IFNode(store_v_seq="yes"))
+    expect(TypeError, "detach_reset: expected a bool, got str",
+           lambda: spikejit.lif_multi_step(x, None, detach_reset="no"))
+    expect(TypeError, "IFNode.__init__() got an unexpected keyword argument 'tau'", lambda: spikejit.IFNode(tau=5.0))
+    node = spikejit.LIFNode(step_mode="m")
+    node.v = None
+    expect(TypeError, "v: expected a tensor or a float (the state), got NoneType", lambda: node(x))
+    plif = spikejit.ParametricLIFNode(step_mode="m")
+    plif.w = torch.nn.Parameter(torch.zeros(3))
+    expect(ValueError, "w: expected a one-element tensor (1/tau = sigmoid(w)), got shape [3]", lambda: plif(x))
+    core = lambda x, v: (torch.sigmoid(v + x), v + x)  # noqa: E731
+    expect(TypeError, "strict: expected a bool, got str", lambda: spikejit.FlexSN(core, 1, 1, 1, strict="False"))
+    expect(TypeError, "requires_grad[0]: expected a bool, got str",
+           lambda: spikejit.FlexSN(core, 1, 1, 1, requires_grad="ab"))
+    expect(TypeError, "example_inputs[0]: expected a tensor, got float",
+           lambda: spikejit.FlexSN(core, 1, 1, 1, example_inputs=[1.0, 2.0]))
+    expect(TypeError, "packed_outputs: expected a sequence of output indices, got 0",
+           lambda: spikejit.FlexSN(core, 1, 1, 1, packed_outputs=0))
+    expect(TypeError, "states[0]: expected a tensor or None, got float",
+           lambda: spikejit.FlexSN(core, 1, 1, 1).multi_step_functional_forward(x, states=[0.5]))
+    expect(TypeError, "shape: expected a shape (an int or a sequence of ints), got '12'",
+           lambda: spikejit.bit_spike_decompress(torch.zeros(2, dtype=torch.uint8), "12"))
+    assert spikejit.bit_spike_decompress(spikejit.bit_spike_compress(x > 0), 12).equal((x > 0).flatten().byte())
+    expect(TypeError, "s: expected a tensor, got list", lambda: spikejit.bit_spike_compress([1.0, 0.0]))
+    expect(TypeError, "x: expected a tensor, got list", lambda: spikejit.surrogate.ATan()([1.0, 0.0]))
+    expect(TypeError, "alpha: expected a number, got str", lambda: spikejit.surrogate.Sigmoid(alpha="a"))
+    expect(ValueError, "params[0]: expected a finite number, got nan",
+           lambda: spikejit.surrogate.spike(x, "atan", [float("nan")]))
+    expect(TypeError, "params: expected a sequence of numbers, got str",
+           lambda: spikejit.surrogate.spike(x, "sigmoid", "4"))
+
+
+def test_a_rejected_option_assignment_leaves_the_module_as_it_was():
+    import copy
+    x = random_input(6, 4)
+    node = spikejit.LIFNode(step_mode="m")
+    before = node(x)
+    node.reset()
+    expect(ValueError, "tau: expected a float > 1, got 0.5", lambda: setattr(node, "tau", 0.5))
+    expect(TypeError, "v_threshold: expected a float, got str", lambda: setattr(node, "v_threshold", "x"))
+    expect(ValueError, f"surrogate_function: unknown surrogate 'nope'; known: {KNOWN}",
+           lambda: setattr(node, "surrogate_function", "nope"))
+    assert node.tau == 2.0 and node.v_threshold == 1.0 and isinstance(node.surrogate_function,
+                                                                       spikejit.surrogate.Sigmoid)
+    assert torch.equal(copy.deepcopy(node)(x), before)
+    handle = node._program_handle
+    node.surrogate_function = "ATan"  # a name after a module, and back
+    assert node._program_handle != handle and node.surrogate_function == "ATan"
+    node.surrogate_function = spikejit.surrogate.Sigmoid()
+    assert node._program_handle == handle
+
+
+@pytest.mark.parametrize("result", [1.0, "a"])
+def test_core_results_that_are_not_tensors_are_rejected(result):
+    message = f"core: expected tensors (outputs, then next states), got {type(result).__name__} as value 0"
+    expect(TypeError, message, lambda: spikejit.FlexSN(lambda x, v: (result, v + x), 1, 1, 1))
+    eager = spikejit.FlexSN(lambda x, v: (result, v + x), 1, 1, 1, backend="torch")
+    expect(TypeError, message, lambda: eager(random_input(4, 3)))
+
+
+def test_raw_backward_op_checks_what_the_forward_saved():
+    x = random_input(5, 3).requires_grad_()
+    handle = lif_handle()
+    saved = torch.ops.spikejit.neuron_forward(handle, [x], [], [], False)[2]
+    grads = [torch.randn(5, 3)]
+    expect(TypeError, "saved[0]: expected torch.float32 (what the forward saved), got float64[5, 3] on cpu",
+           lambda: torch.ops.spikejit.neuron_backward(handle, [5, 3], torch.float32, x.device, [saved.double()], [],
+                                                      grads, [None], []))
+    expect(ValueError, "seq_shape: expected [T, *S] with dimensions >= 0, got [-5, 3]",
+           lambda: torch.ops.spikejit.neuron_backward(handle, [-5, 3], torch.float32, x.device, [saved], [],
+                                                      grads, [None], []))
+
+
 def test_sparse_tensors_are_rejected_by_name():
     x = random_input(4, 3)
     sparse = "expected a dense (strided) tensor, got a sparse_coo"

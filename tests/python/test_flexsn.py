@@ -478,3 +478,13 @@ print(len(handles), len(set(handles)), errors)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["12", "2", "[]"], done.stdout
+
+
+def test_detach_cuts_the_states_from_the_graph():
+    node = spikejit.FlexSN(AdaptiveCore(), 1, 2, 1, store_state_seqs=True)
+    node(random_input(4, 6).requires_grad_())
+    assert all(s.requires_grad for s in node.states + node.state_seqs)
+    values = [s.detach().clone() for s in node.states]
+    node.detach()
+    assert not any(s.requires_grad for s in node.states + node.state_seqs)
+    assert all(torch.equal(a, b) for a, b in zip(node.states, values))

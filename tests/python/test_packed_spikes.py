@@ -224,8 +224,8 @@ def test_pack_spikes_saves_bits(device):
                                   (True, [(torch.uint8, [12, 16]), (torch.uint8, [12, 16])])):
         kept = []
 
-        def pack(t):
-            if t.data_ptr() != x.data_ptr():
+        def pack(t):  # (the empty anchor that refuses second derivatives holds no memory)
+            if t.data_ptr() != x.data_ptr() and t.numel() > 0:
                 kept.append((t.dtype, list(t.shape)))
             return t
 

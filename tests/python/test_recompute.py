@@ -158,6 +158,26 @@ def test_errors_name_the_argument():
         spikejit.Recompute(Pair())(torch.randn(2, 4, requires_grad=True))
 
 
+@pytest.mark.parametrize("make", [lambda: spikejit.LIFNode(step_mode="m", store_v_seq=True),
+                                  lambda: spikejit.FlexSN(AdaptiveCore(), 1, 2, 1, step_mode="m")])
+def test_a_state_left_by_the_block_refuses_a_gradient_instead_of_giving_zero(make):
+    # The block's forward runs without autograd: its neurons' states have no graph. A second
+    # call starting from them, or a loss on them, would drop their gradient; both are errors.
+    neuron = make()
+    block = spikejit.Recompute(nn.Sequential(nn.Linear(4, 4), neuron), spikes=False)
+    x = torch.randn(3, 2, 4, requires_grad=True)
+    block(x).sum().backward()
+    with pytest.raises(ValueError, match=r"module: 1\.\w+ carries a gradient from an earlier call"):
+        block(x)
+    state = neuron.v if isinstance(neuron, spikejit.LIFNode) else neuron.states[0]
+    with pytest.raises(RuntimeError, match=r"^spikejit.Recompute: the neuron state 1\.\w+(\[0\])? was computed"):
+        state.sum().backward()
+    neuron.detach()  # truncated BPTT on purpose: the next call starts from the values
+    block(x).sum().backward()
+    neuron.reset()
+    block(x).sum().backward()
+
+
 class Doubled(nn.Module):
     """Returns twice the neuron's spikes: not the neuron's own output."""
 
