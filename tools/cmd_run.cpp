@@ -136,19 +136,13 @@ double time_training(const Program& program, ForwardBuffers& fwd, DType dtype, s
   return seconds;
 }
 
-// Which CPU steps this call runs, and why.
-std::string cpu_steps_text(cpu::Fused option, DType dtype, int64_t work) {
-  const cpu::Fused fused = cpu::resolve_fused(option);
-  if (fused == cpu::Fused::Off) {
-    return option == cpu::Fused::Off ? "interpreted (--fused off)" : "interpreted (SPIKEJIT_CPU_FUSED=0)";
-  }
-  if (dtype == DType::F64) return "interpreted (float64 computes in fp64, which the compiled steps do not)";
-  const cpu::FusedSupport support = cpu::fused_support();
-  if (!support.available) return "interpreted (" + support.detail.substr(0, support.detail.find('\n')) + ")";
-  if (fused == cpu::Fused::Auto && work < cpu::kFusedMinWork) {
-    return "interpreted (fewer than 2^20 neuron-steps; --fused on compiles them with " + support.detail + ")";
-  }
-  return "compiled by " + support.detail;
+// Which CPU steps this call runs, and why (compiling them first when the call would).
+std::string cpu_steps_text(const Program& program, cpu::Fused option, DType dtype, int64_t work) {
+  const cpu::FusedSupport used = cpu::fused_steps_used(program, option, dtype, work);
+  if (used.available) return "compiled by " + used.detail;
+  if (option == cpu::Fused::Off) return "interpreted (--fused off)";
+  const std::string why = used.detail.substr(0, used.detail.find('\n'));
+  return "interpreted (" + why + (why.rfind("fewer than", 0) == 0 ? "; --fused on compiles them)" : ")");
 }
 
 }  // namespace
@@ -212,7 +206,7 @@ int cmd_run(int argc, char** argv) {
   std::printf("neuron %s: T=%" PRId64 " N=%" PRId64 " dtype=%s threads=%u fused=%s seed=%" PRIu64 " mode=%s\n",
               neuron.name.c_str(), T, N, dtype_name(dtype), threads, fused.c_str(), seed,
               train ? "training" : "inference");
-  std::printf("CPU steps: %s\n", cpu_steps_text(options.fused, dtype, T * N).c_str());
+  std::printf("CPU steps: %s\n", cpu_steps_text(program, options.fused, dtype, T * N).c_str());
   const double seconds = train ? time_training(program, fwd, dtype, rng, repeat, options)
                                : best_seconds(repeat, [&] { cpu::forward(program, fwd, options); });
   for (size_t i = 0; i < outputs.size(); ++i) report_output(neuron.outputs[i].name, outputs[i]);

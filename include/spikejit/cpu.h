@@ -53,4 +53,10 @@ struct FusedSupport {
 };
 FusedSupport fused_support();
 
+// What a call of `program` with `work` neuron-steps stored in `dtype` runs under `fused`: (true,
+// the compiler) when the compiled steps, else (false, why not: turned off, float64, below
+// kFusedMinWork, or the compile failed, with the compiler's reason). Compiles the steps when the
+// call would (so the call then finds them); throws what the call would under Fused::On.
+FusedSupport fused_steps_used(const Program& program, Fused fused, DType dtype, int64_t work);
+
 }  // namespace spikejit::cpu

@@ -22,6 +22,7 @@ const char kFusedStepsOwner = 0;  // its address tags them (Program::derived)
 struct FusedSteps {
   std::shared_ptr<runtime::HostLibrary> library;
   FusedStepFn functions[kLaneVariants] = {};  // null where the variant has no lane program
+  std::string compiler;                       // the compiler and its --version line
   std::string failure;                        // "" when compiled
 };
 
@@ -44,8 +45,10 @@ FusedSteps compile_fused_steps(const Program& program) {
     }
     const auto began = std::chrono::steady_clock::now();
     const runtime::HostCompiler compiler = runtime::find_host_compiler();
-    out.library = runtime::HostLibrary::load(
-        runtime::host_library_for(compiler, fused_unit_source(functions), label), label);
+    std::vector<std::string> symbols;
+    for (int v : variants) symbols.push_back(symbol_of(v));
+    out.library = runtime::host_library_for(compiler, fused_unit_source(functions), label, symbols);
+    out.compiler = compiler.path + " (" + compiler.identity + ")";
     for (int v : variants) out.functions[v] = reinterpret_cast<FusedStepFn>(out.library->symbol(symbol_of(v)));
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
     SPIKEJIT_LOG_AT(Level::Info, label << " ready in " << ms.count() << " ms");
@@ -68,16 +71,33 @@ Fused resolve_fused(Fused fused) {
   throw Error(std::string("SPIKEJIT_CPU_FUSED: expected 0, 1 or auto, got '") + env + "'");
 }
 
-FusedStepFn fused_step(const Program& program, LaneVariant variant, Fused fused, bool f64, int64_t work) {
-  const Fused mode = resolve_fused(fused);
+namespace {
+
+// The program's fused steps when a call of `work` neuron-steps takes them under `mode`
+// (resolved), compiled on first use; nullptr to interpret. Throws the compile's failure under On.
+const FusedSteps* steps_for_call(const Program& program, Fused mode, bool f64, int64_t work) {
   if (mode == Fused::Off || f64 || (mode == Fused::Auto && work < kFusedMinWork)) return nullptr;
   const FusedSteps& steps =
       program.derived<FusedSteps>(&kFusedStepsOwner, 0, [&] { return compile_fused_steps(program); });
-  if (!steps.failure.empty()) {
-    if (mode == Fused::On) throw Error(steps.failure);
-    return nullptr;
-  }
-  return steps.functions[static_cast<int>(variant)];
+  if (!steps.failure.empty() && mode == Fused::On) throw Error(steps.failure);
+  return &steps;
+}
+
+}  // namespace
+
+FusedStepFn fused_step(const Program& program, LaneVariant variant, Fused fused, bool f64, int64_t work) {
+  const FusedSteps* steps = steps_for_call(program, resolve_fused(fused), f64, work);
+  return steps && steps->failure.empty() ? steps->functions[static_cast<int>(variant)] : nullptr;
+}
+
+FusedSupport fused_steps_used(const Program& program, Fused fused, DType dtype, int64_t work) {
+  const Fused mode = resolve_fused(fused);
+  if (mode == Fused::Off) return {false, fused == Fused::Off ? "turned off" : "turned off by SPIKEJIT_CPU_FUSED=0"};
+  if (dtype == DType::F64) return {false, "float64 computes in fp64, which the compiled steps do not"};
+  const FusedSteps* steps = steps_for_call(program, mode, false, work);
+  if (!steps) return {false, "fewer than 2^20 neuron-steps"};
+  if (!steps->failure.empty()) return {false, steps->failure};
+  return {true, steps->compiler};
 }
 
 FusedSupport fused_support() {

@@ -93,27 +93,28 @@ std::string env(const char* name) {
 
 }  // namespace
 
-std::string encode_entry(const std::string& label, const std::string& payload) {
+std::string encode_entry(const std::string& key, const std::string& label, const std::string& payload) {
   std::string out(kMagic, sizeof kMagic);
   put_le(out, kCacheFormat, 4);
   put_le(out, label.size(), 4);
   put_le(out, payload.size(), 8);
-  out += sha256_bytes(label + payload);
+  out += sha256_bytes(key + label + payload);
   out += label;
   out += payload;
   return out;
 }
 
-bool decode_entry(const std::string& bytes, DecodedEntry* out) {
+bool decode_entry(const std::string& bytes, const std::string& key, DecodedEntry* out) {
   if (bytes.size() < kHeaderSize || bytes.compare(0, sizeof kMagic, kMagic, sizeof kMagic) != 0) {
     return false;
   }
   if (get_le(bytes, 12, 4) != kCacheFormat) return false;
-  uint64_t label_size = get_le(bytes, 16, 4);
-  uint64_t payload_size = get_le(bytes, 20, 8);
-  if (label_size + payload_size != bytes.size() - kHeaderSize) return false;
+  const uint64_t body_size = bytes.size() - kHeaderSize;
+  const uint64_t label_size = get_le(bytes, 16, 4);
+  const uint64_t payload_size = get_le(bytes, 20, 8);
+  if (label_size > body_size || payload_size != body_size - label_size) return false;  // (no wrapping sum)
   std::string body = bytes.substr(kHeaderSize);
-  if (sha256_bytes(body) != bytes.substr(28, 32)) return false;
+  if (sha256_bytes(key + body) != bytes.substr(28, 32)) return false;
   out->label = body.substr(0, label_size);
   out->payload = body.substr(label_size);
   return true;
@@ -140,8 +141,10 @@ std::string DiskCache::entry_path(const std::string& key) const {
 bool DiskCache::load(const std::string& key, DecodedEntry* out, bool* corrupt) const {
   *corrupt = false;
   std::string bytes;
-  if (!read_file(entry_path(key), &bytes)) return false;
-  if (decode_entry(bytes, out)) return true;
+  struct stat st;
+  if (stat(entry_path(key).c_str(), &st) != 0) return false;
+  // Not a regular file (a folder, a FIFO that would block the read): no entry, rewritten over.
+  if (S_ISREG(st.st_mode) && read_file(entry_path(key), &bytes) && decode_entry(bytes, key, out)) return true;
   *corrupt = true;
   return false;
 }
@@ -155,7 +158,7 @@ std::string DiskCache::store(const std::string& key, const std::string& label,
                      std::to_string(random()) + std::to_string(random());
   int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return system_error("cannot create", temp);
-  bool written = write_all(fd, encode_entry(label, payload)) && fsync(fd) == 0;
+  bool written = write_all(fd, encode_entry(key, label, payload)) && fsync(fd) == 0;
   std::string reason = written ? "" : system_error("cannot write", temp);
   if (close(fd) != 0 && reason.empty()) reason = system_error("cannot close", temp);
   if (reason.empty() && rename(temp.c_str(), entry_path(key).c_str()) != 0) {
@@ -180,7 +183,7 @@ std::vector<CacheEntry> DiskCache::entries() const {
     entry.mtime = static_cast<int64_t>(st.st_mtime);
     std::string bytes;
     DecodedEntry decoded;
-    entry.valid = read_file(entry.path, &bytes) && decode_entry(bytes, &decoded);
+    entry.valid = S_ISREG(st.st_mode) && read_file(entry.path, &bytes) && decode_entry(bytes, key, &decoded);
     entry.label = entry.valid ? decoded.label : "";
     list.push_back(entry);
   }

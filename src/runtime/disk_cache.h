@@ -11,18 +11,21 @@ namespace spikejit::runtime {
 
 // Bump when the entry layout or the meaning of the key changes, so that an older or newer
 // spikejit never reads a payload it does not understand (the number is also the folder name).
-constexpr uint32_t kCacheFormat = 1;
+constexpr uint32_t kCacheFormat = 2;
 
 // Entry file layout, integers little-endian:
 //   "SPIKEJITBIN\0" (12 bytes) | u32 format | u32 label length | u64 payload length |
-//   32-byte SHA-256 of (label bytes + payload bytes) | label bytes | payload bytes
-std::string encode_entry(const std::string& label, const std::string& payload);
+//   32-byte SHA-256 of (key + label bytes + payload bytes) | label bytes | payload bytes
+// The checksum covers the entry's key, so an entry under another key's name (a file copied or
+// renamed in the folder) is no entry of that key.
+std::string encode_entry(const std::string& key, const std::string& label, const std::string& payload);
 struct DecodedEntry {
   std::string label;
   std::string payload;
 };
-// False (a miss) for a short, truncated, oversized, other-format or checksum-failing file.
-bool decode_entry(const std::string& bytes, DecodedEntry* out);
+// False (a miss) for a short, truncated, oversized, other-format, other-key or checksum-failing
+// file.
+bool decode_entry(const std::string& bytes, const std::string& key, DecodedEntry* out);
 
 // Everything that affects the binary.
 struct CacheKeyParts {

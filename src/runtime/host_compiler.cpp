@@ -9,12 +9,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "common/file_io.h"
 #include "common/log.h"
@@ -77,9 +80,15 @@ std::string output_of(const std::string& path) {
   return bytes;
 }
 
+// How long a child may take: answering --version, and one compile (a neuron's five step
+// variants take 0.5-4 s; far longer means a hung or unsuitable compiler).
+constexpr int kVersionSeconds = 30;
+constexpr int kCompileSeconds = 600;
+
 // Runs argv[0] with stdin empty and stdout + stderr into `log_path`. Returns the exit status;
-// throws Error when the process cannot be started or does not exit normally.
-int run_process(const std::vector<std::string>& argv, const std::string& log_path) {
+// throws Error when the process cannot be started, does not exit normally, or runs longer than
+// `timeout_seconds` (then it is killed).
+int run_process(const std::vector<std::string>& argv, const std::string& log_path, int timeout_seconds) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -93,8 +102,18 @@ int run_process(const std::vector<std::string>& argv, const std::string& log_pat
   posix_spawn_file_actions_destroy(&actions);
   if (spawn_error != 0) throw Error("cannot run " + argv[0] + ": " + std::strerror(spawn_error));
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw Error("waiting for " + argv[0] + " failed: " + std::strerror(errno));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);
+  for (;;) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) throw Error("waiting for " + argv[0] + " failed: " + std::strerror(errno));
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      throw Error(argv[0] + " did not finish within " + std::to_string(timeout_seconds) + " s and was stopped");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   if (!WIFEXITED(status)) {
     throw Error(argv[0] + " was stopped by signal " + std::to_string(WTERMSIG(status)));
@@ -133,7 +152,7 @@ std::string version_line(const std::string& path, std::string* why) {
   TempFolder folder;
   const std::string log = folder.path() + "/version.txt";
   try {
-    const int status = run_process({path, "--version"}, log);
+    const int status = run_process({path, "--version"}, log, kVersionSeconds);
     std::string first = output_of(log);
     first = first.substr(0, first.find('\n'));
     if (status != 0 || first.empty()) {
@@ -191,11 +210,17 @@ HostCompiler find_host_compiler() {
               "interpreted steps instead (same results).");
 }
 
-std::string host_library_for(const HostCompiler& compiler, const std::string& source, const std::string& label) {
+std::unique_ptr<HostLibrary> host_library_for(const HostCompiler& compiler, const std::string& source,
+                                              const std::string& label, const std::vector<std::string>& symbols) {
   std::string everything = source;  // the headers are part of what the binary depends on
   for (const HostHeader& h : host_compile_headers()) everything += std::string("\n//") + h.path + "\n" + h.text;
   const CacheKeyParts parts{everything, "", kHostTarget, compiler.identity, host_compile_flags()};
-  return cached_binary(parts, label, [&] {
+  std::unique_ptr<HostLibrary> library;
+  const auto load_with_symbols = [&](const std::string& bytes) {
+    library = HostLibrary::load(bytes, label);
+    for (const std::string& name : symbols) library->symbol(name);
+  };
+  cached_binary(parts, label, [&] {
     TempFolder folder;
     for (const HostHeader& h : host_compile_headers()) {
       const fs::path header = fs::path(folder.path()) / "include" / h.path;
@@ -209,7 +234,7 @@ std::string host_library_for(const HostCompiler& compiler, const std::string& so
     argv.insert(argv.end(), {"-I", folder.path() + "/include", "-o", library, unit});
     const std::string log_path = folder.path() + "/log.txt";
     SPIKEJIT_LOG_AT(Level::Info, "compiling " << label << " with " << compiler.path);
-    const int status = run_process(argv, log_path);
+    const int status = run_process(argv, log_path, kCompileSeconds);
     if (status != 0) {
       const std::string log = output_of(log_path);
       throw CompileError("the host compiler failed on " + label + " (exit status " + std::to_string(status) +
@@ -223,7 +248,8 @@ std::string host_library_for(const HostCompiler& compiler, const std::string& so
                          output_of(log_path));
     }
     return bytes;
-  });
+  }, load_with_symbols);
+  return library;
 }
 
 std::unique_ptr<HostLibrary> HostLibrary::load(const std::string& bytes, const std::string& label) {

@@ -29,11 +29,15 @@ HostCompiler find_host_compiler();
 // reassociation, so the generated code rounds exactly like the library's own loops.
 const std::vector<std::string>& host_compile_flags();
 
+class HostLibrary;
+
 // The shared library built from `source` (a translation unit that may include the headers of
-// host_compile_headers()), from the disk cache or compiled with `compiler` and stored. `label`
-// names it in errors and in the cache listing. Throws CompileError with the compiler's output
-// when it fails.
-std::string host_library_for(const HostCompiler& compiler, const std::string& source, const std::string& label);
+// host_compile_headers()), from the disk cache or compiled with `compiler`, loaded, with each
+// of `symbols` present. Only a library that loads with them is stored; a cached one that does
+// not is compiled again. `label` names it in errors and in the cache listing. Throws
+// CompileError with the compiler's output when it fails, Error when the result does not load.
+std::unique_ptr<HostLibrary> host_library_for(const HostCompiler& compiler, const std::string& source,
+                                              const std::string& label, const std::vector<std::string>& symbols);
 
 // A shared library loaded from its bytes; unloaded when destroyed.
 class HostLibrary {

@@ -119,7 +119,8 @@ std::shared_ptr<const LoadedKernel> load(codegen::KernelSource source, const std
 }  // namespace
 
 std::string cached_binary(const CacheKeyParts& parts, const std::string& label,
-                          const std::function<std::string()>& compile) {
+                          const std::function<std::string()>& compile,
+                          const std::function<void(const std::string&)>& use) {
   std::string root = disk_cache_enabled_by_env() ? default_cache_root() : "";
   if (!disk_cache_enabled_by_env()) {
     SPIKEJIT_LOG_AT(Level::Debug, "disk cache off (SPIKEJIT_CACHE=0): " << label);
@@ -133,12 +134,23 @@ std::string cached_binary(const CacheKeyParts& parts, const std::string& label,
     const DiskCache cache(root);
     DecodedEntry entry;
     bool corrupt = false;
+    std::string refused;  // why `use` refused the cached binary
     if (cache.load(key, &entry, &corrupt)) {
-      stats().disk_hits++;
-      SPIKEJIT_LOG_AT(Level::Debug, "disk cache hit: " << label << " (" << cache.entry_path(key) << ")");
-      return entry.payload;
+      try {
+        if (use) use(entry.payload);
+        stats().disk_hits++;
+        SPIKEJIT_LOG_AT(Level::Debug, "disk cache hit: " << label << " (" << cache.entry_path(key) << ")");
+        return entry.payload;
+      } catch (const std::exception& e) {
+        refused = e.what();
+        corrupt = true;
+      }
     }
-    if (corrupt) {
+    if (!refused.empty()) {
+      stats().corrupt_entries++;
+      SPIKEJIT_LOG_AT(Level::Warning, "disk cache entry " << cache.entry_path(key) << " cannot be used ("
+                                          << refused << "); compiling " << label << " again");
+    } else if (corrupt) {
       stats().corrupt_entries++;
       SPIKEJIT_LOG_AT(Level::Warning, "disk cache entry " << cache.entry_path(key) << " is corrupt "
                                           << "(bad header, length or checksum); compiling " << label
@@ -149,6 +161,7 @@ std::string cached_binary(const CacheKeyParts& parts, const std::string& label,
   }
   std::string binary = compile();
   stats().compiles++;
+  if (use) use(binary);
   if (!root.empty()) {
     const DiskCache cache(root);
     std::string problem = cache.store(key, label, binary);

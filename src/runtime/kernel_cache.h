@@ -33,8 +33,12 @@ std::shared_ptr<const LoadedKernel> kernel_for(const Program& program,
 
 // The binary that `parts` describe from the disk cache, else made by `compile` and stored.
 // `label` describes it in the log and in the cache listing. Counted in cache_info().
+// `use` (optional) puts the binary to use (loads it) and throws when it cannot: a cached entry
+// it refuses counts as corrupt and is compiled again; a compiled binary it refuses is not
+// stored, and its error propagates.
 std::string cached_binary(const CacheKeyParts& parts, const std::string& label,
-                          const std::function<std::string()>& compile);
+                          const std::function<std::string()>& compile,
+                          const std::function<void(const std::string&)>& use = {});
 
 // The binary (cubin or PTX) of `source` for `target` from the disk cache, else compiled with
 // NVRTC and stored. `label` describes it in errors and in the cache listing.

@@ -31,6 +31,8 @@ namespace {
 
 using testing::ScopedEnv;
 
+const std::string kKey(64, 'c');  // an entry's key (it is part of the checksum)
+
 std::string random_bytes(std::mt19937_64& rng, size_t size) {
   std::string s(size, '\0');
   for (char& c : s) c = static_cast<char>(rng() & 0xff);
@@ -93,7 +95,7 @@ TEST_F(CacheTest, EncodeDecodeRoundTrip) {
     const std::string label = random_bytes(rng_, rng_() % 64);
     const std::string payload = random_bytes(rng_, size);
     DecodedEntry decoded;
-    ASSERT_TRUE(decode_entry(encode_entry(label, payload), &decoded)) << size;
+    ASSERT_TRUE(decode_entry(encode_entry(kKey, label, payload), kKey, &decoded)) << size;
     EXPECT_EQ(decoded.label, label);
     EXPECT_EQ(decoded.payload, payload);
   }
@@ -101,31 +103,53 @@ TEST_F(CacheTest, EncodeDecodeRoundTrip) {
 
 TEST_F(CacheTest, EveryTruncationIsRejected) {
   SCOPED_TRACE(trace());
-  const std::string bytes = encode_entry("label", random_bytes(rng_, 1 + rng_() % 200));
+  const std::string bytes = encode_entry(kKey, "label", random_bytes(rng_, 1 + rng_() % 200));
   DecodedEntry decoded;
   for (size_t n = 0; n < bytes.size(); ++n) {
-    EXPECT_FALSE(decode_entry(bytes.substr(0, n), &decoded)) << "prefix of " << n << " bytes";
+    EXPECT_FALSE(decode_entry(bytes.substr(0, n), kKey, &decoded)) << "prefix of " << n << " bytes";
   }
-  EXPECT_FALSE(decode_entry(bytes + "x", &decoded)) << "a trailing byte";
+  EXPECT_FALSE(decode_entry(bytes + "x", kKey, &decoded)) << "a trailing byte";
 }
 
 TEST_F(CacheTest, EveryFlippedByteIsRejected) {
   SCOPED_TRACE(trace());
-  const std::string bytes = encode_entry("lif inference", random_bytes(rng_, 1 + rng_() % 200));
+  const std::string bytes = encode_entry(kKey, "lif inference", random_bytes(rng_, 1 + rng_() % 200));
   DecodedEntry decoded;
   for (size_t i = 0; i < bytes.size(); ++i) {
     std::string bad = bytes;
     bad[i] = static_cast<char>(bad[i] ^ (1 + rng_() % 255));
-    EXPECT_FALSE(decode_entry(bad, &decoded)) << "byte " << i << " changed";
+    EXPECT_FALSE(decode_entry(bad, kKey, &decoded)) << "byte " << i << " changed";
   }
+}
+
+TEST_F(CacheTest, AnEntryOfAnotherKeyIsRejected) {
+  // A file copied or renamed onto another key's name must not be taken for that key's binary.
+  SCOPED_TRACE(trace());
+  const std::string bytes = encode_entry(kKey, "lif inference", random_bytes(rng_, 1 + rng_() % 200));
+  std::string other = kKey;
+  other[rng_() % other.size()] = other[0] == 'a' ? 'b' : 'a';
+  DecodedEntry decoded;
+  EXPECT_TRUE(decode_entry(bytes, kKey, &decoded));
+  EXPECT_FALSE(decode_entry(bytes, other, &decoded));
+}
+
+TEST_F(CacheTest, LengthsThatWrapAroundAreRejected) {
+  // label length + payload length overflowing 64 bits to the body's size: invalid, no throw.
+  SCOPED_TRACE(trace());
+  std::string bytes = encode_entry(kKey, "label", random_bytes(rng_, 40));
+  const uint64_t body = bytes.size() - 60, label = body + 1, payload = ~uint64_t{0};
+  for (int i = 0; i < 4; ++i) bytes[16 + i] = static_cast<char>((label >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i) bytes[20 + i] = static_cast<char>((payload >> (8 * i)) & 0xff);
+  DecodedEntry decoded;
+  EXPECT_FALSE(decode_entry(bytes, kKey, &decoded));
 }
 
 TEST_F(CacheTest, OtherFormatVersionIsRejected) {
   SCOPED_TRACE(trace());
-  std::string bytes = encode_entry("x", random_bytes(rng_, 32));
+  std::string bytes = encode_entry(kKey, "x", random_bytes(rng_, 32));
   bytes[12] = static_cast<char>(kCacheFormat + 1);  // low byte of the u32 format
   DecodedEntry decoded;
-  EXPECT_FALSE(decode_entry(bytes, &decoded));
+  EXPECT_FALSE(decode_entry(bytes, kKey, &decoded));
 }
 
 TEST_F(CacheTest, KeyChangesWithEveryComponent) {
@@ -213,6 +237,31 @@ TEST_F(CacheTest, CorruptOrTruncatedEntryIsAMissAndIsOverwritten) {
     ASSERT_TRUE(cache.load(key, &entry, &corrupt));
     EXPECT_EQ(entry.payload, payload);
   }
+}
+
+TEST_F(CacheTest, AFifoOrFolderAtAnEntrysPathIsAMissNotARead) {
+  // Reading a FIFO would block forever: only regular files are read.
+  SCOPED_TRACE(trace());
+  const DiskCache cache(root_);
+  const std::string key = random_key(rng_), payload = random_bytes(rng_, 100);
+  ASSERT_EQ(cache.store(key, "l", random_bytes(rng_, 10)), "");  // makes the folder
+  for (bool fifo : {true, false}) {
+    unlink(cache.entry_path(key).c_str());
+    ASSERT_EQ(fifo ? mkfifo(cache.entry_path(key).c_str(), 0644) : mkdir(cache.entry_path(key).c_str(), 0755), 0);
+    DecodedEntry entry;
+    bool corrupt = false;
+    EXPECT_FALSE(cache.load(key, &entry, &corrupt));
+    EXPECT_TRUE(corrupt);
+    const std::vector<CacheEntry> listed = cache.entries();
+    ASSERT_EQ(listed.size(), 1u);
+    EXPECT_FALSE(listed[0].valid);
+    if (!fifo) rmdir(cache.entry_path(key).c_str());
+  }
+  ASSERT_EQ(cache.store(key, "l", payload), "");  // over the FIFO
+  DecodedEntry entry;
+  bool corrupt = false;
+  ASSERT_TRUE(cache.load(key, &entry, &corrupt));
+  EXPECT_EQ(entry.payload, payload);
 }
 
 // Writers and readers of the same keys at once: a reader sees a miss or a whole entry that one

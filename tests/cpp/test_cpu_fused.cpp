@@ -3,8 +3,10 @@
 // for whole executor calls in every storage dtype; the policy that picks them (Options::fused,
 // SPIKEJIT_CPU_FUSED, the work threshold, fp64) and the errors of the host compiler.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -84,8 +86,7 @@ TEST(FusedSteps, EveryVariantWritesWhatTheLaneLoopsWrite) {
       functions.emplace_back("variant_" + std::to_string(v), &cpu::lane_program(np.program, variants.back()));
     }
     const std::string label = "test unit of " + np.name;
-    const auto library = runtime::HostLibrary::load(
-        runtime::host_library_for(compiler, cpu::fused_unit_source(functions), label), label);
+    const auto library = runtime::host_library_for(compiler, cpu::fused_unit_source(functions), label, {});
     for (const auto& [symbol, lane_program] : functions) {
       Random rng;
       SCOPED_TRACE(np.name + " " + symbol + " " + rng.trace());
@@ -243,7 +244,7 @@ TEST(HostCompiler, ACompileErrorCarriesTheCompilersOutput) {
   const runtime::HostCompiler compiler = runtime::find_host_compiler();
   const ScopedEnv no_cache("SPIKEJIT_CACHE", "0");
   try {
-    runtime::host_library_for(compiler, "int broken( {\n", "a broken unit");
+    runtime::host_library_for(compiler, "int broken( {\n", "a broken unit", {});
     ADD_FAILURE() << "expected a CompileError";
   } catch (const runtime::CompileError& e) {
     const std::string what = e.what();
@@ -260,15 +261,13 @@ TEST(HostCompiler, LibrariesComeFromTheDiskCacheTheSecondTime) {
   const runtime::HostCompiler compiler = runtime::find_host_compiler();
   const std::string source = "extern \"C\" int spikejit_answer() { return 42; }\n";
   const runtime::CacheInfo before = runtime::cache_info();
-  const std::string first = runtime::host_library_for(compiler, source, "the answer");
+  runtime::host_library_for(compiler, source, "the answer", {"spikejit_answer"});
   const runtime::CacheInfo middle = runtime::cache_info();
-  const std::string second = runtime::host_library_for(compiler, source, "the answer");
+  const auto library = runtime::host_library_for(compiler, source, "the answer", {"spikejit_answer"});
   const runtime::CacheInfo after = runtime::cache_info();
   EXPECT_EQ(middle.compiles, before.compiles + 1);
   EXPECT_EQ(after.disk_hits, middle.disk_hits + 1);
   EXPECT_EQ(after.compiles, middle.compiles);
-  EXPECT_EQ(first, second);
-  const auto library = runtime::HostLibrary::load(second, "the answer");
   EXPECT_EQ(reinterpret_cast<int (*)()>(library->symbol("spikejit_answer"))(), 42);
   try {
     library->symbol("spikejit_question");
@@ -276,6 +275,78 @@ TEST(HostCompiler, LibrariesComeFromTheDiskCacheTheSecondTime) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("spikejit_question not found in the answer"), std::string::npos);
   }
+  runtime::cache_clear();
+}
+
+// An executable shell script `name` with `body` in a fresh folder under the test's temp dir.
+std::string write_script(const std::string& name, const std::string& body) {
+  const std::string folder = ::testing::TempDir() + "spikejit-scripts-" + std::to_string(Random{}.bits());
+  EXPECT_EQ(mkdir(folder.c_str(), 0755), 0);
+  const std::string path = folder + "/" + name;
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  EXPECT_NE(f, nullptr);
+  std::fputs(("#!/bin/sh\n" + body).c_str(), f);
+  std::fclose(f);
+  EXPECT_EQ(chmod(path.c_str(), 0755), 0);
+  return path;
+}
+
+// What a call runs, said before it runs (spikejit run prints it): the compile's own failure
+// included, and SPIKEJIT_CPU_FUSED applying to Auto only.
+TEST(FusedSteps, StepsUsedSayWhatACallRuns) {
+  const Program lif(builtins::lif_neuron({}));
+  const int64_t big = cpu::kFusedMinWork;
+  EXPECT_EQ(cpu::fused_steps_used(lif, cpu::Fused::Off, DType::F32, big).detail, "turned off");
+  EXPECT_EQ(cpu::fused_steps_used(lif, cpu::Fused::On, DType::F64, big).detail,
+            "float64 computes in fp64, which the compiled steps do not");
+  EXPECT_EQ(cpu::fused_steps_used(lif, cpu::Fused::Auto, DType::F16, big - 1).detail, "fewer than 2^20 neuron-steps");
+  const cpu::FusedSupport used = cpu::fused_steps_used(lif, cpu::Fused::Auto, DType::F32, big);
+  EXPECT_TRUE(used.available);
+  EXPECT_NE(used.detail.find(runtime::find_host_compiler().identity), std::string::npos) << used.detail;
+  {
+    const ScopedEnv off("SPIKEJIT_CPU_FUSED", "0");
+    EXPECT_EQ(cpu::fused_steps_used(lif, cpu::Fused::Auto, DType::F32, big).detail,
+              "turned off by SPIKEJIT_CPU_FUSED=0");
+    EXPECT_TRUE(cpu::fused_steps_used(lif, cpu::Fused::On, DType::F32, 1).available);
+  }
+  const ScopedEnv failing("SPIKEJIT_CXX",
+                          write_script("failing-c++", "[ \"$1\" = --version ] && echo fakecc 1.0 && exit 0\nexit 3\n")
+                              .c_str());
+  const Program fresh(builtins::lif_neuron({}));
+  const cpu::FusedSupport failed = cpu::fused_steps_used(fresh, cpu::Fused::Auto, DType::F32, big);
+  EXPECT_FALSE(failed.available);
+  EXPECT_NE(failed.detail.find("exit status 3"), std::string::npos) << failed.detail;
+  EXPECT_THROW(cpu::fused_steps_used(fresh, cpu::Fused::On, DType::F32, 1), Error);
+}
+
+// A compiler that answers --version and exits 0 but writes no library (or one without the
+// symbols asked for): an error, and nothing is cached that a later call would trip over.
+TEST(HostCompiler, AnUnloadableResultIsNeverCached) {
+  // --version answers; a compile writes bytes that are no library to the path after -o.
+  const std::string script = write_script(
+      "fake-c++", "if [ \"$1\" = --version ]; then echo fake 1.0; exit 0; fi\n"
+                  "while [ $# -gt 0 ]; do if [ \"$1\" = -o ]; then echo 'not an ELF' > \"$2\"; fi; shift; done\n");
+  const ScopedEnv cache("SPIKEJIT_CACHE_DIR", (script + "-cache").c_str());
+  const runtime::HostCompiler fake{script, "fake 1.0"};
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      runtime::host_library_for(fake, "int x;\n", "a fake library", {});
+      ADD_FAILURE() << "expected an Error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot load a fake library"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(runtime::cache_entries().empty()) << "attempt " << attempt;
+  }
+  // A real library without the symbol asked for: refused the same way.
+  const runtime::HostCompiler compiler = runtime::find_host_compiler();
+  try {
+    runtime::host_library_for(compiler, "extern \"C\" int spikejit_other() { return 1; }\n", "a library",
+                              {"spikejit_wanted"});
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("spikejit_wanted not found in a library"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(runtime::cache_entries().empty());
   runtime::cache_clear();
 }
 
