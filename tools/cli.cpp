@@ -5,9 +5,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "spikejit/builtins.h"
 #include "spikejit/error.h"
@@ -18,15 +15,6 @@ namespace {
 
 bool contains(const std::vector<std::string>& list, const std::string& s) {
   return std::find(list.begin(), list.end(), s) != list.end();
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read '" + path + "': " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error("cannot read '" + path + "'");
-  return text.str();
 }
 
 ir::Neuron builtin_neuron(const std::string& name) {
@@ -142,7 +130,7 @@ Program load_program(const std::string& file, const std::vector<std::string>& ov
   const std::string prefix = "builtin:";
   ir::Neuron neuron = file.compare(0, prefix.size(), prefix) == 0
                           ? builtin_neuron(file.substr(prefix.size()))
-                          : frontend::parse(read_file(file), file);
+                          : frontend::parse(frontend::read_neuron_file(file), file);
   if (!overrides.empty()) {
     std::vector<ir::ConstantOverride> parsed;
     for (const std::string& o : overrides) parsed.push_back(parse_override(o));

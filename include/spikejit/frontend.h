@@ -19,4 +19,8 @@ std::string print(const ir::Neuron& n);
 // Hex SHA-256 of the canonical text.
 std::string hash(const ir::Neuron& n);
 
+// The text of the neuron file at `path`. Throws Error naming the path and why it cannot be read
+// (missing, unreadable, a directory).
+std::string read_neuron_file(const std::string& path);
+
 }  // namespace spikejit::frontend

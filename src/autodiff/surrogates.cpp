@@ -1,5 +1,6 @@
 // Surrogate derivatives g'(x) as IR nodes: SpikingJelly's backward formulas (surrogate.py).
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -100,7 +101,24 @@ class SurrogateEmitter {
 
  private:
   double p(const char* name) const { return param(s_, name); }
-  ValueId lit(double v) { return e_.literal(v); }
+  // A constant the gradient derives from the parameters (1/alpha, ...): finite, or the
+  // parameters are degenerate (alpha = 0 and the like; SpikingJelly divides by zero there too).
+  ValueId lit(double v) {
+    if (!std::isfinite(v)) {
+      const ir::SurrogateInfo& info = ir::surrogate_info(s_.kind);
+      std::string params;
+      for (size_t i = 0; i < s_.params.size(); ++i) {
+        char value[32];
+        std::snprintf(value, sizeof value, "%.17g", s_.params[i]);
+        params += (i ? ", " : "") + std::string(info.param_names[i]) + " = " + value;
+      }
+      throw ArgumentError("surrogate " + std::string(info.name),
+                          "parameters from which its gradient derives finite constants (no division by a value "
+                          "near 0, no overflow)",
+                          params);
+    }
+    return e_.literal(v);
+  }
   ValueId exp(ValueId v) { return e_.op(Op::Exp, v); }
 
   // alpha * sigmoid(alpha x) * (1 - sigmoid(alpha x)): the slope of sigmoid(alpha x).

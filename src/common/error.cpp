@@ -16,7 +16,14 @@ std::string format_diagnostic(const Diagnostic& d) {
   if (!out.empty()) out += " ";
   out += "error: " + d.message;
   if (d.line > 0 && !d.source_line.empty()) {
-    out += "\n  " + d.source_line + "\n  ";
+    // Control bytes shown as '?' (one column each, so the caret still lines up): never written
+    // raw to a terminal.
+    std::string line = d.source_line;
+    for (char& c : line) {
+      const auto byte = static_cast<unsigned char>(c);
+      if ((byte < 0x20 && c != '\t') || byte == 0x7f) c = '?';
+    }
+    out += "\n  " + line + "\n  ";
     // Keep tabs so the caret lines up with the source line as a terminal shows it.
     for (int i = 0; i + 1 < d.column && i < static_cast<int>(d.source_line.size()); ++i)
       out += d.source_line[i] == '\t' ? '\t' : ' ';

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 
 namespace spikejit::frontend {
 namespace {
@@ -11,7 +12,9 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 class Lexer {
  public:
-  explicit Lexer(std::string_view text) : s_(text) {}
+  explicit Lexer(std::string_view text) : s_(text) {
+    if (s_.substr(0, 3) == "\xEF\xBB\xBF") i_ = line_start_ = 3;  // a UTF-8 byte order mark (editors write one)
+  }
 
   std::vector<Token> run() {
     while (i_ < s_.size()) {
@@ -125,7 +128,21 @@ std::string describe(const Token& t) {
     case Tok::Number: return "number " + t.text;
     case Tok::Newline: return "end of line";
     case Tok::End: return "end of input";
-    default: return "'" + t.text + "'";
+    default: {
+      // Control bytes (NUL, ESC, ...) spelled out: never written raw to a terminal.
+      std::string shown;
+      for (const char c : t.text) {
+        const auto byte = static_cast<unsigned char>(c);
+        if (byte < 0x20 || byte == 0x7f) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
+          shown += escaped;
+        } else {
+          shown += c;
+        }
+      }
+      return "'" + shown + "'";
+    }
   }
 }
 

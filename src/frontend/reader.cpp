@@ -53,7 +53,7 @@ class Reader {
   [[noreturn]] void unexpected(const std::string& expected) {
     const Token& t = peek();
     if (t.kind == Tok::BadNumber) fail(t, "bad number '" + t.text + "'");
-    if (t.kind == Tok::Invalid) fail(t, "unexpected character '" + t.text + "'");
+    if (t.kind == Tok::Invalid) fail(t, "unexpected character " + describe(t));
     fail(t, "expected " + expected + ", got " + describe(t));
   }
 

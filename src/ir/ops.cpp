@@ -1,7 +1,9 @@
 // The op table and the surrogate table of the IR.
 #include <cmath>
+#include <string>
 
 #include "ir/checks.h"
+#include "spikejit/error.h"
 #include "spikejit/ir.h"
 
 namespace spikejit::ir {
@@ -40,7 +42,13 @@ static_assert(kNumSurrogates == static_cast<int>(SurrogateKind::Rect) + 1,
 
 }  // namespace
 
-const OpInfo& op_info(Op op) { return kOps[static_cast<int>(op)]; }
+const OpInfo& op_info(Op op) {
+  const int index = static_cast<int>(op);
+  if (index >= kNumOps) {  // (an enum value cast from a number the table does not know)
+    throw ArgumentError("op", "an ir::Op code below " + std::to_string(kNumOps), std::to_string(index));
+  }
+  return kOps[index];
+}
 
 bool is_leaf(Op op) { return op_info(op).arity == 0; }
 
@@ -55,7 +63,12 @@ bool op_from_name(const std::string& name, Op* out) {
 }
 
 const SurrogateInfo& surrogate_info(SurrogateKind kind) {
-  return kSurrogates[static_cast<int>(kind)];
+  const int index = static_cast<int>(kind);
+  if (index >= kNumSurrogates) {
+    throw ArgumentError("surrogate", "an ir::SurrogateKind code below " + std::to_string(kNumSurrogates),
+                        std::to_string(index));
+  }
+  return kSurrogates[index];
 }
 
 const std::vector<SurrogateKind>& all_surrogates() {

@@ -1,11 +1,7 @@
 // Program: a verified neuron with its lowered forward step and its lazily derived backward step.
 #include "spikejit/program.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <vector>
 
 #include "common/sha256.h"
@@ -56,14 +52,7 @@ Program Program::from_text(std::string_view text, std::string_view file) {
   return Program(frontend::parse(text, file));
 }
 
-Program Program::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot open neuron file '" + path + "': " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error("cannot read neuron file '" + path + "'");
-  return from_text(text.str(), path);
-}
+Program Program::from_file(const std::string& path) { return from_text(frontend::read_neuron_file(path), path); }
 
 const ir::Neuron& Program::neuron() const { return impl_->neuron; }
 const ir::Step& Program::forward() const { return impl_->forward; }

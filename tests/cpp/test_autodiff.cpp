@@ -14,6 +14,7 @@
 
 #include "spikejit/autodiff.h"
 #include "spikejit/builder.h"
+#include "spikejit/error.h"
 #include "spikejit/frontend.h"
 #include "spikejit/ir.h"
 #include "spikejit/program.h"
@@ -447,6 +448,35 @@ TEST(AutodiffSurrogates, DerivativeIsTheSlopeOfThePrimitive) {
           },
           x);
       expect_close(eval_single(step, x), slope, 1e-6, "x = " + std::to_string(x));
+    }
+  }
+}
+
+// Parameters from which a gradient would derive an infinite constant (1/alpha at alpha = 0, an
+// overflowing alpha^2): an error naming the surrogate and its parameters, in reverse and forward
+// mode alike, not an infinite literal (or, for the tangent, an internal verification error).
+TEST(AutodiffSurrogates, DegenerateParametersAreNamedNotTurnedIntoInfinities) {
+  const char* cases[] = {"piecewise_quadratic(alpha = 0)", "piecewise_quadratic(alpha = 1e300)", "rect(alpha = 0)",
+                         "nonzero_sign_log_abs(alpha = 0)", "soft_sign(alpha = 1e-320)",
+                         "piecewise_leaky_relu(w = 1e-320, c = 0.01)"};
+  for (const char* surrogate : cases) {
+    SCOPED_TRACE(surrogate);
+    const std::string text = std::string("neuron t\ninput x\nstate v = 0\noutput s\nh = v + x\ns = spike(h - 1, ") +
+                             surrogate + ")\nv = h - s\n";
+    const ir::Neuron neuron = frontend::parse(text, "t.sj");
+    for (int mode = 0; mode < 2; ++mode) {
+      try {
+        if (mode == 0) {
+          Program(neuron).backward(false);
+        } else {
+          autodiff::tangent(neuron);
+        }
+        ADD_FAILURE() << "expected an ArgumentError, mode " << mode;
+      } catch (const ArgumentError& e) {
+        EXPECT_NE(std::string(e.what()).find("expected parameters from which its gradient derives finite constants"),
+                  std::string::npos)
+            << e.what();
+      }
     }
   }
 }

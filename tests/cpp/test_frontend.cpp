@@ -297,6 +297,12 @@ TEST(Diagnostics, AssignmentToInputOrConstant) {
   expect_error("neuron t\ninput x\nstate v = f\noutput v\nv = x\n", 3, 11, "unknown constant 'f'");
 }
 
+TEST(Parse, AByteOrderMarkIsSkipped) {
+  const ir::Neuron plain = frontend::parse("neuron t\ninput x\noutput s\ns = x\n", "t.sj");
+  const ir::Neuron marked = frontend::parse("\xEF\xBB\xBFneuron t\ninput x\noutput s\ns = x\n", "t.sj");
+  EXPECT_EQ(frontend::print(marked), frontend::print(plain));
+}
+
 TEST(Diagnostics, BadNumber) {
   expect_error(with_body("h = 1e+ * x\n"), 6, 5, "bad number '1e+'");
   expect_error(with_body("h = 2x\n"), 6, 5, "bad number '2x'");
@@ -318,6 +324,13 @@ TEST(Diagnostics, UnexpectedToken) {
   expect_error("input x\nneuron t\noutput s\ns = x\n", 1, 1, "expected 'neuron NAME' as the first line");
   expect_error("neuron t\ninput x\noutput s\nneuron u\ns = x\n", 4, 1, "one neuron");
   expect_error("", 1, 1, "empty input");
+  // Control bytes are named, never written raw (an ESC would drive the terminal); the source
+  // line shows '?' in their place, so the caret still lines up.
+  expect_error(with_body(std::string("h = x \x1b[31m 1\n")), 6, 7, "unexpected character '\\x1b'");
+  expect_error(with_body(std::string("h = x \0 1\n", 10)), 6, 7, "unexpected character '\\x00'");
+  const std::vector<Diagnostic> d = diagnostics_of(with_body(std::string("h = x \x1b 1\n")));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_NE(format_diagnostic(d[0]).find("\n  h = x ? 1\n        ^"), std::string::npos) << format_diagnostic(d[0]);
   expect_error("# only a comment\n\n", 1, 1, "empty input");
 }
 

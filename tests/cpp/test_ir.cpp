@@ -108,6 +108,9 @@ TEST(Ops, TableNamesArityAndLookup) {
   Op unused;
   EXPECT_FALSE(ir::op_from_name("Add", &unused));
   EXPECT_FALSE(ir::op_from_name("", &unused));
+  // Codes the tables do not know (an enum cast from a number) are errors, not reads past them.
+  EXPECT_THROW(ir::op_info(static_cast<Op>(250)), ArgumentError);
+  EXPECT_THROW(ir::surrogate_info(static_cast<ir::SurrogateKind>(77)), ArgumentError);
 }
 
 struct ExpectedSurrogate {
