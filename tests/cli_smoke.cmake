@@ -111,10 +111,17 @@ expect(RC 2 ERR "--threads needs a value" ARGS run ${lif} --steps 10 --neurons 1
 expect(RC 2 ERR "--fused: expected auto, on or off, got 'maybe'" ARGS run ${lif} --steps 10 --neurons 10 --fused maybe)
 expect(RC 2 ERR "--set expects NAME=VALUE" ARGS check ${lif} --set tau)
 expect(RC 2 ERR "--set tau: expected a number" ARGS check ${lif} --set tau=fast)
+# --set reads numbers as the text format does: no hex, nothing that underflows to 0.
+expect(RC 2 ERR "--set tau: expected a number.*got '0x10'" ARGS check ${lif} --set tau=0x10)
+expect(RC 2 ERR "--set tau: expected a number.*got '1e-999'" ARGS check ${lif} --set tau=1e-999)
+expect(RC 0 OUT "const tau = 4" ARGS check ${lif} --set tau=0.4e1)
+expect(RC 2 ERR "--steps is given twice" ARGS run ${lif} --steps 1 --steps 2 --neurons 8)
+expect(RC 0 OUT "neuron lif" ARGS check -- ${lif})
+expect(RC 1 ERR "cannot read neuron file '${SRC}/neurons': it is a directory" ARGS check ${SRC}/neurons)
 expect(RC 2 ERR "--kind: expected" ARGS emit ${lif} --kind everything)
 expect(RC 2 ERR "--dtype" ARGS emit ${lif} --dtype float64)
 expect(RC 2 ERR "unknown action 'bogus'" ARGS cache bogus)
-expect(RC 2 ERR "too large" ARGS run ${lif} --steps 1000000000000 --neurons 1000000000000)
+expect(RC 2 ERR "--steps x --neurons: expected a product.*got 1000000000000 x 1000000000000" ARGS run ${lif} --steps 1000000000000 --neurons 1000000000000)
 
 if(failures GREATER 0)
   message(FATAL_ERROR "${failures} CLI smoke case(s) failed")

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -25,6 +26,34 @@ ir::Neuron builtin_neuron(const std::string& name) {
               "'; the built-ins are builtin:if, builtin:lif and builtin:plif");
 }
 
+// A number as the neuron text format writes one, with an optional '-': digits, a fraction, an
+// exponent; no hex, spaces or '+', and nothing that overflows or rounds to 0 on the way.
+bool read_number(const std::string& text, double* out) {
+  const size_t start = !text.empty() && text[0] == '-' ? 1 : 0;
+  size_t i = start, digits = 0;
+  const auto skip_digits = [&] {
+    size_t n = 0;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++n;
+    return n;
+  };
+  digits += skip_digits();
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    digits += skip_digits();
+  }
+  if (digits == 0) return false;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    if (skip_digits() == 0) return false;
+  }
+  if (i != text.size()) return false;
+  const auto [end, error] = std::from_chars(text.data() + start, text.data() + text.size(), *out);
+  if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(*out)) return false;
+  if (start) *out = -*out;
+  return true;
+}
+
 ir::ConstantOverride parse_override(const std::string& text) {
   const size_t eq = text.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
@@ -33,10 +62,10 @@ ir::ConstantOverride parse_override(const std::string& text) {
   const std::string name = text.substr(0, eq), value = text.substr(eq + 1);
   if (value == "true") return {name, 1.0};
   if (value == "false") return {name, 0.0};
-  char* end = nullptr;
-  const double v = std::strtod(value.c_str(), &end);
-  if (*end != '\0' || !std::isfinite(v)) {
-    throw UsageError("--set " + name + ": expected a number, true or false, got '" + value + "'");
+  double v = 0.0;
+  if (!read_number(value, &v)) {
+    throw UsageError("--set " + name + ": expected a number as the text format writes one (an optional '-', digits, "
+                     "a fraction, an exponent), true or false, got '" + value + "'");
   }
   return {name, v};
 }
@@ -51,6 +80,10 @@ Args::Args(int argc, char** argv, const std::vector<std::string>& value_options,
            const std::vector<std::string>& flags) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg == "--") {  // the rest are arguments, even those that start with '-'
+      positional_.insert(positional_.end(), argv + i + 1, argv + argc);
+      break;
+    }
     if (arg == "--help" || arg == "-h") {
       help_ = true;
     } else if (arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
@@ -60,6 +93,7 @@ Args::Args(int argc, char** argv, const std::vector<std::string>& value_options,
         if (eq != std::string::npos) throw UsageError("--" + name + " takes no value");
         flags_.push_back(name);
       } else if (contains(value_options, name)) {
+        if (name != "set" && value(name)) throw UsageError("--" + name + " is given twice");
         if (eq != std::string::npos) {
           options_.emplace_back(name, arg.substr(eq + 1));
         } else if (i + 1 < argc) {

@@ -1,10 +1,13 @@
 // spikejit cache [list|size|clear]: the on-disk kernel cache.
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <ctime>
 #include <iostream>
 
 #include "cli.h"
 #include "commands.h"
+#include "spikejit/error.h"
 #include "spikejit/runtime.h"
 
 namespace spikejit::cli {
@@ -12,13 +15,22 @@ namespace spikejit::cli {
 static const char* const kCacheAbout =
     "usage: spikejit cache [list|size|clear]\n"
     "\n"
-    "The on-disk cache of compiled CUDA kernels. Its folder is $SPIKEJIT_CACHE_DIR, else\n"
+    "The on-disk cache of compiled kernels (CUDA, and the fused CPU steps). Its folder is $SPIKEJIT_CACHE_DIR, else\n"
     "$XDG_CACHE_HOME/spikejit, else ~/.cache/spikejit; SPIKEJIT_CACHE=0 turns it off.\n"
     "\n"
     "  list   one line per entry: key, size in bytes, modification time, what it holds\n"
     "         (entries that fail their checksum are marked INVALID; they are rebuilt on use)\n"
     "  size   the folder, the number of entries and their total size (the default)\n"
     "  clear  remove every entry\n";
+
+// Why `folder` holds no cache ("" when it is a folder): nothing compiled yet, or not a folder.
+static std::string folder_problem(const std::string& folder) {
+  struct stat st;
+  if (folder.empty()) return "no cache directory: set SPIKEJIT_CACHE_DIR, XDG_CACHE_HOME or HOME";
+  if (stat(folder.c_str(), &st) != 0) return folder + " does not exist yet (nothing has been cached)";
+  if (!S_ISDIR(st.st_mode)) return folder + " is not a directory: nothing can be cached there";
+  return "";
+}
 
 static std::string format_time(int64_t seconds) {
   std::time_t t = static_cast<std::time_t>(seconds);
@@ -50,8 +62,12 @@ int cmd_cache(int argc, char** argv) {
     std::cout << "directory: " << info.directory << (info.enabled ? "" : " (disabled)") << "\n"
               << "entries: " << entries.size() << "\n"
               << "bytes: " << bytes << "\n";
-    if (!info.problem.empty()) std::cout << "problem: " << info.problem << "\n";
+    const std::string problem = info.problem.empty() ? folder_problem(info.directory) : info.problem;
+    if (!problem.empty()) std::cout << "problem: " << problem << "\n";
   } else if (action == "clear") {
+    if (runtime::cache_directory().empty()) {
+      throw Error("no cache directory: set SPIKEJIT_CACHE_DIR, XDG_CACHE_HOME or HOME");
+    }
     const size_t removed = runtime::cache_clear();
     std::cout << "removed " << removed << (removed == 1 ? " entry" : " entries") << " from "
               << runtime::cache_directory() << "\n";

@@ -162,7 +162,10 @@ int cmd_run(int argc, char** argv) {
   const int64_t big = int64_t{1} << 40;
   const int64_t T = args.integer("steps", 0, 1, big);
   const int64_t N = args.integer("neurons", 0, 1, big);
-  if (T > std::numeric_limits<int64_t>::max() / 16 / N) throw UsageError("--steps x --neurons is too large");
+  if (T > std::numeric_limits<int64_t>::max() / 16 / N) {
+    throw UsageError("--steps x --neurons: expected a product whose buffers (16 bytes per neuron-step) can be "
+                     "addressed, got " + std::to_string(T) + " x " + std::to_string(N));
+  }
   const int64_t max_seed = std::numeric_limits<int64_t>::max();
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed", std::random_device{}() >> 1, 0, max_seed));
   cpu::Options options;
@@ -174,7 +177,7 @@ int cmd_run(int argc, char** argv) {
   options.fused = fused == "on" ? cpu::Fused::On : fused == "off" ? cpu::Fused::Off : cpu::Fused::Auto;
   const DType dtype = parse_dtype(args.value("dtype").value_or("float32"));
   const double mean = args.real("mean", 1.0), std = args.real("std", 1.0);
-  if (std < 0) throw UsageError("--std: expected a number >= 0");
+  if (std < 0) throw UsageError("--std: expected a number >= 0, got " + *args.value("std"));
   const int64_t repeat = args.integer("repeat", 3, 1, 1000);
   const bool train = args.flag("train");
 

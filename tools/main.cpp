@@ -58,7 +58,7 @@ int run_command(const Command& command, int argc, char** argv) {
     std::cerr << n << (n == 1 ? " error\n" : " errors\n");
     return 1;
   } catch (const std::bad_alloc&) {
-    std::cerr << prefix << "error: out of memory\n";
+    std::cerr << prefix << "error: out of memory (an allocation of the command failed; smaller sizes may fit)\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << prefix << "error: " << e.what() << "\n";
