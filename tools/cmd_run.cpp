@@ -141,7 +141,15 @@ std::string cpu_steps_text(const Program& program, cpu::Fused option, DType dtyp
   const cpu::FusedSupport used = cpu::fused_steps_used(program, option, dtype, work);
   if (used.available) return "compiled by " + used.detail;
   if (option == cpu::Fused::Off) return "interpreted (--fused off)";
-  const std::string why = used.detail.substr(0, used.detail.find('\n'));
+  std::string why;  // the reason on one line (a missing compiler's lists what was tried, line by line)
+  for (size_t start = 0; start < used.detail.size();) {
+    const size_t end = std::min(used.detail.find('\n', start), used.detail.size());
+    const std::string line = used.detail.substr(start, end - start);
+    const size_t text = line.find_first_not_of(' ');
+    if (text != std::string::npos) why += (why.empty() || why.back() == ':' ? " " : "; ") + line.substr(text);
+    start = end + 1;
+  }
+  why.erase(0, why.find_first_not_of(' '));
   return "interpreted (" + why + (why.rfind("fewer than", 0) == 0 ? "; --fused on compiles them)" : ")");
 }
 

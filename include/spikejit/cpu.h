@@ -21,8 +21,9 @@ enum class Compute : uint8_t { Auto /* F64 if any buffer is fp64, else F32 */, F
 // Fused steps: a neuron's step compiled to machine code by the host's C++ compiler (once per
 // neuron, kept in the disk cache), with the same results, bit for bit, as the interpreted lane
 // loops, several times faster. fp32 compute only; fp64 always runs interpreted.
-//   Auto: fused for calls of at least 2^20 neuron-steps when a compiler is found, else
-//         interpreted (a warning says why). SPIKEJIT_CPU_FUSED=0 or 1 turns it into Off or On.
+//   Auto: fused for calls of at least 2^20 neuron-steps when a compiler is found and the step
+//         is not too large (kFusedMaxInstructions), else interpreted (a compile that fails
+//         says why at SPIKEJIT_LOG=warning). SPIKEJIT_CPU_FUSED=0 or 1 turns it into Off or On.
 //   On:   always fused; an Error when the step cannot be compiled.
 //   Off:  always interpreted.
 enum class Fused : uint8_t { Auto, On, Off };
@@ -30,6 +31,11 @@ enum class Fused : uint8_t { Auto, On, Off };
 // Calls with fewer neuron-steps than this run interpreted under Fused::Auto: compiling a neuron
 // the first time takes about a second, and small calls gain little.
 constexpr int64_t kFusedMinWork = int64_t{1} << 20;
+
+// Neurons whose step variants hold more lane instructions than this run interpreted under
+// Fused::Auto: the compile takes about 4 ms per instruction (LIF: 65 in 0.6 s; a neuron with
+// every op: 893 in 4 s; 5400 took 44 s), longer than a first call should stall.
+constexpr int64_t kFusedMaxInstructions = 2048;
 
 struct Options {
   Compute compute = Compute::Auto;

@@ -73,31 +73,58 @@ Fused resolve_fused(Fused fused) {
 
 namespace {
 
+// The lane instructions of all the program's variants: what the compile's time grows with.
+int64_t lane_instructions(const Program& program) {
+  return program.derived<int64_t>(&kFusedStepsOwner, 1, [&] {
+    int64_t total = 0;
+    for (int v = 0; v < kLaneVariants; ++v) {
+      try {
+        total += static_cast<int64_t>(lane_program(program, static_cast<LaneVariant>(v)).instrs.size());
+      } catch (const Error&) {  // a variant that cannot be derived is not compiled either
+      }
+    }
+    return total;
+  });
+}
+
 // The program's fused steps when a call of `work` neuron-steps takes them under `mode`
-// (resolved), compiled on first use; nullptr to interpret. Throws the compile's failure under On.
-const FusedSteps* steps_for_call(const Program& program, Fused mode, bool f64, int64_t work) {
-  if (mode == Fused::Off || f64 || (mode == Fused::Auto && work < kFusedMinWork)) return nullptr;
+// (resolved), compiled on first use; else nullptr, with *why_not set. Throws the compile's
+// failure under On.
+const FusedSteps* steps_for_call(const Program& program, Fused mode, bool f64, int64_t work, std::string* why_not) {
+  if (mode == Fused::Off || f64) return nullptr;
+  if (mode == Fused::Auto && work < kFusedMinWork) {
+    *why_not = "fewer than 2^20 neuron-steps";
+    return nullptr;
+  }
+  if (mode == Fused::Auto && lane_instructions(program) > kFusedMaxInstructions) {
+    const int64_t n = lane_instructions(program);
+    *why_not = "a large step: " + std::to_string(n) + " instructions in its variants, above " +
+               std::to_string(kFusedMaxInstructions) + " (its compile would take about " + std::to_string(n / 250) +
+               " s or more); Fused::On or SPIKEJIT_CPU_FUSED=1 compiles it";
+    return nullptr;
+  }
   const FusedSteps& steps =
       program.derived<FusedSteps>(&kFusedStepsOwner, 0, [&] { return compile_fused_steps(program); });
   if (!steps.failure.empty() && mode == Fused::On) throw Error(steps.failure);
-  return &steps;
+  *why_not = steps.failure;
+  return steps.failure.empty() ? &steps : nullptr;
 }
 
 }  // namespace
 
 FusedStepFn fused_step(const Program& program, LaneVariant variant, Fused fused, bool f64, int64_t work) {
-  const FusedSteps* steps = steps_for_call(program, resolve_fused(fused), f64, work);
-  return steps && steps->failure.empty() ? steps->functions[static_cast<int>(variant)] : nullptr;
+  std::string why_not;
+  const FusedSteps* steps = steps_for_call(program, resolve_fused(fused), f64, work, &why_not);
+  return steps ? steps->functions[static_cast<int>(variant)] : nullptr;
 }
 
 FusedSupport fused_steps_used(const Program& program, Fused fused, DType dtype, int64_t work) {
   const Fused mode = resolve_fused(fused);
   if (mode == Fused::Off) return {false, fused == Fused::Off ? "turned off" : "turned off by SPIKEJIT_CPU_FUSED=0"};
   if (dtype == DType::F64) return {false, "float64 computes in fp64, which the compiled steps do not"};
-  const FusedSteps* steps = steps_for_call(program, mode, false, work);
-  if (!steps) return {false, "fewer than 2^20 neuron-steps"};
-  if (!steps->failure.empty()) return {false, steps->failure};
-  return {true, steps->compiler};
+  std::string why_not;
+  const FusedSteps* steps = steps_for_call(program, mode, false, work, &why_not);
+  return steps ? FusedSupport{true, steps->compiler} : FusedSupport{false, why_not};
 }
 
 FusedSupport fused_support() {

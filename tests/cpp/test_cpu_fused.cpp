@@ -319,6 +319,21 @@ TEST(FusedSteps, StepsUsedSayWhatACallRuns) {
   EXPECT_THROW(cpu::fused_steps_used(fresh, cpu::Fused::On, DType::F32, 1), Error);
 }
 
+// Under Auto a large step runs interpreted (its compile would stall the first call for long);
+// the reason says so and how to compile it anyway. Nothing is compiled here.
+TEST(FusedSteps, AutoInterpretsALargeStep) {
+  std::string text = "neuron large\ninput x\nstate v = 0\noutput s\na = x\n";
+  for (int i = 0; i < 120; ++i) text += "a = sin(a) * v + x\n";
+  text += "s = spike(a - 1, sigmoid(alpha = 4))\nv = a - s\n";
+  const Program large = Program::from_text(text, "large.sj");
+  const ScopedEnv compiler("SPIKEJIT_CXX", "/nonexistent/c++");  // (a compile attempt would fail)
+  const cpu::FusedSupport used = cpu::fused_steps_used(large, cpu::Fused::Auto, DType::F32, cpu::kFusedMinWork);
+  EXPECT_FALSE(used.available);
+  EXPECT_EQ(used.detail.find("a large step: "), 0u) << used.detail;
+  EXPECT_NE(used.detail.find("SPIKEJIT_CPU_FUSED=1 compiles it"), std::string::npos) << used.detail;
+  EXPECT_EQ(cpu::fused_step(large, cpu::LaneVariant::Forward, cpu::Fused::Auto, false, cpu::kFusedMinWork), nullptr);
+}
+
 // A compiler that answers --version and exits 0 but writes no library (or one without the
 // symbols asked for): an error, and nothing is cached that a later call would trip over.
 TEST(HostCompiler, AnUnloadableResultIsNeverCached) {
