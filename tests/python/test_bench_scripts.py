@@ -151,3 +151,10 @@ def test_flexsn_ops_bench_dry_run_measures_every_core():
     for row in ("| built-in LIFNode |", "| in-place LIF |", "| softplus adaptive threshold |",
                 "| gelu input, elu leak |"):
         assert row in out, out
+
+
+def test_cpu_allocator_bench_reports_every_size_and_implementation():
+    out = run_bench("bench_cpu_allocator.py", "--sizes", "4:64", "2:128", "--steps", "2")
+    rows = [line for line in out.splitlines() if line.startswith("| 4 | 64 |") or line.startswith("| 2 | 128 |")]
+    assert {row.split("|")[3].strip() for row in rows} >= {"spikejit"}, out
+    assert len(rows) == 2 * len({row.split("|")[3].strip() for row in rows}), out
