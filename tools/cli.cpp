@@ -167,7 +167,17 @@ Program load_program(const std::string& file, const std::vector<std::string>& ov
                           : frontend::parse(frontend::read_neuron_file(file), file);
   if (!overrides.empty()) {
     std::vector<ir::ConstantOverride> parsed;
-    for (const std::string& o : overrides) parsed.push_back(parse_override(o));
+    for (const std::string& o : overrides) {
+      parsed.push_back(parse_override(o));
+      // true and false are for Bool constants only (with_constants checks numbers against Bools).
+      const std::string value = o.substr(o.find('=') + 1);
+      for (const ir::ConstDecl& c : neuron.constants) {
+        if (c.name == parsed.back().name && c.type == ir::Type::Float && (value == "true" || value == "false")) {
+          throw UsageError("--set " + c.name + ": expected a number (" + c.name + " is a Float constant), got '" +
+                           value + "'");
+        }
+      }
+    }
     neuron = ir::with_constants(neuron, parsed);
   }
   return Program(std::move(neuron));

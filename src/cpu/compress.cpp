@@ -5,9 +5,11 @@
 
 #include <array>
 #include <cstring>
+#include <string>
 
 #include "common/parallel.h"
 #include "common/spike_bits.h"
+#include "spikejit/error.h"
 
 namespace spikejit::cpu {
 namespace {
@@ -103,9 +105,14 @@ void decompress_typed(const SpikeView& packed, const SpikeView& spikes, int thre
   });
 }
 
+void check_threads(int threads) {
+  if (threads < 0) throw ArgumentError("threads", "0 (all hardware threads) or more", std::to_string(threads));
+}
+
 }  // namespace
 
 void bit_spike_compress(const SpikeView& spikes, const SpikeView& packed, int threads) {
+  check_threads(threads);
   validate_compress(spikes, packed);
   switch (spike_dtype_size(spikes.dtype)) {
     case 1: return compress_typed<uint8_t>(spikes, packed, threads);
@@ -116,6 +123,7 @@ void bit_spike_compress(const SpikeView& spikes, const SpikeView& packed, int th
 }
 
 void bit_spike_decompress(const SpikeView& packed, const SpikeView& spikes, int threads) {
+  check_threads(threads);
   validate_decompress(packed, spikes);
   switch (spike_dtype_size(spikes.dtype)) {
     case 1: return decompress_typed<uint8_t>(packed, spikes, threads);

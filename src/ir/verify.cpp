@@ -144,6 +144,8 @@ class Checker {
     for (size_t i = 0; i < n_.params.size(); ++i) {
       if (!std::isfinite(n_.params[i].init))
         add(Problem::Where::Param, i, "the initial value of param '" + n_.params[i].name + "' must be finite");
+      if (n_.params[i].kind != ParamKind::Scalar && n_.params[i].kind != ParamKind::PerNeuron)
+        add(Problem::Where::Param, i, "param '" + n_.params[i].name + "' has an unknown kind");
     }
   }
 
@@ -164,6 +166,10 @@ class Checker {
     const Node& node = n_.nodes[k];
     if (static_cast<int>(node.op) >= kNumOps) {
       add(Problem::Where::Node, k, "node " + std::to_string(k) + " has an unknown op");
+      return;
+    }
+    if (node.type != Type::Float && node.type != Type::Bool) {
+      add(Problem::Where::Node, k, "node " + std::to_string(k) + " has an unknown type");
       return;
     }
     const OpInfo& info = op_info(node.op);

@@ -243,6 +243,10 @@ TEST(CompressErrors, NameTheArgument) {
     cpu::bit_spike_compress(SpikeView(s.data(), static_cast<SpikeDType>(77), {4}),
                             SpikeView(p.data(), SpikeDType::U8, {1}));
   });
+  expect_argument_error("threads",
+                        [&] { cpu::bit_spike_compress(spikes, SpikeView(p.data(), SpikeDType::U8, {3}), -5); });
+  expect_argument_error("threads",
+                        [&] { cpu::bit_spike_decompress(SpikeView(p.data(), SpikeDType::U8, {3}), spikes, -1); });
   // Packed bytes inside the spike tensor: written over what is read.
   expect_argument_error("packed", [&] {
     cpu::bit_spike_compress(spikes, SpikeView(reinterpret_cast<uint8_t*>(s.data()) + 4, SpikeDType::U8, {3}));

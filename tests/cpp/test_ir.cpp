@@ -416,6 +416,12 @@ TEST(Verify, StructuralProblems) {
   n.nodes.back().value = std::numeric_limits<double>::infinity();
   n.body[0].value = static_cast<ir::ValueId>(n.nodes.size() - 1);
   EXPECT_TRUE(contains(problems(n), "literal must be finite"));
+  n = good;  // enum codes from numbers the enums do not have
+  n.nodes.back().type = static_cast<Type>(7);
+  EXPECT_TRUE(contains(problems(n), "node 1 has an unknown type"));
+  n = good;
+  n.params.push_back({"w", static_cast<ir::ParamKind>(9), 0.0});
+  EXPECT_TRUE(contains(problems(n), "param 'w' has an unknown kind"));
 }
 
 TEST(Verify, AssignmentsToInputsAndParamsAndBoolStateInit) {
