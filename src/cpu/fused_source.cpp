@@ -65,7 +65,7 @@ void write_function(std::string& out, const std::string& symbol, const LaneProgr
       out += "  float* __restrict s" + std::to_string(slot) + " = slots[" + std::to_string(slot) + "];\n";
     }
   }
-  out += "  for (int64_t l = 0; l < n; ++l) {\n" + body + "  }\n}\n\n";
+  out += "  SPIKEJIT_INDEPENDENT_LANES\n  for (int64_t l = 0; l < n; ++l) {\n" + body + "  }\n}\n\n";
 }
 
 }  // namespace
@@ -81,6 +81,16 @@ std::string fused_unit_source(const std::vector<std::pair<std::string, const Lan
       "#define SPIKEJIT_FUSED_CLONES __attribute__((flatten, target_clones(\"avx512f\", \"avx2\", \"default\")))\n"
       "#else\n"
       "#define SPIKEJIT_FUSED_CLONES __attribute__((flatten))\n"
+      "#endif\n"
+      "// Lane l of a step reads and writes index l of each slot only (the executor refuses written\n"
+      "// buffers that overlap), so no iteration depends on another. GCC cannot prove it through\n"
+      "// restrict pointers loaded from `slots` and left loops with two or more stores scalar.\n"
+      "#if defined(__clang__)\n"
+      "#define SPIKEJIT_INDEPENDENT_LANES _Pragma(\"clang loop vectorize(assume_safety)\")\n"
+      "#elif defined(__GNUC__)\n"
+      "#define SPIKEJIT_INDEPENDENT_LANES _Pragma(\"GCC ivdep\")\n"
+      "#else\n"
+      "#define SPIKEJIT_INDEPENDENT_LANES\n"
       "#endif\n\n"
       "namespace {\n"
       "using spikejit::ir::apply_op;\n"
