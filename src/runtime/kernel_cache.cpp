@@ -134,22 +134,17 @@ std::string cached_binary(const CacheKeyParts& parts, const std::string& label,
     const DiskCache cache(root);
     DecodedEntry entry;
     bool corrupt = false;
-    std::string refused;  // why `use` refused the cached binary
     if (cache.load(key, &entry, &corrupt)) {
       try {
         if (use) use(entry.payload);
         stats().disk_hits++;
         SPIKEJIT_LOG_AT(Level::Debug, "disk cache hit: " << label << " (" << cache.entry_path(key) << ")");
         return entry.payload;
-      } catch (const std::exception& e) {
-        refused = e.what();
-        corrupt = true;
+      } catch (const std::exception& e) {  // the entry is whole but cannot be used: made again
+        stats().corrupt_entries++;
+        SPIKEJIT_LOG_AT(Level::Warning, "disk cache entry " << cache.entry_path(key) << " cannot be used ("
+                                            << e.what() << "); compiling " << label << " again");
       }
-    }
-    if (!refused.empty()) {
-      stats().corrupt_entries++;
-      SPIKEJIT_LOG_AT(Level::Warning, "disk cache entry " << cache.entry_path(key) << " cannot be used ("
-                                          << refused << "); compiling " << label << " again");
     } else if (corrupt) {
       stats().corrupt_entries++;
       SPIKEJIT_LOG_AT(Level::Warning, "disk cache entry " << cache.entry_path(key) << " is corrupt "

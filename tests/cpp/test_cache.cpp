@@ -23,6 +23,7 @@
 #include "runtime/nvrtc_api.h"
 #include "spikejit/runtime.h"
 #include "spikejit/codegen.h"
+#include "spikejit/error.h"
 #include "support/scoped_env.h"
 #include "support/test_neurons.h"
 
@@ -444,6 +445,35 @@ codegen::KernelSource test_kernel(uint64_t seed) {
   k.source = "extern \"C\" __global__ void " + k.entry + "(float* x) { x[threadIdx.x] *= " +
              std::to_string(seed % 977) + ".0f; }\n";
   return k;
+}
+
+// A whole entry that its user cannot use (a library that does not load) is made again and
+// replaced; a fresh binary its user refuses is not stored.
+TEST_F(CacheTest, AnEntryItsUserRefusesIsMadeAgainAndARefusedBinaryIsNotStored) {
+  SCOPED_TRACE(trace());
+  ScopedEnv dir("SPIKEJIT_CACHE_DIR", root_.c_str());
+  ScopedEnv on("SPIKEJIT_CACHE", nullptr);
+  const CacheKeyParts parts{random_bytes(rng_, 100), "entry", "host-test", "test 1.0", {}};
+  int compiles = 0;
+  const auto make = [&] { ++compiles; return std::string("good"); };
+  const auto use = [](const std::string& bytes) {
+    if (bytes != "good") throw Error("cannot load '" + bytes + "'");
+  };
+  EXPECT_EQ(cached_binary(parts, "test", make, use), "good");
+  ASSERT_EQ(DiskCache(root_).store(cache_key(parts), "test", "junk"), "");  // whole, checksummed, unusable
+  const CacheInfo before = cache_info();
+  EXPECT_EQ(cached_binary(parts, "test", make, use), "good");
+  EXPECT_EQ(compiles, 2);
+  EXPECT_EQ(cache_info().corrupt_entries, before.corrupt_entries + 1);
+  DecodedEntry entry;
+  bool corrupt = false;
+  ASSERT_TRUE(DiskCache(root_).load(cache_key(parts), &entry, &corrupt));
+  EXPECT_EQ(entry.payload, "good");
+
+  const CacheKeyParts other{random_bytes(rng_, 100), "entry", "host-test", "test 1.0", {}};
+  EXPECT_THROW(cached_binary(other, "test", [] { return std::string("junk"); }, use), Error);
+  EXPECT_FALSE(DiskCache(root_).load(cache_key(other), &entry, &corrupt));
+  EXPECT_FALSE(corrupt) << "a refused binary was stored";
 }
 
 TEST_F(CacheTest, BinaryIsCompiledOnceThenReadFromDiskAndRebuiltWhenCorrupt) {
