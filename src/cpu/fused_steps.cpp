@@ -96,8 +96,7 @@ const FusedSteps* steps_for_call(const Program& program, Fused mode, bool f64, i
     *why_not = "fewer than 2^20 neuron-steps";
     return nullptr;
   }
-  if (mode == Fused::Auto && lane_instructions(program) > kFusedMaxInstructions) {
-    const int64_t n = lane_instructions(program);
+  if (const int64_t n = mode == Fused::Auto ? lane_instructions(program) : 0; n > kFusedMaxInstructions) {
     *why_not = "a large step: " + std::to_string(n) + " instructions in its variants, above " +
                std::to_string(kFusedMaxInstructions) + " (its compile would take about " + std::to_string(n / 250) +
                " s or more); Fused::On or SPIKEJIT_CPU_FUSED=1 compiles it";
