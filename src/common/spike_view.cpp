@@ -54,7 +54,10 @@ int64_t SpikeView::numel() const { return shape_numel(shape); }
 bool SpikeView::is_contiguous() const { return is_contiguous_layout(shape, strides); }
 std::string SpikeView::describe() const { return describe_layout(spike_dtype_name(dtype), shape, strides); }
 
-int64_t packed_bytes(int64_t numel) { return numel / 8 + (numel % 8 != 0); }
+int64_t packed_bytes(int64_t numel) {
+  if (numel < 0) throw ArgumentError("numel", "a count >= 0", std::to_string(numel));
+  return numel / 8 + (numel % 8 != 0);
+}
 
 namespace {
 

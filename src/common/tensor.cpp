@@ -1,9 +1,11 @@
 // DType helpers, TensorView queries and the public fp16 / bf16 conversions.
 #include "spikejit/tensor.h"
 
+#include <limits>
 #include <string>
 
 #include "common/float16.h"
+#include "spikejit/error.h"
 
 namespace spikejit {
 
@@ -35,9 +37,23 @@ const char* dtype_name(DType d) {
   return "unknown dtype";
 }
 
+static std::string list_text(const std::vector<int64_t>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + "]";
+}
+
 int64_t shape_numel(const std::vector<int64_t>& shape) {
+  bool empty = false, overflows = false;
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    if (d < 0) throw ArgumentError("shape", "dimensions >= 0", list_text(shape));
+    if (d == 0) empty = true;
+    if (d > 1 && n > std::numeric_limits<int64_t>::max() / d) overflows = true;
+    if (!overflows) n *= d;
+  }
+  if (empty) return 0;
+  if (overflows) throw ArgumentError("shape", "at most 2^63 - 1 elements", list_text(shape));
   return n;
 }
 
@@ -51,12 +67,6 @@ bool is_contiguous_layout(const std::vector<int64_t>& shape, const std::vector<i
     expected *= shape[i];
   }
   return true;
-}
-
-static std::string list_text(const std::vector<int64_t>& values) {
-  std::string out = "[";
-  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
-  return out + "]";
 }
 
 std::string describe_layout(const char* dtype, const std::vector<int64_t>& shape,

@@ -203,10 +203,10 @@ size_t DiskCache::clear() const {
       if (stat(path.c_str(), &st) == 0 && now - st.st_mtime > kStaleTempSeconds) unlink(path.c_str());
       continue;
     }
-    if (ends_with(name, kEntrySuffix) && is_key(name.substr(0, name.size() - std::strlen(kEntrySuffix))) &&
-        unlink(path.c_str()) == 0) {
-      ++removed;
-    }
+    if (!ends_with(name, kEntrySuffix) || !is_key(name.substr(0, name.size() - std::strlen(kEntrySuffix)))) continue;
+    // An empty folder at an entry's path (never ours) would block that entry's store: it goes
+    // too. A folder with contents is left, listed as invalid.
+    if (unlink(path.c_str()) == 0 || (errno == EISDIR && rmdir(path.c_str()) == 0)) ++removed;
   }
   return removed;
 }

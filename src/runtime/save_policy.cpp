@@ -1,5 +1,8 @@
 // The "auto" save policy (see spikejit/buffers.h for the rule and why).
+#include <string>
+
 #include "spikejit/buffers.h"
+#include "spikejit/error.h"
 #include "spikejit/program.h"
 
 namespace spikejit {
@@ -26,6 +29,8 @@ int64_t auto_checkpoint_interval(const Program& program, bool on_cuda, DType sto
 
 int64_t auto_checkpoint_every(const Program& program, bool on_cuda, DType storage, int64_t steps, int64_t neurons,
                               bool stores_state_seqs, bool packs_spikes_or_outputs) {
+  if (steps < 0) throw ArgumentError("steps", "a count >= 0", std::to_string(steps));
+  if (neurons < 0) throw ArgumentError("neurons", "a count >= 0", std::to_string(neurons));
   if (steps < kAutoCheckpointMinSteps || neurons < kAutoCheckpointMinNeurons) return 0;
   return auto_checkpoint_interval(program, on_cuda, storage, stores_state_seqs, packs_spikes_or_outputs);
 }

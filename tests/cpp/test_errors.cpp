@@ -17,6 +17,7 @@
 
 #include "spikejit/buffers.h"
 #include "spikejit/builtins.h"
+#include "spikejit/compress.h"
 #include "spikejit/cpu.h"
 #include "spikejit/cuda.h"
 #include "spikejit/error.h"
@@ -180,6 +181,26 @@ TEST(Errors, CudaLauncherTakesOneDtypeAndNoFloat64) {
   EXPECT_EQ(argument_message([&] { cuda::forward(d.lif, d.f, nullptr, 0); }),
             "argument 'inputs[0]': expected dtype float32, float16 or bfloat16 (the CUDA backend), "
             "got float64[3, 8]");
+}
+
+// Sizes and shapes of the public helpers: a negative count or dimension, or a shape of more than
+// 2^63 - 1 elements, is an ArgumentError naming it, not a nonsense size.
+TEST(Errors, NegativeOrOverflowingSizesAreRejected) {
+  EXPECT_EQ(packed_bytes(0), 0);
+  EXPECT_EQ(packed_bytes(9), 2);
+  EXPECT_EQ(packed_row_bytes(16), 2);
+  EXPECT_NE(argument_message([] { packed_bytes(-1); }).find("'numel': expected a count >= 0, got -1"), std::string::npos);
+  EXPECT_NE(argument_message([] { packed_row_bytes(-8); }).find("'neurons': expected a count >= 0, got -8"),
+            std::string::npos);
+  const int64_t big = int64_t{1} << 32;
+  EXPECT_EQ(shape_numel({big, big / 2 - 1}), big * (big / 2 - 1));
+  EXPECT_EQ(shape_numel({big, big, 0}), 0);  // empty, whatever the other dimensions
+  EXPECT_NE(argument_message([&] { shape_numel({big, big}); }).find("at most 2^63 - 1 elements"), std::string::npos);
+  EXPECT_NE(argument_message([] { TensorView(nullptr, DType::F32, {3, -2}).numel(); })
+                .find("'shape': expected dimensions >= 0, got [3, -2]"),
+            std::string::npos);
+  EXPECT_NE(argument_message([] { SpikeView(nullptr, SpikeDType::F32, {-1}).numel(); }).find("dimensions >= 0"),
+            std::string::npos);
 }
 
 TEST(Errors, MalformedArchIsAnArgumentError) {

@@ -4,6 +4,7 @@
 
 #include "spikejit/buffers.h"
 #include "spikejit/builtins.h"
+#include "spikejit/error.h"
 #include "spikejit/program.h"
 
 namespace spikejit {
@@ -47,6 +48,22 @@ TEST(AutoSavePolicy, SavesPerStepOutsideTheMeasuredCases) {
   EXPECT_EQ(auto_checkpoint_interval(plif, true, DType::F16, false, false), 0);
   EXPECT_EQ(auto_checkpoint_interval(plif, true, DType::F32, true, false), 0);
   EXPECT_EQ(auto_checkpoint_interval(plif, true, DType::F32, false, true), 0);
+}
+
+TEST(AutoSavePolicy, NegativeSizesAreArgumentErrors) {
+  const Program plif(builtins::plif_neuron());
+  try {
+    choose(plif, true, DType::F32, -1, kN);
+    ADD_FAILURE() << "steps = -1 was accepted";
+  } catch (const ArgumentError& e) {
+    EXPECT_EQ(e.argument(), "steps");
+  }
+  try {
+    choose(plif, true, DType::F32, kT, -kN);
+    ADD_FAILURE() << "neurons = -65536 was accepted";
+  } catch (const ArgumentError& e) {
+    EXPECT_EQ(e.argument(), "neurons");
+  }
 }
 
 TEST(AutoSavePolicy, SavesPerStepForNeuronsOfSeveralInputsOrStates) {
