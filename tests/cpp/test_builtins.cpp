@@ -491,7 +491,9 @@ TEST(Builtins, DefaultInitialStateIsVReset) {
     o.v_reset = v_reset;
     const Program program(builtins::lif_neuron(o));
     const int64_t T = 5, N = 9;
-    std::mt19937_64 rng(std::random_device{}());
+    const uint64_t seed = testing::test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed) + " (SPIKEJIT_TEST_SEED replays it)");
+    std::mt19937_64 rng(seed);
     std::normal_distribution<double> dist(0.8, 1.0);
     std::vector<double> x(T * N), s_default(T * N), s_given(T * N), v_default(N), v_given(N);
     for (double& e : x) e = dist(rng);

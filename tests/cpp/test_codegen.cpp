@@ -25,6 +25,7 @@
 #include "spikejit/frontend.h"
 #include "spikejit/program.h"
 #include "spikejit/runtime.h"
+#include "support/random_seed.h"
 #include "support/require_nvrtc.h"
 #include "support/test_neurons.h"
 
@@ -600,7 +601,9 @@ TEST(Codegen, DeterministicAndIndependentOfSizes) {
 TEST(Codegen, LiteralsAreExact) {
   // Constants reach the source with the value the CPU executor uses (the double rounded to
   // float): printed with enough digits to round-trip.
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = testing::test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (SPIKEJIT_TEST_SEED replays it)");
+  std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> mantissa(-10.0, 10.0);
   for (int i = 0; i < 20; ++i) {
     const double c = mantissa(rng) * std::pow(10.0, int(rng() % 9) - 4);

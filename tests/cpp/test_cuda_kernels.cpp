@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "spikejit/cpu.h"
 #include "spikejit/cuda.h"
 #include "spikejit/runtime.h"
+#include "support/random_seed.h"
 #include "support/test_neurons.h"
 
 namespace spikejit {
@@ -43,6 +45,13 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+// A float with the digits that tell it from its neighbours (to_string keeps six decimals).
+std::string exact_text(float v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", static_cast<double>(v));
+  return text;
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -360,7 +369,7 @@ struct Report {
         bad_neurons.insert(per_neuron && neurons > 0 ? e % neurons : -1);
         if (examples.size() < 8) {
           examples.push_back(f.name + "[" + std::to_string(i) + "] element " + std::to_string(e) +
-                             ": gpu " + std::to_string(g) + ", cpu " + std::to_string(w));
+                             ": gpu " + exact_text(g) + ", cpu " + exact_text(w));
         }
       }
     }
@@ -874,13 +883,12 @@ class CudaKernels : public ::testing::Test {
       GTEST_SKIP() << "no CUDA: " << why;
     }
     guard_ = std::make_unique<runtime::ContextGuard>(0);
-    std::random_device device;
-    seed_ = (static_cast<uint64_t>(device()) << 32) | device();
+    seed_ = testing::test_seed();
     rng_.seed(seed_);
   }
   void TearDown() override { guard_.reset(); }
 
-  std::string trace() const { return "seed " + std::to_string(seed_); }
+  std::string trace() const { return "seed " + std::to_string(seed_) + " (SPIKEJIT_TEST_SEED replays it)"; }
 
   // A random neuron shape with N in [lo, hi], one to three dimensions.
   std::vector<int64_t> random_shape(int64_t lo, int64_t hi) {
