@@ -212,7 +212,7 @@ def _seed_pointer(seed):
 
 
 def _check_call(counts, inputs, init_states, params):
-    """Validates counts, shapes, dtypes and devices; returns (seq_shape, neuron_shape)."""
+    """Validates counts, shapes, dtypes and devices; returns (seq_shape, neuron_shape), torch.Size."""
     if counts.inputs == 0:
         raise ValueError("handle: spikejit ops need a neuron with at least one input (it gives T and S)")
     if len(inputs) != counts.inputs:
@@ -251,7 +251,7 @@ def _check_call(counts, inputs, init_states, params):
         same(t, f"params[{i}]", neuron_shape if kind == "per_neuron" else None)
         if kind == "scalar" and (t.dim() > 1 or t.numel() != 1):
             raise ValueError(f"params[{i}]: expected a scalar parameter of shape [] or [1], got {describe(t)}")
-    return list(seq_shape), list(neuron_shape)
+    return seq_shape, neuron_shape
 
 
 def _check_grads(grads, count, name, shape, dtype, device):
