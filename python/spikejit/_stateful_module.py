@@ -13,6 +13,8 @@ class StatefulModule(nn.Module):
     plain attribute (in __dict__: no parameter, buffer or submodule of that name exists),
     nn.Module.__setattr__ would end in the same dict store for anything but a Parameter or a
     Module, so only those take the full path. The usual values are told by their exact type.
+    A subclass that checks other assignments (options) overrides `_set_attribute`, so that a
+    state's assignment stays one call.
     """
 
     _STATE_NAMES = frozenset()
@@ -22,7 +24,11 @@ class StatefulModule(nn.Module):
                 type(value) in _PLAIN_STATE_TYPES or not isinstance(value, (nn.Parameter, nn.Module))):
             self.__dict__[name] = value
             return
-        super().__setattr__(name, value)
+        self._set_attribute(name, value)
+
+    def _set_attribute(self, name, value):
+        """Every other assignment (a subclass checks its options here, then calls this)."""
+        nn.Module.__setattr__(self, name, value)
 
     def __getstate__(self):
         """A copy (copy.deepcopy, pickle) takes the state as it is, detached: a state computed in

@@ -91,16 +91,16 @@ class BaseNode(StatefulModule):
         self._options_ready = True
         self._refresh_program()
 
-    def __setattr__(self, name, value):
+    def _set_attribute(self, name, value):
         if not self.__dict__.get("_options_ready", False):
-            super().__setattr__(name, value)
+            super()._set_attribute(name, value)
         elif name in self._OPTIONS:
             self._assign_option(name, _checked_option(name, value))
         elif name == "store_v_seq":
-            super().__setattr__(name, check_flag(name, value))
+            super()._set_attribute(name, check_flag(name, value))
             self.v_seq = None
         else:
-            super().__setattr__(name, value)
+            super()._set_attribute(name, value)
 
     def _assign_option(self, name, value) -> None:
         old = getattr(self, name)
@@ -114,7 +114,7 @@ class BaseNode(StatefulModule):
     def _store(self, name, value) -> None:
         if not isinstance(value, nn.Module) and name in self._modules:  # a surrogate name after a module
             del self._modules[name]
-        super().__setattr__(name, value)
+        super()._set_attribute(name, value)
 
     def _refresh_program(self) -> None:
         self._program_handle = self._make_handle()
