@@ -117,6 +117,28 @@ bool any_f64(std::initializer_list<const std::vector<TensorView>*> groups) {
   return false;
 }
 
+// A state's declared default as a given initial state holds it, rounded through the dtype the
+// call stores states in (that of its first given initial state, else of its first input, final
+// state, state sequence or output; one dtype for every buffer is the usual call), as the CUDA
+// kernels and the Python layer's materialized defaults do.
+double stored_default(double value, const ForwardBuffers& b) {
+  const TensorView* storage = nullptr;
+  for (const auto* group : {&b.initial_states, &b.inputs, &b.final_states, &b.state_seqs, &b.outputs}) {
+    for (const TensorView& v : *group) {
+      if (storage == nullptr && v.present) storage = &v;
+    }
+  }
+  if (storage == nullptr) return value;
+  const float single = static_cast<float>(value);
+  switch (storage->dtype) {
+    case DType::F64: return value;
+    case DType::F32: return single;
+    case DType::F16: return half_to_float(float_to_half(single));
+    case DType::BF16: return bfloat16_to_float(float_to_bfloat16(single));
+  }
+  return value;
+}
+
 void check_options(const Options& o) {
   if (o.threads < 0)
     throw ArgumentError("options.threads", "0 (all hardware threads) or more", std::to_string(o.threads));
@@ -517,7 +539,7 @@ void forward(const Program& program, const ForwardBuffers& b, const Options& opt
   c.neurons = neuron_count(b.neuron_shape);
   c.param_kinds = step.params;
   for (int i = 0; i < step.num_states; ++i)
-    c.state_defaults.push_back(ir::state_default(program.neuron(), i));
+    c.state_defaults.push_back(stored_default(ir::state_default(program.neuron(), i), b));
   c.inputs = lane_buffers(b.inputs, step.num_inputs);
   c.initial_states = lane_buffers(b.initial_states, step.num_states);
   c.params = lane_buffers(b.params, step.params.size());
