@@ -9,4 +9,5 @@ NB_MODULE(_core, m) {
   spikejit::python::bind_builtins(m);
   spikejit::python::bind_kernels(m);
   spikejit::python::bind_compress(m);
+  spikejit::python::bind_cpu_pool(m);
 }

@@ -11,7 +11,7 @@ and autograd, so torch.compile(fullgraph=True) sees no graph breaks.
 """
 from . import _core
 from ._core import ArgumentError, Error, ParseError, Program
-from . import ops, registry, surrogate
+from . import cpu_pool, ops, registry, surrogate
 from .flexsn import FlexSN, FlexSNKernel, UnsupportedCoreError
 from .functional import (if_multi_step, lif_multi_step, multistep_if, multistep_lif, multistep_plif,
                          plif_multi_step)
@@ -32,7 +32,7 @@ __all__ = [
     "unpack_spike_rows", "cuda_available", "cuda_unavailable_reason", "cpu_fused_available",
     "cpu_fused_unavailable_reason",
     "PackedSpikeLinear", "PackedSpikeConv2d", "packed_spikes", "Recompute",
-    "surrogate", "registry", "ops",
+    "surrogate", "registry", "ops", "cpu_pool",
 ]
 
 

@@ -12,10 +12,12 @@ int64 tensor of one element on the call's device, handed to the kernels as its d
 they read it where it lives (no host sync; a CUDA graph replays whatever value it holds then). A
 training call keeps its seed for the backward, which recomputes the same draws from it.
 """
+import math
 from typing import List
 
 import torch
 from torch import Tensor
+from torch.utils.dlpack import from_dlpack as _from_dlpack
 
 from . import _core, registry
 
@@ -311,10 +313,39 @@ def _split_by_mask(tensors, packed):
     return ([None if p else t for t, p in zip(tensors, packed)], [t if p else None for t, p in zip(tensors, packed)])
 
 
-def _empty_sequence(x: Tensor, seq_shape) -> Tensor:
-    """An empty contiguous tensor of shape `seq_shape` in x's dtype and on its device. (empty_like
-    where x is that shape and contiguous: a microsecond or two less than new_empty, per buffer of
-    a call, where small calls are bound by the host.)"""
+# A CPU buffer of at least this many bytes comes from spikejit's CPU pool (bindings/cpu_pool.cpp):
+# glibc maps such blocks afresh and unmaps them on free, so each call would fault its pages in
+# again, most of a large CPU step (docs/benchmarks.md).
+CPU_POOL_MIN_BYTES = 1 << 20
+
+
+def uses_cpu_pool(x: Tensor) -> bool:
+    """Whether a call on the [T, *S] input x takes its large buffers from the CPU pool: x is a
+    plain CPU tensor (not a fake one, whose call allocates fake tensors) of at least
+    CPU_POOL_MIN_BYTES. Decided once per call, so that small calls pay nothing more."""
+    return x.is_cpu and type(x) is Tensor and x.numel() * x.element_size() >= CPU_POOL_MIN_BYTES
+
+
+def _pooled_empty(shape, dtype: torch.dtype) -> Tensor:
+    """An empty contiguous CPU tensor whose memory the pool takes back when PyTorch frees it."""
+    return _from_dlpack(_core.cpu_pool_empty(list(shape), DTYPE_CODES[dtype]))
+
+
+def _new_empty(x: Tensor, shape, dtype=None, pool: bool = False) -> Tensor:
+    """An empty contiguous tensor of `shape` on x's device, in `dtype` (default: x's); from the
+    pool when `pool` (see uses_cpu_pool) and the buffer is large."""
+    dtype = x.dtype if dtype is None else dtype
+    if pool and math.prod(shape) * dtype.itemsize >= CPU_POOL_MIN_BYTES:
+        return _pooled_empty(shape, dtype)
+    return x.new_empty(list(shape), dtype=dtype)
+
+
+def _empty_sequence(x: Tensor, seq_shape, pool: bool = False) -> Tensor:
+    """An empty contiguous tensor of shape `seq_shape` (x's) in x's dtype and on its device: from
+    the pool when `pool`; else empty_like when x is contiguous (a microsecond or two less than
+    new_empty, per buffer of a call, where small calls are bound by the host)."""
+    if pool:
+        return _pooled_empty(seq_shape, x.dtype)
     if x.shape == seq_shape and x.is_contiguous():
         return torch.empty_like(x)
     return x.new_empty(list(seq_shape))
@@ -395,12 +426,12 @@ def _launch(device, cuda_call, cpu_call, args, policy):
 # Inference
 
 
-def _output_buffers(counts, x, seq_shape, packed_outputs):
+def _output_buffers(counts, x, seq_shape, packed_outputs, pool=False):
     """Empty outputs: [T, *S] values, or uint8 [T, ceil(N/8)] bit rows where packed."""
     if not packed_outputs:
-        return [_empty_sequence(x, seq_shape) for _ in range(counts.outputs)]
+        return [_empty_sequence(x, seq_shape, pool) for _ in range(counts.outputs)]
     rows = [seq_shape[0], row_bytes(neurons_of(seq_shape))]
-    return [x.new_empty(rows, dtype=torch.uint8) if packed_outputs >> i & 1 else _empty_sequence(x, seq_shape)
+    return [x.new_empty(rows, dtype=torch.uint8) if packed_outputs >> i & 1 else _empty_sequence(x, seq_shape, pool)
             for i in range(counts.outputs)]
 
 
@@ -414,9 +445,10 @@ def inference_buffers(counts, inputs, init_states, params, store_state_seqs, fin
     seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
     x = inputs[0]
     _check_call_seed(counts, seed, x)
-    outputs = _output_buffers(counts, x, seq_shape, check_packed_outputs(counts, packed_outputs))
-    state_seqs = [_empty_sequence(x, seq_shape) for _ in range(counts.states)] if store_state_seqs else []
-    final_states = [x.new_empty(list(neuron_shape)) for _ in range(counts.states)] if final_state else []
+    pool = uses_cpu_pool(x)
+    outputs = _output_buffers(counts, x, seq_shape, check_packed_outputs(counts, packed_outputs), pool)
+    state_seqs = [_empty_sequence(x, seq_shape, pool) for _ in range(counts.states)] if store_state_seqs else []
+    final_states = [_new_empty(x, neuron_shape, None, pool) for _ in range(counts.states)] if final_state else []
     return seq_shape, outputs, state_seqs, final_states
 
 
@@ -511,24 +543,25 @@ class TrainingCall:
         seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
         x = inputs[0]
         _check_call_seed(counts, seed, x)
-        outputs = _output_buffers(counts, x, seq_shape, self.packed_outputs)
-        final_states = [x.new_empty(list(neuron_shape)) for _ in range(counts.states)]
-        state_seqs = [_empty_sequence(x, seq_shape) for _ in range(counts.states)] if self.store_state_seqs else []
-        saved = self.saved_buffers(x, seq_shape)
+        pool = uses_cpu_pool(x)
+        outputs = _output_buffers(counts, x, seq_shape, self.packed_outputs, pool)
+        final_states = [_new_empty(x, neuron_shape, None, pool) for _ in range(counts.states)]
+        state_seqs = [_empty_sequence(x, seq_shape, pool) for _ in range(counts.states)] if self.store_state_seqs else []
+        saved = self.saved_buffers(x, seq_shape, pool)
         return seq_shape, outputs, final_states, state_seqs, saved
 
-    def saved_buffers(self, x: Tensor, seq_shape) -> List[Tensor]:
+    def saved_buffers(self, x: Tensor, seq_shape, pool: bool = False) -> List[Tensor]:
         """Empty tensors for what the forward saves (the layout of _core.saved_layout, computed
         here so that a symbolic T stays symbolic): per step, one [T, *S] tensor per computed saved
         value in x's dtype (uint8 [T, ceil(N/8)] bit rows where pack_spikes packs); with
         checkpoints, one [ceil(T/k), *S] per state in the compute dtype."""
         if self.plan is not None:
             rows = [seq_shape[0], row_bytes(neurons_of(seq_shape))]
-            return [x.new_empty(rows, dtype=torch.uint8) if packed else _empty_sequence(x, seq_shape)
+            return [x.new_empty(rows, dtype=torch.uint8) if packed else _empty_sequence(x, seq_shape, pool)
                     for j, packed in self.plan if j < 0]  # inputs are not copied
         k = self.checkpoint_every
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        return [x.new_empty([(seq_shape[0] + k - 1) // k, *seq_shape[1:]], dtype=dtype)
+        return [_new_empty(x, [(seq_shape[0] + k - 1) // k, *seq_shape[1:]], dtype, pool)
                 for _ in range(self.counts.states)]
 
     def forward(self, inputs, init_states, params, seed=None):
@@ -576,10 +609,15 @@ class TrainingCall:
         neuron_shape = seq_shape[1:]
         ni, ns = counts.inputs, counts.states
         like = next((g for g in (*grad_outputs, *grad_state_seqs) if g is not None and g.dtype == dtype), None)
-        grad_inputs = [(torch.empty(seq_shape, dtype=dtype, device=device) if like is None else
+        # (The backward runs on real tensors only: the fake implementation is backward_buffers.)
+        pool = device.type == "cpu" and dtype in DTYPE_CODES and \
+            math.prod(seq_shape) * dtype.itemsize >= CPU_POOL_MIN_BYTES
+        grad_inputs = [(_pooled_empty(seq_shape, dtype) if pool else
+                        torch.empty(seq_shape, dtype=dtype, device=device) if like is None else
                         torch.empty_like(like, memory_format=torch.contiguous_format))
                        if wanted is None or wanted[i] else None for i in range(ni)]
-        grad_states = [torch.empty(neuron_shape, dtype=dtype, device=device)
+        grad_states = [(_pooled_empty(neuron_shape, dtype) if pool and math.prod(neuron_shape) * dtype.itemsize >=
+                        CPU_POOL_MIN_BYTES else torch.empty(neuron_shape, dtype=dtype, device=device))
                        if wanted is None or wanted[ni + j] else None for j in range(ns)]
         grad_params = [_dense_like(p) if wanted is None or wanted[ni + ns + k] else None
                        for k, p in enumerate(params)]

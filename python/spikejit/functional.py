@@ -124,14 +124,14 @@ def _builtin_handle(kind: str, v_threshold: float, v_reset: Optional[float], det
     return handle
 
 
-def needs_grad(tensors) -> bool:
-    """Whether a call on these tensors (None: absent) takes the training path. (Under a
-    torch.func transform, wrapped tensors do not tell whether an outer grad tracks them.)"""
+def needs_grad(*groups) -> bool:
+    """Whether a call on the tensors of these groups (None: absent) takes the training path.
+    (Under a torch.func transform, wrapped tensors do not tell whether an outer grad tracks them.)"""
     if not torch.is_grad_enabled():
         return False
     if not torch.compiler.is_compiling() and transforms_active():
         return True
-    return any(t is not None and t.requires_grad for t in tensors)
+    return any(t is not None and t.requires_grad for tensors in groups for t in tensors)
 
 
 # spikejit.Recompute watches, and in its recomputation steers, the neuron calls of the block it
@@ -236,7 +236,7 @@ def execute_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_
 def _execute(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs, checkpoint_every,
              packed_outputs, pack_spikes, carriers, seed=None):
     """execute_neuron after its checks, on the states initial_states gave."""
-    if needs_grad(list(inputs) + init_states + list(params)):
+    if needs_grad(inputs, init_states, params):
         checkpoint_every = resolve_checkpoint_every(checkpoint_every, handle, inputs[0], store_state_seqs,
                                                     packed_outputs, pack_spikes)
         results = ops.run_training(handle, inputs, init_states, params, store_state_seqs, checkpoint_every,

@@ -147,7 +147,7 @@ class _NeuronCalls:
         # recomputation restores (_RngState): it draws the forward's numbers again.)
         index, self.count = self.count, self.count + 1
         given = [s for s in init_states if s is not None]
-        exit_here = (index == self.exit_call and needs_grad(list(inputs) + given + list(params))
+        exit_here = (index == self.exit_call and needs_grad(inputs, given, params)
                      and ops.is_eager(inputs, given, params))
         outputs, finals, seqs = execute_neuron(handle, num_outputs, num_states, inputs, init_states, params,
                                                store_state_seqs, checkpoint_every, 1 if exit_here else packed_outputs,
