@@ -8,7 +8,8 @@ step (mean over bursts without synchronising, best burst) for spikejit and, when
 SpikingJelly's module on the same device; the host time of each phase of a step (forward, sum,
 the engine until the neuron's backward starts, that backward, the rest), with and without
 autograd's device threads, beside a trivial autograd.Function that allocates the same tensors
-and launches nothing (the floor of any custom op); then the Python functions that take the most
+and launches nothing (the floor of any custom op); the host time of spikejit's C++ calls inside
+a step against the same call repeated at once; then the Python functions that take the most
 time (cProfile, sorted by own time) and the PyTorch operators seen by torch.profiler.
 """
 import argparse
@@ -152,6 +153,45 @@ def print_phases(node, x, device):
         print(f"| {name} | {threads} | " + " | ".join(f"{phases[n]:.1f}" for n in names) + " |")
 
 
+def print_launches(node, x, device, steps=300, repeats=3):
+    """Host µs of each of spikejit's C++ calls inside a training step, the call itself and then
+    the same call repeated at once (the same arguments, writing the same buffers), with and
+    without autograd's device threads. Back to back a call is warm; inside a step it finds its
+    caches cold and may wait for the GIL that another thread took while it was released."""
+    from spikejit import _kernel_calls
+    launch = _kernel_calls._launch
+    times = {}
+
+    def timed(device_, cuda_call, cpu_call, args, policy):
+        name = (cuda_call if device_.type == "cuda" else cpu_call).__name__
+        row = times.setdefault(name, [0.0] * repeats)
+        for i in range(repeats):
+            start = time.perf_counter()
+            launch(device_, cuda_call, cpu_call, args, policy)
+            row[i] += time.perf_counter() - start
+
+    step = training_step(node, x)
+    print("| engine threads | call | " + " | ".join(["in the step µs"] + [f"repeat {i} µs" for i in range(1, repeats)])
+          + " |")
+    print("|---|---|" + "---|" * repeats)
+    _kernel_calls._launch = timed
+    try:
+        for threads in (True, False):
+            with torch.autograd.set_multithreading_enabled(threads):
+                for _ in range(30):
+                    step()
+                synchronize(device)
+                times.clear()
+                for _ in range(steps):
+                    step()
+                synchronize(device)
+            for name, row in times.items():
+                print(f"| {'yes' if threads else 'no'} | {name} | " + " | ".join(f"{t / steps * 1e6:.1f}" for t in row)
+                      + " |")
+    finally:
+        _kernel_calls._launch = launch
+
+
 def main(argv=None):
     args = parse_args(argv)
     device = torch.device(args.device)
@@ -169,6 +209,9 @@ def main(argv=None):
 
     print("\n## Host time of the phases of a step (mean of 100 steps)\n")
     print_phases(spikejit_node(args.neuron, device, torch.float32), x, device)
+
+    print("\n## Host time of spikejit's C++ calls inside a step (mean of 300 steps)\n")
+    print_launches(spikejit_node(args.neuron, device, torch.float32), x, device)
 
     profile = cProfile.Profile()
     profile.enable()

@@ -68,7 +68,8 @@ def test_median_of_rounds():
 def test_profile_step_runs_on_the_cpu():
     out = run_bench("profile_step.py", "--device", "cpu", "--calls", "20", "--bursts", "1", "--top", "3")
     assert "µs per step (host)" in out and "cProfile" in out, out
-    for row in ("| spikejit | yes |", "| trivial Function | yes |", "| spikejit | no |", "| trivial Function | no |"):
+    for row in ("| spikejit | yes |", "| trivial Function | yes |", "| spikejit | no |", "| trivial Function | no |",
+                "| yes | cpu_forward |", "| yes | cpu_backward |", "| no | cpu_forward |", "| no | cpu_backward |"):
         assert row in out, out
 
 
