@@ -609,8 +609,9 @@ class TrainingCall:
         neuron_shape = seq_shape[1:]
         ni, ns = counts.inputs, counts.states
         like = next((g for g in (*grad_outputs, *grad_state_seqs) if g is not None and g.dtype == dtype), None)
-        # (The backward runs on real tensors only: the fake implementation is backward_buffers.)
-        pool = device.type == "cpu" and dtype in DTYPE_CODES and \
+        # Real tensors only (a tracer's fake ones allocate fake gradients): told by one of them.
+        probe = like if like is not None else next((t for t in saved if t is not None), None)
+        pool = type(probe) is Tensor and probe.is_cpu and dtype in DTYPE_CODES and \
             math.prod(seq_shape) * dtype.itemsize >= CPU_POOL_MIN_BYTES
         grad_inputs = [(_pooled_empty(seq_shape, dtype) if pool else
                         torch.empty(seq_shape, dtype=dtype, device=device) if like is None else
