@@ -9,7 +9,8 @@ output, saved value and input gradient is a fresh tensor; where the allocator ha
 it returned to the kernel, every step touches fresh pages (a page fault each). Run it once as it
 is and once with another allocator preloaded (tcmalloc, jemalloc) to see that cost. Printed: the
 allocator (from LD_PRELOAD), then per size and implementation the median ms per step and the
-minor page faults per step (with the MiB they stand for).
+minor page faults per step (with the MiB they stand for). spikejit's own buffers come from its
+CPU pool (spikejit.cpu_pool); SPIKEJIT_CPU_POOL_MIB=0 turns it off for an A/B.
 """
 import argparse
 import os
@@ -71,7 +72,10 @@ def main(argv=None):
     except ImportError:
         pass
     allocator = os.path.basename(os.environ.get("LD_PRELOAD", "")) or "the C library's malloc"
-    print(f"LIF training steps on the CPU, {torch.get_num_threads()} torch threads; allocator: {allocator}\n")
+    import spikejit
+    pool = spikejit.cpu_pool.info()["limit_bytes"] >> 20
+    print(f"LIF training steps on the CPU, {torch.get_num_threads()} torch threads; allocator: {allocator}; "
+          f"spikejit's CPU pool: {f'up to {pool} MiB' if pool else 'off'} (SPIKEJIT_CPU_POOL_MIB)\n")
     rows = []
     for steps, neurons in args.sizes:
         x = (torch.rand(steps, neurons, generator=torch.Generator().manual_seed(0)) * 4 - 1).requires_grad_()

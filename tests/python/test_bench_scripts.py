@@ -1,6 +1,7 @@
 """The Python benchmarks run on the GPU machine only once per session: their dry runs (tiny sizes,
 CPU) run here, so that a change that breaks a benchmark fails the tests, not the GPU run."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -156,6 +157,7 @@ def test_flexsn_ops_bench_dry_run_measures_every_core():
 
 def test_cpu_allocator_bench_reports_every_size_and_implementation():
     out = run_bench("bench_cpu_allocator.py", "--sizes", "4:64", "2:128", "--steps", "2")
+    assert re.search(r"spikejit's CPU pool: (up to \d+ MiB|off)", out), out
     rows = [line for line in out.splitlines() if line.startswith("| 4 | 64 |") or line.startswith("| 2 | 128 |")]
     assert {row.split("|")[3].strip() for row in rows} >= {"spikejit"}, out
     assert len(rows) == 2 * len({row.split("|")[3].strip() for row in rows}), out
