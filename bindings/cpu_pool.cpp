@@ -37,8 +37,8 @@ size_t limit_from_env() {
   if (text == nullptr || *text == '\0') return size_t{1024} << 20;
   char* end = nullptr;
   const long long mib = std::strtoll(text, &end, 10);
-  if (*end != '\0' || mib < 0) {
-    throw ArgumentError("SPIKEJIT_CPU_POOL_MIB", "a count of MiB >= 0", "'" + std::string(text) + "'");
+  if (*end != '\0' || mib < 0 || mib > (1LL << 40)) {
+    throw ArgumentError("SPIKEJIT_CPU_POOL_MIB", "a count of MiB from 0 to 2^40", "'" + std::string(text) + "'");
   }
   return static_cast<size_t>(mib) << 20;
 }
@@ -83,13 +83,18 @@ class CpuPool {
   }
 
   nb::dict info() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    size_t cached = 0, blocks = 0, limit = 0;
+    uint64_t allocations = 0, reuses = 0;
+    {  // (Python objects are made after the lock: a deleter may wait for it on another thread.)
+      std::lock_guard<std::mutex> lock(mutex_);
+      cached = cached_, blocks = free_.size(), limit = limit_, allocations = allocations_, reuses = reuses_;
+    }
     nb::dict d;
-    d["cached_bytes"] = cached_;
-    d["cached_blocks"] = free_.size();
-    d["limit_bytes"] = limit_;
-    d["allocations"] = allocations_;
-    d["reuses"] = reuses_;
+    d["cached_bytes"] = cached;
+    d["cached_blocks"] = blocks;
+    d["limit_bytes"] = limit;
+    d["allocations"] = allocations;
+    d["reuses"] = reuses;
     return d;
   }
 

@@ -319,11 +319,15 @@ def _split_by_mask(tensors, packed):
 CPU_POOL_MIN_BYTES = 1 << 20
 
 
+def _pool_sized(shape, dtype: torch.dtype) -> bool:
+    return math.prod(shape) * dtype.itemsize >= CPU_POOL_MIN_BYTES
+
+
 def uses_cpu_pool(x: Tensor) -> bool:
     """Whether a call on the [T, *S] input x takes its large buffers from the CPU pool: x is a
     plain CPU tensor (not a fake one, whose call allocates fake tensors) of at least
     CPU_POOL_MIN_BYTES. Decided once per call, so that small calls pay nothing more."""
-    return x.is_cpu and type(x) is Tensor and x.numel() * x.element_size() >= CPU_POOL_MIN_BYTES
+    return x.is_cpu and type(x) is Tensor and _pool_sized(x.shape, x.dtype)
 
 
 def _pooled_empty(shape, dtype: torch.dtype) -> Tensor:
@@ -335,9 +339,19 @@ def _new_empty(x: Tensor, shape, dtype=None, pool: bool = False) -> Tensor:
     """An empty contiguous tensor of `shape` on x's device, in `dtype` (default: x's); from the
     pool when `pool` (see uses_cpu_pool) and the buffer is large."""
     dtype = x.dtype if dtype is None else dtype
-    if pool and math.prod(shape) * dtype.itemsize >= CPU_POOL_MIN_BYTES:
+    if pool and _pool_sized(shape, dtype):
         return _pooled_empty(shape, dtype)
     return x.new_empty(list(shape), dtype=dtype)
+
+
+def _gradient_buffer(shape, dtype, device, pool: bool, like=None) -> Tensor:
+    """An empty contiguous gradient of `shape`: from the pool when `pool` and it is large, else
+    empty_like(like) (a gradient of that shape, when there is one) or torch.empty."""
+    if pool and _pool_sized(shape, dtype):
+        return _pooled_empty(shape, dtype)
+    if like is not None:
+        return torch.empty_like(like, memory_format=torch.contiguous_format)
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def _empty_sequence(x: Tensor, seq_shape, pool: bool = False) -> Tensor:
@@ -611,14 +625,10 @@ class TrainingCall:
         like = next((g for g in (*grad_outputs, *grad_state_seqs) if g is not None and g.dtype == dtype), None)
         # Real tensors only (a tracer's fake ones allocate fake gradients): told by one of them.
         probe = like if like is not None else next((t for t in saved if t is not None), None)
-        pool = type(probe) is Tensor and probe.is_cpu and dtype in DTYPE_CODES and \
-            math.prod(seq_shape) * dtype.itemsize >= CPU_POOL_MIN_BYTES
-        grad_inputs = [(_pooled_empty(seq_shape, dtype) if pool else
-                        torch.empty(seq_shape, dtype=dtype, device=device) if like is None else
-                        torch.empty_like(like, memory_format=torch.contiguous_format))
-                       if wanted is None or wanted[i] else None for i in range(ni)]
-        grad_states = [(_pooled_empty(neuron_shape, dtype) if pool and math.prod(neuron_shape) * dtype.itemsize >=
-                        CPU_POOL_MIN_BYTES else torch.empty(neuron_shape, dtype=dtype, device=device))
+        pool = type(probe) is Tensor and probe.is_cpu and dtype in DTYPE_CODES and _pool_sized(seq_shape, dtype)
+        grad_inputs = [_gradient_buffer(seq_shape, dtype, device, pool, like) if wanted is None or wanted[i] else None
+                       for i in range(ni)]
+        grad_states = [_gradient_buffer(neuron_shape, dtype, device, pool)
                        if wanted is None or wanted[ni + j] else None for j in range(ns)]
         grad_params = [_dense_like(p) if wanted is None or wanted[ni + ns + k] else None
                        for k, p in enumerate(params)]

@@ -133,14 +133,8 @@ def release_owner(handle) -> None:
     _change(handle, -1, 0)
 
 
-def retain_active(handle: int) -> None:
-    """One more pending backward of a live handle (an int: a training call's own). On the path of
-    every training step: the entry is looked up directly, not through _change."""
-    with _lock:
-        entry = _entries.get(handle)
-        if entry is None:
-            raise RuntimeError(f"spikejit: kernel handle {handle} is not registered")
-        entry.active_refs += 1
+def retain_active(handle) -> None:
+    _change(handle, 0, 1)
 
 
 def release_active(handle) -> None:

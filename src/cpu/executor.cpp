@@ -117,24 +117,22 @@ bool any_f64(std::initializer_list<const std::vector<TensorView>*> groups) {
   return false;
 }
 
-// A state's declared default as a given initial state holds it, rounded through the dtype the
-// call stores states in (that of its first given initial state, else of its first input, final
-// state, state sequence or output; one dtype for every buffer is the usual call), as the CUDA
-// kernels and the Python layer's materialized defaults do.
+// A state's declared default as a given initial state holds it: stored in the dtype the call
+// keeps states in and loaded back, with the conversions of a given state (store_lanes /
+// load_lanes), as the CUDA kernels and the Python layer's materialized defaults do. That dtype
+// is the first given initial state's, else the first input's, final state's, state sequence's or
+// output's (one dtype for every buffer is the usual call).
 double stored_default(double value, const ForwardBuffers& b) {
-  const TensorView* storage = nullptr;
   for (const auto* group : {&b.initial_states, &b.inputs, &b.final_states, &b.state_seqs, &b.outputs}) {
     for (const TensorView& v : *group) {
-      if (storage == nullptr && v.present) storage = &v;
+      if (!v.present) continue;
+      alignas(8) unsigned char cell[sizeof(double)];
+      const LaneBuffer held{cell, v.dtype};
+      store_lanes(held, 0, &value, 1);
+      double loaded = 0;
+      load_lanes(&loaded, held, 0, 1);
+      return loaded;
     }
-  }
-  if (storage == nullptr) return value;
-  const float single = static_cast<float>(value);
-  switch (storage->dtype) {
-    case DType::F64: return value;
-    case DType::F32: return single;
-    case DType::F16: return half_to_float(float_to_half(single));
-    case DType::BF16: return bfloat16_to_float(float_to_bfloat16(single));
   }
   return value;
 }
