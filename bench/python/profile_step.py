@@ -5,7 +5,8 @@
 A step is what the benchmarks time: forward, y.sum().backward(), reset. At small sizes the GPU
 waits for the host, so the host microseconds per step are the step time. Printed: host µs per
 step (mean over bursts without synchronising, best burst) for spikejit and, when installed,
-SpikingJelly's module on the same device; the host time of each phase of a step (forward, sum,
+SpikingJelly's module on the same device and for two floors (a trivial autograd.Function, a
+built-in op whose autograd node is C++); the host time of each phase of a step (forward, sum,
 the engine until the neuron's backward starts, that backward, the rest), with and without
 autograd's device threads, beside a trivial autograd.Function that allocates the same tensors
 and launches nothing (the floor of any custom op); the host time of spikejit's C++ calls inside
@@ -52,6 +53,13 @@ def training_step(node, x):
         x.grad = None
         node(x).sum().backward()
         node.reset()
+    return step
+
+
+def floor_step(forward, x):
+    def step():
+        x.grad = None
+        forward().sum().backward()
     return step
 
 
@@ -206,6 +214,11 @@ def main(argv=None):
               f"{host_us(theirs, device, args.calls, args.bursts):.1f} µs per step (host)")
     except ImportError as error:
         print(f"SpikingJelly: not installed ({error})")
+    # The floors any neuron's step stands on: PyTorch's engine with a Python node, and with a
+    # C++ node (what an op with its autograd in C++ would pay).
+    for name, forward in (("trivial autograd.Function (the allocations, no launch)", lambda: _Trivial.apply(x)[0]),
+                          ("built-in op with a C++ autograd node (x.sigmoid(): a launch each way)", x.sigmoid)):
+        print(f"{name}: {host_us(floor_step(forward, x), device, args.calls, args.bursts):.1f} µs per step (host)")
 
     print("\n## Host time of the phases of a step (mean of 100 steps)\n")
     print_phases(spikejit_node(args.neuron, device, torch.float32), x, device)
