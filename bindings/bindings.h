@@ -11,5 +11,6 @@ void bind_builtins(nanobind::module_& m);
 void bind_kernels(nanobind::module_& m);
 void bind_compress(nanobind::module_& m);
 void bind_cpu_pool(nanobind::module_& m);
+void bind_torch_autograd(nanobind::module_& m);
 
 }  // namespace spikejit::python

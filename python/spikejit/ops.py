@@ -281,6 +281,8 @@ def run_training(handle: int, inputs, init_states, params, store_state_seqs: boo
             return list(FuncTraining.apply(call, len(inputs), len(init_states), *inputs, *init_states, *params,
                                            *seeds))
         dead_wrappers = any(map(_is_functorch_wrapped, (*inputs, *init_states, *params, *seeds)))
+        if _CPP_NODE and not dead_wrappers and not carriers and not packed_outputs:
+            return _with_cpp_node(call, inputs, init_states, params, seed)
         apply = _Training.apply if dead_wrappers else _bare_apply
         results = apply(call, carriers, len(inputs), len(init_states), seed, *inputs, *init_states, *params)
         return list(results[:-1])  # (without the anchor, see _Training.forward)
@@ -289,6 +291,26 @@ def run_training(handle: int, inputs, init_states, params, store_state_seqs: boo
                          "has no gradient carriers), got True")
     return torch.ops.spikejit.neuron_forward(handle, inputs, init_states, params, store_state_seqs,
                                              checkpoint_every, packed_outputs, pack_spikes, seed)
+
+
+import os as _os
+_CPP_NODE = hasattr(_core, "attach_training_node") and _os.environ.get("SPIKEJIT_CPP_NODE", "1") == "1"
+
+
+def _with_cpp_node(call, inputs, init_states, params, seed):
+    """PROTOTYPE: the forward in Python, its autograd node in C++ (no Python in the backward)."""
+    results = call.forward(inputs, init_states, params, seed)
+    returned = results[:call.first_saved]
+    counts = call.counts
+    x = inputs[0]
+    workspace = (_core.backward_workspace_elements(call.program, neurons_of(x.shape))
+                 if call.reduces_params and x.is_cuda else 0)
+    _core.attach_training_node(call.program, returned, [*inputs, *init_states, *params],
+                               call.backward_inputs(results[call.first_saved:], inputs), list(params),
+                               seed if counts.random else None, counts.inputs, counts.states, counts.outputs,
+                               len(init_states) > 0, call.store_state_seqs, call.checkpoint_every,
+                               call.pack_spikes, call.saved_packed or [], workspace)
+    return returned
 
 
 # _Training.apply without autograd.Function.apply's Python wrapper, whose only work outside

@@ -1,0 +1,219 @@
+// PROTOTYPE: a node of PyTorch's autograd graph whose backward launches spikejit's backward
+// kernels from C++, without Python or the GIL. The forward stays in Python (the buffers and the
+// launch of TrainingCall.forward); `attach_training_node` then links its returned tensors to the
+// differentiable arguments through this node.
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
+
+#include <ATen/Parallel.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/autograd/saved_variable.h>
+
+#include "bindings.h"
+#include "spikejit/buffers.h"
+#include "spikejit/cpu.h"
+#include "spikejit/cuda.h"
+#include "spikejit/error.h"
+#include "spikejit/program.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace spikejit::python {
+namespace {
+
+using torch::autograd::variable_list;
+
+DType dtype_of(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return DType::F32;
+    case at::kDouble: return DType::F64;
+    case at::kHalf: return DType::F16;
+    case at::kBFloat16: return DType::BF16;
+    default: throw ArgumentError("tensor", "float32, float64, float16 or bfloat16", std::string(t.dtype().name()));
+  }
+}
+
+TensorView view_of(const at::Tensor& t) {
+  if (!t.defined()) return TensorView();
+  std::vector<int64_t> strides;
+  if (!t.is_contiguous()) strides.assign(t.strides().begin(), t.strides().end());
+  return TensorView(t.data_ptr(), dtype_of(t), t.sizes().vec(), strides);
+}
+
+PackedView packed_view_of(const at::Tensor& t) {
+  return PackedView(t.data_ptr(), t.sizes().vec(), t.is_contiguous() ? std::vector<int64_t>()
+                                                                      : t.strides().vec());
+}
+
+// Whether the kernels read this [T, *S] gradient as it lies (SequenceLayout): else a copy.
+bool reads_in_place(const at::Tensor& g) {
+  if (g.is_contiguous()) return true;
+  const auto st = g.strides();
+  const auto shape = g.sizes();
+  bool neurons_repeat = true;
+  for (size_t d = 1; d < shape.size(); ++d) neurons_repeat = neurons_repeat && (st[d] == 0 || shape[d] == 1);
+  if (neurons_repeat) return shape[0] == 1 || st[0] == 0 || st[0] == 1;
+  return st[0] == 0 && g[0].is_contiguous();
+}
+
+at::Tensor sequence_grad(const at::Tensor& g) {
+  return !g.defined() || reads_in_place(g) ? g : g.contiguous();
+}
+
+at::Tensor unpack(nb::handle h) { return THPVariable_Unpack(h.ptr()); }
+
+std::vector<at::Tensor> unpack_all(const std::vector<nb::handle>& handles) {
+  std::vector<at::Tensor> out;
+  out.reserve(handles.size());
+  for (nb::handle h : handles) out.push_back(h.is_none() ? at::Tensor() : unpack(h));
+  return out;
+}
+
+struct TrainingNode final : torch::autograd::Node {
+  Program program;
+  std::vector<int64_t> seq_shape;
+  at::TensorOptions options;
+  int num_inputs = 0, num_states = 0, num_outputs = 0;
+  bool states_given = false, store_state_seqs = false, pack_spikes = false;
+  int64_t checkpoint_every = 0, workspace_elements = 0;
+  std::vector<bool> saved_packed;
+  std::vector<torch::autograd::SavedVariable> saved, params;
+  std::optional<torch::autograd::SavedVariable> seed;
+
+  explicit TrainingNode(Program p) : program(std::move(p)) {}
+
+  std::string name() const override { return "spikejit::TrainingBackward"; }
+
+  void release_variables() override {
+    for (auto& s : saved) s.reset_data();
+    for (auto& p : params) p.reset_data();
+    if (seed) seed->reset_data();
+  }
+
+  variable_list apply(variable_list&& grads) override {
+    const auto ptr = shared_from_this();
+    std::vector<at::Tensor> saved_tensors, param_tensors;
+    for (auto& s : saved) saved_tensors.push_back(s.unpack(ptr));
+    for (auto& p : params) param_tensors.push_back(p.unpack(ptr));
+    at::Tensor seed_tensor = seed ? seed->unpack(ptr) : at::Tensor();
+
+    BackwardBuffers b;
+    b.steps = seq_shape[0];
+    b.neuron_shape.assign(seq_shape.begin() + 1, seq_shape.end());
+    b.pack_spikes = pack_spikes;
+    b.checkpoint_every = checkpoint_every;
+    if (checkpoint_every > 0) {
+      for (int j = 0; j < num_states; ++j) b.saved.push_back(view_of(saved_tensors[j]));
+      for (size_t j = num_states; j < saved_tensors.size(); ++j) b.inputs.push_back(view_of(saved_tensors[j]));
+    } else {
+      for (size_t j = 0; j < saved_tensors.size(); ++j) {
+        if (!saved_packed.empty() && saved_packed[j]) b.packed_saved.push_back(packed_view_of(saved_tensors[j]));
+        else b.saved.push_back(view_of(saved_tensors[j]));
+      }
+    }
+    for (const at::Tensor& p : param_tensors) b.params.push_back(view_of(p));
+    std::vector<at::Tensor> kept;  // copies of gradients, alive until the kernels are launched
+    auto grad_at = [&](size_t i) {
+      at::Tensor g = i < grads.size() ? sequence_grad(grads[i]) : at::Tensor();
+      kept.push_back(g);
+      return view_of(g);
+    };
+    for (int i = 0; i < num_outputs; ++i) b.grad_outputs.push_back(grad_at(i));
+    for (int j = 0; j < num_states; ++j) b.grad_final_states.push_back(grad_at(num_outputs + j));
+    if (store_state_seqs) {
+      for (int j = 0; j < num_states; ++j) b.grad_state_seqs.push_back(grad_at(num_outputs + num_states + j));
+    }
+
+    variable_list results(num_outputs_of_node());
+    size_t edge = 0;
+    for (int i = 0; i < num_inputs; ++i, ++edge) {
+      if (task_should_compute_output(edge)) results[edge] = at::empty(seq_shape, options);
+      b.grad_inputs.push_back(view_of(results[edge]));
+    }
+    const std::vector<int64_t> neuron_shape(seq_shape.begin() + 1, seq_shape.end());
+    for (int j = 0; j < num_states; ++j) {
+      if (!states_given) {
+        b.grad_initial_states.emplace_back();
+        continue;
+      }
+      if (task_should_compute_output(edge)) results[edge] = at::empty(neuron_shape, options);
+      b.grad_initial_states.push_back(view_of(results[edge]));
+      ++edge;
+    }
+    for (const at::Tensor& p : param_tensors) {
+      if (task_should_compute_output(edge)) results[edge] = at::empty_like(p, at::MemoryFormat::Contiguous);
+      b.grad_params.push_back(view_of(results[edge]));
+      ++edge;
+    }
+    at::Tensor workspace;
+    if (options.device().is_cuda() && workspace_elements > 0) {
+      workspace = at::empty({workspace_elements}, options.dtype(at::kDouble));
+      b.workspace = view_of(workspace);
+    }
+    b.seed = seed_tensor.defined() ? seed_tensor.data_ptr() : nullptr;
+    if (options.device().is_cuda()) {
+      const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(options.device());
+      cuda::backward(program, b, stream.native_handle(), options.device().index());
+    } else {
+      cpu::Options o;
+      o.threads = at::get_num_threads();
+      cpu::backward(program, b, o);
+    }
+    return results;
+  }
+
+  size_t num_outputs_of_node() const { return next_edges().size(); }
+};
+
+// Links `returned` (outputs, final states, state sequences, in that order) to `differentiable`
+// (inputs, given initial states, params) through a TrainingNode that keeps `saved` (what
+// TrainingCall.backward reads: per step the saved values with inputs in their places; with
+// checkpoints, the checkpoints then the inputs), `params` and `seed`.
+void attach_training_node(const Program& program, const std::vector<nb::handle>& returned,
+                          const std::vector<nb::handle>& differentiable, const std::vector<nb::handle>& saved,
+                          const std::vector<nb::handle>& params, std::optional<nb::handle> seed,
+                          int num_inputs, int num_states, int num_outputs, bool states_given,
+                          bool store_state_seqs, int64_t checkpoint_every, bool pack_spikes,
+                          const std::vector<bool>& saved_packed, int64_t workspace_elements) {
+  auto node = std::shared_ptr<TrainingNode>(new TrainingNode(program), torch::autograd::deleteNode);
+  const std::vector<at::Tensor> inputs = unpack_all(differentiable);
+  const at::Tensor x = inputs.at(0);
+  node->seq_shape = x.sizes().vec();
+  node->options = x.options();
+  node->num_inputs = num_inputs;
+  node->num_states = num_states;
+  node->num_outputs = num_outputs;
+  node->states_given = states_given;
+  node->store_state_seqs = store_state_seqs;
+  node->checkpoint_every = checkpoint_every;
+  node->pack_spikes = pack_spikes;
+  node->saved_packed = saved_packed;
+  node->workspace_elements = workspace_elements;
+  node->set_next_edges(torch::autograd::collect_next_edges(inputs));
+  for (const at::Tensor& s : unpack_all(saved)) node->saved.emplace_back(s, false);
+  for (const at::Tensor& p : unpack_all(params)) node->params.emplace_back(p, false);
+  if (seed && !seed->is_none()) node->seed.emplace(unpack(*seed), false);
+  for (const at::Tensor& r : unpack_all(returned)) {
+    const uint32_t nr = node->add_input_metadata(r);
+    torch::autograd::impl::set_gradient_edge(r, {node, nr});
+  }
+}
+
+}  // namespace
+
+void bind_torch_autograd(nb::module_& m) {
+  m.def("attach_training_node", &attach_training_node, "program"_a, "returned"_a, "differentiable"_a,
+        "saved"_a, "params"_a, "seed"_a.none(), "num_inputs"_a, "num_states"_a, "num_outputs"_a,
+        "states_given"_a, "store_state_seqs"_a, "checkpoint_every"_a, "pack_spikes"_a, "saved_packed"_a,
+        "workspace_elements"_a);
+}
+
+}  // namespace spikejit::python
