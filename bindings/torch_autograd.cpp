@@ -10,6 +10,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
@@ -77,6 +78,14 @@ std::vector<at::Tensor> unpack_all(const std::vector<nb::handle>& handles) {
   return out;
 }
 
+struct SecondDerivativeRefused final : torch::autograd::Node {
+  std::string name() const override { return "spikejit::SecondDerivativeRefused"; }
+  variable_list apply(variable_list&&) override {
+    throw std::runtime_error("spikejit's neuron kernels have first derivatives only: a second derivative (a "
+                             "gradient of a gradient) cannot run through them");
+  }
+};
+
 struct TrainingNode final : torch::autograd::Node {
   Program program;
   std::vector<int64_t> seq_shape;
@@ -101,8 +110,8 @@ struct TrainingNode final : torch::autograd::Node {
   variable_list apply(variable_list&& grads) override {
     const auto ptr = shared_from_this();
     std::vector<at::Tensor> saved_tensors, param_tensors;
-    for (auto& s : saved) saved_tensors.push_back(s.unpack(ptr));
-    for (auto& p : params) param_tensors.push_back(p.unpack(ptr));
+    for (auto& s : saved) saved_tensors.push_back(s.unpack(ptr).contiguous());
+    for (auto& p : params) param_tensors.push_back(p.unpack(ptr).contiguous());
     at::Tensor seed_tensor = seed ? seed->unpack(ptr) : at::Tensor();
 
     BackwardBuffers b;
@@ -127,7 +136,12 @@ struct TrainingNode final : torch::autograd::Node {
       return view_of(g);
     };
     for (int i = 0; i < num_outputs; ++i) b.grad_outputs.push_back(grad_at(i));
-    for (int j = 0; j < num_states; ++j) b.grad_final_states.push_back(grad_at(num_outputs + j));
+    for (int j = 0; j < num_states; ++j) {
+      at::Tensor g = num_outputs + j < static_cast<int>(grads.size()) ? grads[num_outputs + j] : at::Tensor();
+      if (g.defined()) g = g.contiguous();
+      kept.push_back(g);
+      b.grad_final_states.push_back(view_of(g));
+    }
     if (store_state_seqs) {
       for (int j = 0; j < num_states; ++j) b.grad_state_seqs.push_back(grad_at(num_outputs + num_states + j));
     }
@@ -149,7 +163,7 @@ struct TrainingNode final : torch::autograd::Node {
       ++edge;
     }
     for (const at::Tensor& p : param_tensors) {
-      if (task_should_compute_output(edge)) results[edge] = at::empty_like(p, at::MemoryFormat::Contiguous);
+      if (task_should_compute_output(edge)) results[edge] = at::empty(p.sizes(), p.options());
       b.grad_params.push_back(view_of(results[edge]));
       ++edge;
     }
@@ -167,7 +181,22 @@ struct TrainingNode final : torch::autograd::Node {
       o.threads = at::get_num_threads();
       cpu::backward(program, b, o);
     }
+    if (at::GradMode::is_enabled()) refuse_second_derivatives(results, grads);
     return results;
+  }
+
+  // create_graph=True: the results behind a node that raises when differentiated, linked to the
+  // incoming gradients and to this node's inputs (a second derivative would need the kernels').
+  void refuse_second_derivatives(variable_list& results, const variable_list& grads) {
+    auto refuse = std::shared_ptr<SecondDerivativeRefused>(new SecondDerivativeRefused(), torch::autograd::deleteNode);
+    torch::autograd::edge_list edges = torch::autograd::collect_next_edges(grads);
+    for (const torch::autograd::Edge& e : next_edges()) edges.push_back(e);
+    refuse->set_next_edges(std::move(edges));
+    for (at::Tensor& r : results) {
+      if (!r.defined()) continue;
+      const uint32_t nr = refuse->add_input_metadata(r);
+      torch::autograd::impl::set_gradient_edge(r, {refuse, nr});
+    }
   }
 
   size_t num_outputs_of_node() const { return next_edges().size(); }
