@@ -12,6 +12,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -123,9 +124,11 @@ struct TrainingNode final : torch::autograd::Node {
       for (int j = 0; j < num_states; ++j) b.saved.push_back(view_of(saved_tensors[j]));
       for (size_t j = num_states; j < saved_tensors.size(); ++j) b.inputs.push_back(view_of(saved_tensors[j]));
     } else {
+      // Packed or not, each saved value keeps its place in both lists (absent in the other).
       for (size_t j = 0; j < saved_tensors.size(); ++j) {
-        if (!saved_packed.empty() && saved_packed[j]) b.packed_saved.push_back(packed_view_of(saved_tensors[j]));
-        else b.saved.push_back(view_of(saved_tensors[j]));
+        const bool packed = !saved_packed.empty() && saved_packed[j];
+        b.saved.push_back(packed ? TensorView() : view_of(saved_tensors[j]));
+        if (!saved_packed.empty()) b.packed_saved.push_back(packed ? packed_view_of(saved_tensors[j]) : PackedView());
       }
     }
     for (const at::Tensor& p : param_tensors) b.params.push_back(view_of(p));
@@ -206,7 +209,7 @@ struct TrainingNode final : torch::autograd::Node {
 // (inputs, given initial states, params) through a TrainingNode that keeps `saved` (what
 // TrainingCall.backward reads: per step the saved values with inputs in their places; with
 // checkpoints, the checkpoints then the inputs), `params` and `seed`.
-void attach_training_node(const Program& program, const std::vector<nb::handle>& returned,
+void attach_training_node_unguarded(const Program& program, const std::vector<nb::handle>& returned,
                           const std::vector<nb::handle>& differentiable, const std::vector<nb::handle>& saved,
                           const std::vector<nb::handle>& params, std::optional<nb::handle> seed,
                           int num_inputs, int num_states, int num_outputs, bool states_given,
@@ -236,10 +239,21 @@ void attach_training_node(const Program& program, const std::vector<nb::handle>&
   }
 }
 
+// PyTorch's Python errors (a saved-tensor hook that raised) as the Python exception they hold.
+template <class... Args>
+void attach_training_node(Args... args) {
+  try {
+    attach_training_node_unguarded(args...);
+  } catch (python_error& e) {
+    e.restore();
+    throw nb::python_error();
+  }
+}
+
 }  // namespace
 
 void bind_torch_autograd(nb::module_& m) {
-  m.def("attach_training_node", &attach_training_node, "program"_a, "returned"_a, "differentiable"_a,
+  m.def("attach_training_node", &attach_training_node<const Program&, const std::vector<nb::handle>&, const std::vector<nb::handle>&, const std::vector<nb::handle>&, const std::vector<nb::handle>&, std::optional<nb::handle>, int, int, int, bool, bool, int64_t, bool, const std::vector<bool>&, int64_t>, "program"_a, "returned"_a, "differentiable"_a,
         "saved"_a, "params"_a, "seed"_a.none(), "num_inputs"_a, "num_states"_a, "num_outputs"_a,
         "states_given"_a, "store_state_seqs"_a, "checkpoint_every"_a, "pack_spikes"_a, "saved_packed"_a,
         "workspace_elements"_a);
