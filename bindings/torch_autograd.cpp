@@ -98,7 +98,18 @@ struct TrainingNode final : torch::autograd::Node {
   std::vector<torch::autograd::SavedVariable> saved, params;
   std::optional<torch::autograd::SavedVariable> seed;
 
+  // A Python object the node keeps alive while it lives (the handle's ActiveReference: the
+  // kernels stay registered while a backward may still need them). Released with the GIL.
+  PyObject* keep_alive = nullptr;
+
   explicit TrainingNode(Program p) : program(std::move(p)) {}
+
+  ~TrainingNode() override {
+    if (keep_alive && Py_IsInitialized()) {
+      nb::gil_scoped_acquire gil;
+      Py_DECREF(keep_alive);
+    }
+  }
 
   std::string name() const override { return "spikejit::TrainingBackward"; }
 
@@ -214,7 +225,8 @@ void attach_training_node_unguarded(const Program& program, const std::vector<nb
                           const std::vector<nb::handle>& params, std::optional<nb::handle> seed,
                           int num_inputs, int num_states, int num_outputs, bool states_given,
                           bool store_state_seqs, int64_t checkpoint_every, bool pack_spikes,
-                          const std::vector<bool>& saved_packed, int64_t workspace_elements) {
+                          const std::vector<bool>& saved_packed, int64_t workspace_elements,
+                          nb::handle keep_alive) {
   auto node = std::shared_ptr<TrainingNode>(new TrainingNode(program), torch::autograd::deleteNode);
   const std::vector<at::Tensor> inputs = unpack_all(differentiable);
   const at::Tensor x = inputs.at(0);
@@ -229,6 +241,7 @@ void attach_training_node_unguarded(const Program& program, const std::vector<nb
   node->pack_spikes = pack_spikes;
   node->saved_packed = saved_packed;
   node->workspace_elements = workspace_elements;
+  node->keep_alive = keep_alive.inc_ref().ptr();
   node->set_next_edges(torch::autograd::collect_next_edges(inputs));
   for (const at::Tensor& s : unpack_all(saved)) node->saved.emplace_back(s, false);
   for (const at::Tensor& p : unpack_all(params)) node->params.emplace_back(p, false);
@@ -253,10 +266,10 @@ void attach_training_node(Args... args) {
 }  // namespace
 
 void bind_torch_autograd(nb::module_& m) {
-  m.def("attach_training_node", &attach_training_node<const Program&, const std::vector<nb::handle>&, const std::vector<nb::handle>&, const std::vector<nb::handle>&, const std::vector<nb::handle>&, std::optional<nb::handle>, int, int, int, bool, bool, int64_t, bool, const std::vector<bool>&, int64_t>, "program"_a, "returned"_a, "differentiable"_a,
+  m.def("attach_training_node", &attach_training_node<const Program&, const std::vector<nb::handle>&, const std::vector<nb::handle>&, const std::vector<nb::handle>&, const std::vector<nb::handle>&, std::optional<nb::handle>, int, int, int, bool, bool, int64_t, bool, const std::vector<bool>&, int64_t, nb::handle>, "program"_a, "returned"_a, "differentiable"_a,
         "saved"_a, "params"_a, "seed"_a.none(), "num_inputs"_a, "num_states"_a, "num_outputs"_a,
         "states_given"_a, "store_state_seqs"_a, "checkpoint_every"_a, "pack_spikes"_a, "saved_packed"_a,
-        "workspace_elements"_a);
+        "workspace_elements"_a, "keep_alive"_a);
 }
 
 }  // namespace spikejit::python

@@ -9,6 +9,8 @@ CPU tensors run on the C++ executor, CUDA tensors on kernels generated and compi
 (NVRTC, no toolkit needed). Every op is a torch.library custom op with a fake implementation
 and autograd, so torch.compile(fullgraph=True) sees no graph breaks.
 """
+import torch  # noqa: F401  (before _core, which links PyTorch's libraries)
+
 from . import _core
 from ._core import ArgumentError, Error, ParseError, Program
 from . import cpu_pool, ops, registry, surrogate

@@ -49,7 +49,7 @@ from torch import Tensor
 
 from . import _core
 from ._func_transforms import FuncInference, FuncTraining, refuse_second_derivative, transforms_active
-from ._kernel_calls import (check_strided, current_stream, describe, inference, inference_buffers, keep_for_backward,
+from ._kernel_calls import (ActiveReference, check_strided, current_stream, describe, inference, inference_buffers, keep_for_backward,
                             neurons_of, output_gradients, program_counts, row_bytes, saved_for_backward,
                             seed_for_backward, seed_tensors, training_call)
 from ._surrogate_grads import SURROGATE_GRADIENTS, surrogate_gradient
@@ -309,7 +309,7 @@ def _with_cpp_node(call, inputs, init_states, params, seed):
                                call.backward_inputs(results[call.first_saved:], inputs), list(params),
                                seed if counts.random else None, counts.inputs, counts.states, counts.outputs,
                                len(init_states) > 0, call.store_state_seqs, call.checkpoint_every,
-                               call.pack_spikes, call.saved_packed or [], workspace)
+                               call.pack_spikes, call.saved_packed or [], workspace, ActiveReference(call.handle))
     return returned
 
 
