@@ -1,9 +1,17 @@
 // Shared declarations of the nanobind module `spikejit._core` (one bind_* function per file).
 #pragma once
 
+#include <cstddef>
+
 #include <nanobind/nanobind.h>
 
 namespace spikejit::python {
+
+// The CPU pool (cpu_pool.cpp): a block of `bytes`, taken and given back. Buffers of at least
+// kCpuPoolMinBytes come from it (glibc maps larger blocks afresh on every allocation).
+constexpr size_t kCpuPoolMinBytes = size_t{1} << 20;
+void* cpu_pool_take(size_t bytes);
+void cpu_pool_give_back(void* block, size_t bytes);
 
 void bind_errors(nanobind::module_& m);
 void bind_program(nanobind::module_& m);

@@ -222,7 +222,11 @@ nb::object empty(const std::vector<int64_t>& shape, int dtype_code) {
 
 }  // namespace
 
+void* cpu_pool_take(size_t bytes) { return pool().take(bytes); }
+void cpu_pool_give_back(void* block, size_t bytes) { pool().give_back(block, bytes); }
+
 void bind_cpu_pool(nb::module_& m) {
+  m.attr("CPU_POOL_MIN_BYTES") = kCpuPoolMinBytes;
   m.def("cpu_pool_empty", &empty, "shape"_a, "dtype"_a,
         "A 'dltensor' capsule of an empty contiguous CPU tensor whose memory comes from spikejit's CPU "
         "pool and returns to it when PyTorch frees it.");

@@ -1,7 +1,9 @@
-// PROTOTYPE: a node of PyTorch's autograd graph whose backward launches spikejit's backward
-// kernels from C++, without Python or the GIL. The forward stays in Python (the buffers and the
-// launch of TrainingCall.forward); `attach_training_node` then links its returned tensors to the
-// differentiable arguments through this node.
+// The autograd node of eager training calls, in C++: its backward builds the gradient buffers
+// and launches spikejit's backward kernels without Python or the GIL (a Python node's backward
+// is most of a small training step's host time, and on CUDA it runs on autograd's device thread).
+// The forward stays in Python (TrainingCall.forward: the buffers of the save policy and the
+// launch); `attach_training_node` then links the tensors it returns to the differentiable
+// arguments through this node. Compiled where PyTorch's headers are found at build time.
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -66,8 +68,13 @@ bool reads_in_place(const at::Tensor& g) {
   return st[0] == 0 && g[0].is_contiguous();
 }
 
-at::Tensor sequence_grad(const at::Tensor& g) {
-  return !g.defined() || reads_in_place(g) ? g : g.contiguous();
+// An empty contiguous gradient; on the CPU a large one comes from spikejit's CPU pool, as the
+// Python path's do (its pages stay mapped from one step to the next).
+at::Tensor empty_gradient(at::IntArrayRef shape, const at::TensorOptions& options) {
+  const size_t bytes = static_cast<size_t>(c10::multiply_integers(shape)) * options.dtype().itemsize();
+  if (!options.device().is_cpu() || bytes < kCpuPoolMinBytes) return at::empty(shape, options);
+  void* block = cpu_pool_take(bytes);
+  return at::from_blob(block, shape, [bytes](void* data) { cpu_pool_give_back(data, bytes); }, options);
 }
 
 at::Tensor unpack(nb::handle h) { return THPVariable_Unpack(h.ptr()); }
@@ -143,27 +150,23 @@ struct TrainingNode final : torch::autograd::Node {
       }
     }
     for (const at::Tensor& p : param_tensors) b.params.push_back(view_of(p));
-    std::vector<at::Tensor> kept;  // copies of gradients, alive until the kernels are launched
-    auto grad_at = [&](size_t i) {
-      at::Tensor g = i < grads.size() ? sequence_grad(grads[i]) : at::Tensor();
+    std::vector<at::Tensor> kept;  // gradients copied into the layout the kernels read, alive until they ran
+    auto grad_at = [&](int i, bool sequence) {
+      at::Tensor g = grads[static_cast<size_t>(i)];
+      if (g.defined() && !(sequence ? reads_in_place(g) : g.is_contiguous())) g = g.contiguous();
       kept.push_back(g);
       return view_of(g);
     };
-    for (int i = 0; i < num_outputs; ++i) b.grad_outputs.push_back(grad_at(i));
-    for (int j = 0; j < num_states; ++j) {
-      at::Tensor g = num_outputs + j < static_cast<int>(grads.size()) ? grads[num_outputs + j] : at::Tensor();
-      if (g.defined()) g = g.contiguous();
-      kept.push_back(g);
-      b.grad_final_states.push_back(view_of(g));
-    }
+    for (int i = 0; i < num_outputs; ++i) b.grad_outputs.push_back(grad_at(i, true));
+    for (int j = 0; j < num_states; ++j) b.grad_final_states.push_back(grad_at(num_outputs + j, false));
     if (store_state_seqs) {
-      for (int j = 0; j < num_states; ++j) b.grad_state_seqs.push_back(grad_at(num_outputs + num_states + j));
+      for (int j = 0; j < num_states; ++j) b.grad_state_seqs.push_back(grad_at(num_outputs + num_states + j, true));
     }
 
-    variable_list results(num_outputs_of_node());
+    variable_list results(next_edges().size());
     size_t edge = 0;
     for (int i = 0; i < num_inputs; ++i, ++edge) {
-      if (task_should_compute_output(edge)) results[edge] = at::empty(seq_shape, options);
+      if (task_should_compute_output(edge)) results[edge] = empty_gradient(seq_shape, options);
       b.grad_inputs.push_back(view_of(results[edge]));
     }
     const std::vector<int64_t> neuron_shape(seq_shape.begin() + 1, seq_shape.end());
@@ -172,7 +175,7 @@ struct TrainingNode final : torch::autograd::Node {
         b.grad_initial_states.emplace_back();
         continue;
       }
-      if (task_should_compute_output(edge)) results[edge] = at::empty(neuron_shape, options);
+      if (task_should_compute_output(edge)) results[edge] = empty_gradient(neuron_shape, options);
       b.grad_initial_states.push_back(view_of(results[edge]));
       ++edge;
     }
@@ -212,15 +215,13 @@ struct TrainingNode final : torch::autograd::Node {
       torch::autograd::impl::set_gradient_edge(r, {refuse, nr});
     }
   }
-
-  size_t num_outputs_of_node() const { return next_edges().size(); }
 };
 
 // Links `returned` (outputs, final states, state sequences, in that order) to `differentiable`
 // (inputs, given initial states, params) through a TrainingNode that keeps `saved` (what
 // TrainingCall.backward reads: per step the saved values with inputs in their places; with
-// checkpoints, the checkpoints then the inputs), `params` and `seed`.
-void attach_training_node_unguarded(const Program& program, const std::vector<nb::handle>& returned,
+// checkpoints, the checkpoints then the inputs), `params`, `seed` and `keep_alive`.
+void attach_training_node(const Program& program, const std::vector<nb::handle>& returned,
                           const std::vector<nb::handle>& differentiable, const std::vector<nb::handle>& saved,
                           const std::vector<nb::handle>& params, std::optional<nb::handle> seed,
                           int num_inputs, int num_states, int num_outputs, bool states_given,
@@ -228,10 +229,10 @@ void attach_training_node_unguarded(const Program& program, const std::vector<nb
                           const std::vector<bool>& saved_packed, int64_t workspace_elements,
                           nb::handle keep_alive) {
   auto node = std::shared_ptr<TrainingNode>(new TrainingNode(program), torch::autograd::deleteNode);
+  node->keep_alive = keep_alive.inc_ref().ptr();
   const std::vector<at::Tensor> inputs = unpack_all(differentiable);
-  const at::Tensor x = inputs.at(0);
-  node->seq_shape = x.sizes().vec();
-  node->options = x.options();
+  node->seq_shape = inputs.at(0).sizes().vec();
+  node->options = inputs.at(0).options();
   node->num_inputs = num_inputs;
   node->num_states = num_states;
   node->num_outputs = num_outputs;
@@ -241,35 +242,30 @@ void attach_training_node_unguarded(const Program& program, const std::vector<nb
   node->pack_spikes = pack_spikes;
   node->saved_packed = saved_packed;
   node->workspace_elements = workspace_elements;
-  node->keep_alive = keep_alive.inc_ref().ptr();
   node->set_next_edges(torch::autograd::collect_next_edges(inputs));
-  for (const at::Tensor& s : unpack_all(saved)) node->saved.emplace_back(s, false);
-  for (const at::Tensor& p : unpack_all(params)) node->params.emplace_back(p, false);
-  if (seed && !seed->is_none()) node->seed.emplace(unpack(*seed), false);
+  try {  // (saving runs the saved-tensor hooks: torch.utils.checkpoint's may raise to stop a recomputation)
+    for (const at::Tensor& s : unpack_all(saved)) node->saved.emplace_back(s, false);
+    for (const at::Tensor& p : unpack_all(params)) node->params.emplace_back(p, false);
+    if (seed && !seed->is_none()) node->seed.emplace(unpack(*seed), false);
+  } catch (python_error& e) {  // PyTorch's wrapper of a Python exception: raised as itself
+    e.restore();
+    throw nb::python_error();
+  }
   for (const at::Tensor& r : unpack_all(returned)) {
     const uint32_t nr = node->add_input_metadata(r);
     torch::autograd::impl::set_gradient_edge(r, {node, nr});
   }
 }
 
-// PyTorch's Python errors (a saved-tensor hook that raised) as the Python exception they hold.
-template <class... Args>
-void attach_training_node(Args... args) {
-  try {
-    attach_training_node_unguarded(args...);
-  } catch (python_error& e) {
-    e.restore();
-    throw nb::python_error();
-  }
-}
-
 }  // namespace
 
 void bind_torch_autograd(nb::module_& m) {
-  m.def("attach_training_node", &attach_training_node<const Program&, const std::vector<nb::handle>&, const std::vector<nb::handle>&, const std::vector<nb::handle>&, const std::vector<nb::handle>&, std::optional<nb::handle>, int, int, int, bool, bool, int64_t, bool, const std::vector<bool>&, int64_t, nb::handle>, "program"_a, "returned"_a, "differentiable"_a,
-        "saved"_a, "params"_a, "seed"_a.none(), "num_inputs"_a, "num_states"_a, "num_outputs"_a,
-        "states_given"_a, "store_state_seqs"_a, "checkpoint_every"_a, "pack_spikes"_a, "saved_packed"_a,
-        "workspace_elements"_a, "keep_alive"_a);
+  m.def("attach_training_node", &attach_training_node, "program"_a, "returned"_a, "differentiable"_a, "saved"_a,
+        "params"_a, "seed"_a.none(), "num_inputs"_a, "num_states"_a, "num_outputs"_a, "states_given"_a,
+        "store_state_seqs"_a, "checkpoint_every"_a, "pack_spikes"_a, "saved_packed"_a, "workspace_elements"_a,
+        "keep_alive"_a,
+        "Links a training forward's returned tensors to its differentiable arguments through an autograd "
+        "node whose backward runs spikejit's backward kernels in C++.");
 }
 
 }  // namespace spikejit::python

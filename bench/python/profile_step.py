@@ -121,9 +121,11 @@ def phase_us(forward, device, steps=100, warmup=30):
         t3 = time.perf_counter()
         del y, total
         if i >= warmup:
-            for name, value in (("forward", t1 - t0), ("sum", t2 - t1), ("to backward", _phase_stamps["enter"] - t2),
-                                ("backward", _phase_stamps["exit"] - _phase_stamps["enter"]),
-                                ("after", t3 - _phase_stamps["exit"]), ("step", t3 - t0)):
+            # A node in C++ stamps nothing: its phases after the sum are one (the whole backward call).
+            enter, exit_ = _phase_stamps.get("enter", float("nan")), _phase_stamps.get("exit", float("nan"))
+            for name, value in (("forward", t1 - t0), ("sum", t2 - t1),
+                                ("to backward", enter - t2 if "enter" in _phase_stamps else t3 - t2),
+                                ("backward", exit_ - enter), ("after", t3 - exit_), ("step", t3 - t0)):
                 phases[name] += value
     synchronize(device)
     return {name: value / steps * 1e6 for name, value in phases.items()}
@@ -147,10 +149,21 @@ def print_phases(node, x, device):
             x.grad = None
             return _Trivial.apply(x)[0]
 
+        def python_node():
+            ops.CPP_AUTOGRAD, cpp = False, ops.CPP_AUTOGRAD
+            try:
+                return ours()
+            finally:
+                ops.CPP_AUTOGRAD = cpp
+
+        variants = [("spikejit", ours), ("trivial Function", trivial)]
+        if ops.CPP_AUTOGRAD:  # spikejit's step with its autograd node in C++ (the default), and in Python
+            variants = [("spikejit (C++ node: to backward = the whole backward)", ours),
+                        ("spikejit, Python node", python_node), ("trivial Function", trivial)]
         rows = []
         for threads in (True, False):
             with torch.autograd.set_multithreading_enabled(threads):
-                for name, forward in (("spikejit", ours), ("trivial Function", trivial)):
+                for name, forward in variants:
                     rows.append((name, "yes" if threads else "no", phase_us(forward, device)))
     finally:
         ops._Training.backward = original
@@ -158,7 +171,8 @@ def print_phases(node, x, device):
     print("| step | engine threads | " + " | ".join(f"{n} µs" for n in names) + " |")
     print("|---|---|" + "---|" * len(names))
     for name, threads, phases in rows:
-        print(f"| {name} | {threads} | " + " | ".join(f"{phases[n]:.1f}" for n in names) + " |")
+        print(f"| {name} | {threads} | " + " | ".join("—" if phases[n] != phases[n] else f"{phases[n]:.1f}"
+                                                      for n in names) + " |")
 
 
 def print_launches(node, x, device, steps=300, repeats=3):

@@ -9,9 +9,17 @@ CPU tensors run on the C++ executor, CUDA tensors on kernels generated and compi
 (NVRTC, no toolkit needed). Every op is a torch.library custom op with a fake implementation
 and autograd, so torch.compile(fullgraph=True) sees no graph breaks.
 """
-import torch  # noqa: F401  (before _core, which links PyTorch's libraries)
+import torch
 
-from . import _core
+from ._build_info import TORCH_VERSION as _BUILT_AGAINST_TORCH
+
+# The extension's C++ autograd node links the PyTorch it was built against (loaded first, here).
+if _BUILT_AGAINST_TORCH and _BUILT_AGAINST_TORCH != torch.__version__:
+    raise ImportError(f"spikejit was built against torch {_BUILT_AGAINST_TORCH}, but torch {torch.__version__} is "
+                      "installed: reinstall spikejit with this torch (pip install --no-build-isolation "
+                      "--force-reinstall --no-deps <spikejit source>)")
+
+from . import _core  # noqa: E402
 from ._core import ArgumentError, Error, ParseError, Program
 from . import cpu_pool, ops, registry, surrogate
 from .flexsn import FlexSN, FlexSNKernel, UnsupportedCoreError

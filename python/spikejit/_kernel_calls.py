@@ -316,7 +316,7 @@ def _split_by_mask(tensors, packed):
 # A CPU buffer of at least this many bytes comes from spikejit's CPU pool (bindings/cpu_pool.cpp):
 # glibc maps such blocks afresh and unmaps them on free, so each call would fault its pages in
 # again, most of a large CPU step (docs/benchmarks.md).
-CPU_POOL_MIN_BYTES = 1 << 20
+CPU_POOL_MIN_BYTES = _core.CPU_POOL_MIN_BYTES
 
 
 def _pool_sized(shape, dtype: torch.dtype) -> bool:

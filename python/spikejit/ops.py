@@ -42,6 +42,7 @@ current stream; nothing synchronises and nothing reads tensor values on the host
 `run_training` / `run_inference` are what the package calls: the ops inside graphs, and the same
 implementations without the dispatcher for plain tensors in eager mode.
 """
+import os
 from typing import List, Optional
 
 import torch
@@ -49,9 +50,9 @@ from torch import Tensor
 
 from . import _core
 from ._func_transforms import FuncInference, FuncTraining, refuse_second_derivative, transforms_active
-from ._kernel_calls import (ActiveReference, check_strided, current_stream, describe, inference, inference_buffers, keep_for_backward,
-                            neurons_of, output_gradients, program_counts, row_bytes, saved_for_backward,
-                            seed_for_backward, seed_tensors, training_call)
+from ._kernel_calls import (ActiveReference, check_strided, current_stream, describe, inference, inference_buffers,
+                            keep_for_backward, neurons_of, output_gradients, program_counts, row_bytes,
+                            saved_for_backward, seed_for_backward, seed_tensors, training_call)
 from ._surrogate_grads import SURROGATE_GRADIENTS, surrogate_gradient
 
 
@@ -255,6 +256,36 @@ def _gradient_carrier(x: Tensor) -> Tensor:
     return x.new_full((), float("nan")).expand(x.shape)
 
 
+# The autograd node of eager training calls in C++ (bindings/torch_autograd.cpp), where the
+# extension was built with PyTorch's headers: its backward runs without Python, which at small
+# sizes is most of a training step's host time (docs/benchmarks.md). SPIKEJIT_CPP_AUTOGRAD=0
+# keeps the node in Python (_Training), which tests and benchmarks compare with.
+CPP_AUTOGRAD = hasattr(_core, "attach_training_node") and os.environ.get("SPIKEJIT_CPP_AUTOGRAD", "1") != "0"
+
+
+def _with_cpp_node(call, inputs, init_states, params, seed):
+    """The training forward (TrainingCall.forward, without a graph of its own, as in _Training),
+    its returned results linked to the differentiable arguments through a C++ autograd node
+    that keeps what the backward reads."""
+    grad_enabled = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(False)
+    try:
+        results = call.forward(inputs, init_states, params, seed)
+    finally:
+        torch._C._set_grad_enabled(grad_enabled)
+    returned = results[:call.first_saved]
+    counts = call.counts
+    x = inputs[0]
+    workspace = (_core.backward_workspace_elements(call.program, neurons_of(x.shape))
+                 if call.reduces_params and x.is_cuda else 0)
+    _core.attach_training_node(call.program, returned, [*inputs, *init_states, *params],
+                               call.backward_inputs(results[call.first_saved:], inputs), list(params),
+                               seed if counts.random else None, counts.inputs, counts.states, counts.outputs,
+                               len(init_states) > 0, call.store_state_seqs, call.checkpoint_every,
+                               call.pack_spikes, call.saved_packed or [], workspace, ActiveReference(call.handle))
+    return returned
+
+
 def is_eager(*groups) -> bool:
     """Plain tensors outside compilation and tracing (then the dispatcher can be skipped)."""
     if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
@@ -281,7 +312,7 @@ def run_training(handle: int, inputs, init_states, params, store_state_seqs: boo
             return list(FuncTraining.apply(call, len(inputs), len(init_states), *inputs, *init_states, *params,
                                            *seeds))
         dead_wrappers = any(map(_is_functorch_wrapped, (*inputs, *init_states, *params, *seeds)))
-        if _CPP_NODE and not dead_wrappers and not carriers and not packed_outputs:
+        if CPP_AUTOGRAD and not dead_wrappers and not carriers and not packed_outputs:
             return _with_cpp_node(call, inputs, init_states, params, seed)
         apply = _Training.apply if dead_wrappers else _bare_apply
         results = apply(call, carriers, len(inputs), len(init_states), seed, *inputs, *init_states, *params)
@@ -291,26 +322,6 @@ def run_training(handle: int, inputs, init_states, params, store_state_seqs: boo
                          "has no gradient carriers), got True")
     return torch.ops.spikejit.neuron_forward(handle, inputs, init_states, params, store_state_seqs,
                                              checkpoint_every, packed_outputs, pack_spikes, seed)
-
-
-import os as _os
-_CPP_NODE = hasattr(_core, "attach_training_node") and _os.environ.get("SPIKEJIT_CPP_NODE", "1") == "1"
-
-
-def _with_cpp_node(call, inputs, init_states, params, seed):
-    """PROTOTYPE: the forward in Python, its autograd node in C++ (no Python in the backward)."""
-    results = call.forward(inputs, init_states, params, seed)
-    returned = results[:call.first_saved]
-    counts = call.counts
-    x = inputs[0]
-    workspace = (_core.backward_workspace_elements(call.program, neurons_of(x.shape))
-                 if call.reduces_params and x.is_cuda else 0)
-    _core.attach_training_node(call.program, returned, [*inputs, *init_states, *params],
-                               call.backward_inputs(results[call.first_saved:], inputs), list(params),
-                               seed if counts.random else None, counts.inputs, counts.states, counts.outputs,
-                               len(init_states) > 0, call.store_state_seqs, call.checkpoint_every,
-                               call.pack_spikes, call.saved_packed or [], workspace, ActiveReference(call.handle))
-    return returned
 
 
 # _Training.apply without autograd.Function.apply's Python wrapper, whose only work outside
