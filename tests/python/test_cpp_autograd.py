@@ -1,0 +1,133 @@
+"""The autograd node of eager training calls in C++ (bindings/torch_autograd.cpp) against the
+node in Python (ops._Training): the same kernels behind both, so the same gradients bit for bit,
+over the call kinds: built-in neurons with scalar parameters, per-neuron parameters, two inputs
+and states, given and absent initial states, stored state sequences, checkpoints, spikes saved
+as bits, random draws, several dtypes, gradients on every result. The rest of the suite runs on
+the C++ node (the default) against its references. CUDA cases skip without a GPU unless
+SPIKEJIT_REQUIRE_CUDA=1."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import spikejit
+from conftest import device_params, random_input
+from spikejit import _core, ops, registry
+from spikejit.functional import builtin_handle, run_neuron
+
+NEURONS = Path(__file__).resolve().parent.parent / "neurons"
+
+pytestmark = pytest.mark.skipif(not hasattr(_core, "attach_training_node"),
+                                reason="the extension was built without torch: no C++ node")
+
+
+@pytest.fixture
+def node_in(monkeypatch):
+    """node_in(cpp) selects the C++ or the Python node for the calls that follow."""
+    return lambda cpp: monkeypatch.setattr(ops, "CPP_AUTOGRAD", cpp)
+
+
+def from_file(stem):
+    return registry.register(_core.Program.from_file(str(NEURONS / f"{stem}.sj")))
+
+
+def plif_handle():
+    return builtin_handle("plif_r", 1.0, 0.0, False, "sigmoid", (4.0,), True)
+
+
+CASES = {
+    "plif (a scalar parameter)": plif_handle,
+    "two inputs, per-neuron and scalar parameters": lambda: from_file("every_op"),
+    "spikes saved as bits": lambda: from_file("two_thresholds"),
+    "spikes saved as bits, a per-neuron parameter": lambda: from_file("mixed_outputs"),
+    "random draws": lambda: from_file("noisy_threshold"),
+}
+
+
+def training_step(handle, xs, v0s, params, store_state_seqs, checkpoint_every, pack_spikes, seed, cotangents):
+    """(results, gradients of the inputs, initial states and params) of one training call with
+    the given cotangents (random ones when None, returned)."""
+    program = registry.program(handle)
+    xs, v0s, params = ([t.detach().clone().requires_grad_() for t in group] for group in (xs, v0s, params))
+    outputs, finals, seqs = run_neuron(handle, program.num_outputs, program.num_states, xs,
+                                       v0s or [None] * program.num_states, params, store_state_seqs,
+                                       checkpoint_every, pack_spikes=pack_spikes, seed=seed)
+    results = [*outputs, *finals, *(seqs or [])]
+    if cotangents is None:
+        cotangents = [torch.randn_like(r) for r in results]
+    grads = torch.autograd.grad(results, [*xs, *v0s, *params], cotangents, allow_unused=True)
+    return [r.detach() for r in results], grads, cotangents
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_the_cpp_node_gives_the_python_nodes_gradients(case, dtype, device, node_in):
+    if dtype == torch.float64 and device.type == "cuda":
+        pytest.skip("float64 runs on the CPU only")
+    handle = CASES[case]()
+    program = registry.program(handle)
+    shape = (7, 3, 13)
+    params = [torch.rand(() if kind == "scalar" else shape[1:], device=device, dtype=dtype) + 0.5
+              for _, kind, _ in program.params]
+    seed = (torch.randint(-2 ** 62, 2 ** 62, (1,), dtype=torch.int64, device=device)
+            if program.uses_random else None)
+    packs = [False, True] if any(packed for _, packed in program.saved_plan(True)) else [False]
+    for given_states in (True, False):
+        for store_state_seqs in (False, True):
+            for checkpoint_every in (0, 3):
+                for pack_spikes in packs if checkpoint_every == 0 else [False]:
+                    xs = [random_input(*shape, device=device, dtype=dtype) for _ in range(program.num_inputs)]
+                    v0s = ([random_input(*shape[1:], device=device, dtype=dtype, scale=0.3)
+                            for _ in range(program.num_states)] if given_states else [])
+                    runs, cotangents = [], None
+                    for cpp in (False, True):
+                        node_in(cpp)
+                        results, grads, cotangents = training_step(handle, xs, v0s, params, store_state_seqs,
+                                                                   checkpoint_every, pack_spikes, seed, cotangents)
+                        runs.append((results, grads))
+                    what = (case, given_states, store_state_seqs, checkpoint_every, pack_spikes)
+                    (want, want_grads), (got, got_grads) = runs
+                    for a, b in zip(want, got):
+                        assert torch.equal(a, b), what
+                    assert len(want_grads) == len(got_grads) == len(xs) + len(v0s) + len(params)
+                    for a, b in zip(want_grads, got_grads):
+                        assert (a is None) == (b is None), what
+                        if a is not None:
+                            assert torch.equal(a, b), what
+
+
+def test_the_node_is_cpp_by_default_and_its_gradient_of_a_gradient_is_refused():
+    x = random_input(5, 8).requires_grad_()
+    node = spikejit.LIFNode(step_mode="m")
+    y = node(x)
+    assert y.grad_fn.name() == "spikejit::TrainingBackward"
+    (gx,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="first derivatives only"):
+        gx.sum().backward()
+
+
+def test_the_node_reads_an_expanded_and_a_permuted_gradient(node_in):
+    """y.sum()'s expanded gradient is read in place; any other layout is copied first."""
+    x = random_input(6, 4, 9)
+    cotangents = (torch.ones(1).expand(6, 4, 9), torch.randn(9, 4, 6).permute(2, 1, 0))
+    grads = []
+    for cpp in (False, True):
+        node_in(cpp)
+        for cotangent in cotangents:
+            xr = x.clone().requires_grad_()
+            s, v = spikejit.multistep_lif(xr, None, store_v_seq=False)
+            (g,) = torch.autograd.grad(s, xr, cotangent)
+            grads.append(g)
+    for a, b in zip(grads[:2], grads[2:]):
+        assert torch.equal(a, b)
+
+
+def test_spikejit_refuses_a_torch_other_than_the_one_it_was_built_against():
+    code = "import torch; torch.__version__ = '0.0.1'; import spikejit"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "spikejit was built against torch " in result.stderr
+    assert "but torch 0.0.1 is installed" in result.stderr
