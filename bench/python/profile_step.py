@@ -158,8 +158,7 @@ def print_phases(node, x, device):
 
         variants = [("spikejit", ours), ("trivial Function", trivial)]
         if ops.CPP_AUTOGRAD:  # spikejit's step with its autograd node in C++ (the default), and in Python
-            variants = [("spikejit (C++ node: to backward = the whole backward)", ours),
-                        ("spikejit, Python node", python_node), ("trivial Function", trivial)]
+            variants = [("spikejit", ours), ("spikejit, Python node", python_node), ("trivial Function", trivial)]
         rows = []
         for threads in (True, False):
             with torch.autograd.set_multithreading_enabled(threads):
@@ -173,15 +172,18 @@ def print_phases(node, x, device):
     for name, threads, phases in rows:
         print(f"| {name} | {threads} | " + " | ".join("—" if phases[n] != phases[n] else f"{phases[n]:.1f}"
                                                       for n in names) + " |")
+    if ops.CPP_AUTOGRAD:
+        print("\n(spikejit's autograd node is C++ and stamps nothing: its \"to backward\" is the whole backward call.)")
 
 
 def print_launches(node, x, device, steps=300, repeats=3):
     """Host µs of each of spikejit's C++ calls inside a training step, the call itself and then
     the same call repeated at once (the same arguments, writing the same buffers), with and
     without autograd's device threads. Back to back a call is warm; inside a step it finds its
-    caches cold and may wait for the GIL that another thread took while it was released."""
-    from spikejit import _kernel_calls
-    launch = _kernel_calls._launch
+    caches cold and may wait for the GIL that another thread took while it was released. (With
+    the autograd node in Python: a C++ node's backward launches without passing through Python.)"""
+    from spikejit import _kernel_calls, ops
+    launch, cpp = _kernel_calls._launch, ops.CPP_AUTOGRAD
     times = {}
 
     def timed(device_, cuda_call, cpu_call, args, policy):
@@ -196,7 +198,7 @@ def print_launches(node, x, device, steps=300, repeats=3):
     print("| engine threads | call | " + " | ".join(["in the step µs"] + [f"repeat {i} µs" for i in range(1, repeats)])
           + " |")
     print("|---|---|" + "---|" * repeats)
-    _kernel_calls._launch = timed
+    _kernel_calls._launch, ops.CPP_AUTOGRAD = timed, False
     try:
         for threads in (True, False):
             with torch.autograd.set_multithreading_enabled(threads):
@@ -211,7 +213,7 @@ def print_launches(node, x, device, steps=300, repeats=3):
                 print(f"| {'yes' if threads else 'no'} | {name} | " + " | ".join(f"{t / steps * 1e6:.1f}" for t in row)
                       + " |")
     finally:
-        _kernel_calls._launch = launch
+        _kernel_calls._launch, ops.CPP_AUTOGRAD = launch, cpp
 
 
 def main(argv=None):
@@ -237,7 +239,7 @@ def main(argv=None):
     print("\n## Host time of the phases of a step (mean of 100 steps)\n")
     print_phases(spikejit_node(args.neuron, device, torch.float32), x, device)
 
-    print("\n## Host time of spikejit's C++ calls inside a step (mean of 300 steps)\n")
+    print("\n## Host time of spikejit's C++ calls inside a step (mean of 300 steps; the autograd node in Python)\n")
     print_launches(spikejit_node(args.neuron, device, torch.float32), x, device)
 
     profile = cProfile.Profile()
