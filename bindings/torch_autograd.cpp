@@ -1,9 +1,10 @@
-// The autograd node of eager training calls, in C++: its backward builds the gradient buffers
-// and launches spikejit's backward kernels without Python or the GIL (a Python node's backward
-// is most of a small training step's host time, and on CUDA it runs on autograd's device thread).
-// The forward stays in Python (TrainingCall.forward: the buffers of the save policy and the
-// launch); `attach_training_node` then links the tensors it returns to the differentiable
-// arguments through this node. Compiled where PyTorch's headers are found at build time.
+// The autograd node of eager training calls on CPU tensors, in C++: its backward builds the
+// gradient buffers and runs spikejit's CPU backward without Python or the GIL (a Python node's
+// backward is most of a small training step's host time). The forward stays in Python
+// (TrainingCall.forward: the buffers of the save policy and the launch); `attach_training_node`
+// then links the tensors it returns to the differentiable arguments through this node.
+// Compiled where PyTorch's headers are found at build time. (CUDA calls keep the Python node:
+// this node's CUDA backward failed a GPU test that could not be examined yet; issue 4's note.)
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -13,7 +14,6 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
@@ -23,7 +23,6 @@
 #include "bindings.h"
 #include "spikejit/buffers.h"
 #include "spikejit/cpu.h"
-#include "spikejit/cuda.h"
 #include "spikejit/error.h"
 #include "spikejit/program.h"
 
@@ -100,7 +99,7 @@ struct TrainingNode final : torch::autograd::Node {
   at::TensorOptions options;
   int num_inputs = 0, num_states = 0, num_outputs = 0;
   bool states_given = false, store_state_seqs = false, pack_spikes = false;
-  int64_t checkpoint_every = 0, workspace_elements = 0;
+  int64_t checkpoint_every = 0;
   std::vector<bool> saved_packed;
   std::vector<torch::autograd::SavedVariable> saved, params;
   std::optional<torch::autograd::SavedVariable> seed;
@@ -184,20 +183,10 @@ struct TrainingNode final : torch::autograd::Node {
       b.grad_params.push_back(view_of(results[edge]));
       ++edge;
     }
-    at::Tensor workspace;
-    if (options.device().is_cuda() && workspace_elements > 0) {
-      workspace = at::empty({workspace_elements}, options.dtype(at::kDouble));
-      b.workspace = view_of(workspace);
-    }
     b.seed = seed_tensor.defined() ? seed_tensor.data_ptr() : nullptr;
-    if (options.device().is_cuda()) {
-      const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(options.device());
-      cuda::backward(program, b, stream.native_handle(), options.device().index());
-    } else {
-      cpu::Options o;
-      o.threads = at::get_num_threads();
-      cpu::backward(program, b, o);
-    }
+    cpu::Options o;
+    o.threads = at::get_num_threads();
+    cpu::backward(program, b, o);
     if (at::GradMode::is_enabled()) refuse_second_derivatives(results, grads);
     return results;
   }
@@ -226,11 +215,14 @@ void attach_training_node(const Program& program, const std::vector<nb::handle>&
                           const std::vector<nb::handle>& params, std::optional<nb::handle> seed,
                           int num_inputs, int num_states, int num_outputs, bool states_given,
                           bool store_state_seqs, int64_t checkpoint_every, bool pack_spikes,
-                          const std::vector<bool>& saved_packed, int64_t workspace_elements,
-                          nb::handle keep_alive) {
+                          const std::vector<bool>& saved_packed, nb::handle keep_alive) {
   auto node = std::shared_ptr<TrainingNode>(new TrainingNode(program), torch::autograd::deleteNode);
   node->keep_alive = keep_alive.inc_ref().ptr();
   const std::vector<at::Tensor> inputs = unpack_all(differentiable);
+  if (!inputs.at(0).device().is_cpu()) {
+    throw ArgumentError("differentiable[0]", "a CPU tensor (the C++ node runs the CPU backward)",
+                        inputs.at(0).device().str());
+  }
   node->seq_shape = inputs.at(0).sizes().vec();
   node->options = inputs.at(0).options();
   node->num_inputs = num_inputs;
@@ -241,7 +233,6 @@ void attach_training_node(const Program& program, const std::vector<nb::handle>&
   node->checkpoint_every = checkpoint_every;
   node->pack_spikes = pack_spikes;
   node->saved_packed = saved_packed;
-  node->workspace_elements = workspace_elements;
   node->set_next_edges(torch::autograd::collect_next_edges(inputs));
   try {  // (saving runs the saved-tensor hooks: torch.utils.checkpoint's may raise to stop a recomputation)
     for (const at::Tensor& s : unpack_all(saved)) node->saved.emplace_back(s, false);
@@ -262,8 +253,7 @@ void attach_training_node(const Program& program, const std::vector<nb::handle>&
 void bind_torch_autograd(nb::module_& m) {
   m.def("attach_training_node", &attach_training_node, "program"_a, "returned"_a, "differentiable"_a, "saved"_a,
         "params"_a, "seed"_a.none(), "num_inputs"_a, "num_states"_a, "num_outputs"_a, "states_given"_a,
-        "store_state_seqs"_a, "checkpoint_every"_a, "pack_spikes"_a, "saved_packed"_a, "workspace_elements"_a,
-        "keep_alive"_a,
+        "store_state_seqs"_a, "checkpoint_every"_a, "pack_spikes"_a, "saved_packed"_a, "keep_alive"_a,
         "Links a training forward's returned tensors to its differentiable arguments through an autograd "
         "node whose backward runs spikejit's backward kernels in C++.");
 }
