@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <exception>
 
 #include <nanobind/nanobind.h>
 
@@ -12,6 +13,10 @@ namespace spikejit::python {
 constexpr size_t kCpuPoolMinBytes = size_t{1} << 20;
 void* cpu_pool_take(size_t bytes);
 void cpu_pool_give_back(void* block, size_t bytes);
+
+// Sets the Python exception of a spikejit exception (errors.cpp: ParseError, ArgumentError and
+// Error as spikejit._core's exception types); any other exception is rethrown. Needs the GIL.
+void set_python_error(const std::exception_ptr& p, void* = nullptr);
 
 void bind_errors(nanobind::module_& m);
 void bind_program(nanobind::module_& m);

@@ -35,7 +35,9 @@ void raise_with(PyObject* type, const std::string& message, const char* attribut
   PyErr_SetObject(type, instance.ptr());
 }
 
-void translate(const std::exception_ptr& p, void*) {
+}  // namespace
+
+void set_python_error(const std::exception_ptr& p, void*) {
   try {
     std::rethrow_exception(p);
   } catch (const ParseError& e) {
@@ -50,8 +52,6 @@ void translate(const std::exception_ptr& p, void*) {
   }
 }
 
-}  // namespace
-
 void bind_errors(nb::module_& m) {
   error_type = new_exception_type(m, "Error", PyExc_RuntimeError, "An error raised by the spikejit core.");
   parse_error_type = new_exception_type(
@@ -61,7 +61,7 @@ void bind_errors(nb::module_& m) {
   argument_error_type = new_exception_type(
       m, "ArgumentError", PyExc_ValueError,
       "A bad argument; the message names it, what was expected and what came; `.argument` is its name.");
-  nb::register_exception_translator(translate);
+  nb::register_exception_translator(set_python_error);
 }
 
 }  // namespace spikejit::python

@@ -103,6 +103,7 @@ struct TrainingNode final : torch::autograd::Node {
   std::vector<bool> saved_packed;
   std::vector<torch::autograd::SavedVariable> saved, params;
   std::optional<torch::autograd::SavedVariable> seed;
+  at::Tensor workspace;  // TrainingCall.backward_workspace's scratch (undefined where none is needed)
 
   // A Python object the node keeps alive while it lives (the handle's ActiveReference: the
   // kernels stay registered while a backward may still need them). Released with the GIL.
@@ -123,6 +124,7 @@ struct TrainingNode final : torch::autograd::Node {
     for (auto& s : saved) s.reset_data();
     for (auto& p : params) p.reset_data();
     if (seed) seed->reset_data();
+    workspace.reset();
   }
 
   variable_list apply(variable_list&& grads) override {
@@ -183,10 +185,19 @@ struct TrainingNode final : torch::autograd::Node {
       b.grad_params.push_back(view_of(results[edge]));
       ++edge;
     }
+    b.workspace = view_of(workspace);
     b.seed = seed_tensor.defined() ? seed_tensor.data_ptr() : nullptr;
     cpu::Options o;
     o.threads = at::get_num_threads();
-    cpu::backward(program, b, o);
+    try {
+      cpu::backward(program, b, o);
+    } catch (const Error&) {  // raised in Python as spikejit's own exception, not the engine's RuntimeError
+      nb::gil_scoped_acquire gil;
+      set_python_error(std::current_exception());
+      python_error error;
+      error.persist();
+      throw error;
+    }
     if (at::GradMode::is_enabled()) refuse_second_derivatives(results, grads);
     return results;
   }
@@ -209,13 +220,15 @@ struct TrainingNode final : torch::autograd::Node {
 // Links `returned` (outputs, final states, state sequences, in that order) to `differentiable`
 // (inputs, given initial states, params) through a TrainingNode that keeps `saved` (what
 // TrainingCall.backward reads: per step the saved values with inputs in their places; with
-// checkpoints, the checkpoints then the inputs), `params`, `seed` and `keep_alive`.
+// checkpoints, the checkpoints then the inputs), `params`, `seed`, the backward's `workspace`
+// and `keep_alive`.
 void attach_training_node(const Program& program, const std::vector<nb::handle>& returned,
                           const std::vector<nb::handle>& differentiable, const std::vector<nb::handle>& saved,
                           const std::vector<nb::handle>& params, std::optional<nb::handle> seed,
                           int num_inputs, int num_states, int num_outputs, bool states_given,
                           bool store_state_seqs, int64_t checkpoint_every, bool pack_spikes,
-                          const std::vector<bool>& saved_packed, nb::handle keep_alive) {
+                          const std::vector<bool>& saved_packed, std::optional<nb::handle> workspace,
+                          nb::handle keep_alive) {
   auto node = std::shared_ptr<TrainingNode>(new TrainingNode(program), torch::autograd::deleteNode);
   node->keep_alive = keep_alive.inc_ref().ptr();
   const std::vector<at::Tensor> inputs = unpack_all(differentiable);
@@ -233,6 +246,7 @@ void attach_training_node(const Program& program, const std::vector<nb::handle>&
   node->checkpoint_every = checkpoint_every;
   node->pack_spikes = pack_spikes;
   node->saved_packed = saved_packed;
+  if (workspace && !workspace->is_none()) node->workspace = unpack(*workspace);
   node->set_next_edges(torch::autograd::collect_next_edges(inputs));
   try {  // (saving runs the saved-tensor hooks: torch.utils.checkpoint's may raise to stop a recomputation)
     for (const at::Tensor& s : unpack_all(saved)) node->saved.emplace_back(s, false);
@@ -253,7 +267,8 @@ void attach_training_node(const Program& program, const std::vector<nb::handle>&
 void bind_torch_autograd(nb::module_& m) {
   m.def("attach_training_node", &attach_training_node, "program"_a, "returned"_a, "differentiable"_a, "saved"_a,
         "params"_a, "seed"_a.none(), "num_inputs"_a, "num_states"_a, "num_outputs"_a, "states_given"_a,
-        "store_state_seqs"_a, "checkpoint_every"_a, "pack_spikes"_a, "saved_packed"_a, "keep_alive"_a,
+        "store_state_seqs"_a, "checkpoint_every"_a, "pack_spikes"_a, "saved_packed"_a, "workspace"_a.none(),
+        "keep_alive"_a,
         "Links a training forward's returned tensors to its differentiable arguments through an autograd "
         "node whose backward runs spikejit's backward kernels in C++.");
 }

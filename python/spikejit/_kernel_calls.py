@@ -637,10 +637,10 @@ class TrainingCall:
                          _sequence_grads(grad_outputs), _sequence_grads(grad_state_seqs),
                          _contiguous(grad_final_states), grad_inputs, grad_states, grad_params,
                          _contiguous(inputs), self.checkpoint_every, _contiguous(bits), self.pack_spikes,
-                         self._workspace(program, device, seq_shape), seed if counts.random else None)
+                         self.backward_workspace(program, device, seq_shape), seed if counts.random else None)
         return grad_inputs + grad_states + grad_params
 
-    def _workspace(self, program, device, seq_shape):
+    def backward_workspace(self, program, device, seq_shape):
         """The CUDA kernels' scratch for scalar parameters' gradients, from PyTorch's allocator: in a
         CUDA graph it then lives in the graph's memory pool for every replay (the extension's
         own per-stream scratch must not be captured). None where none is needed."""

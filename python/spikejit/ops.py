@@ -274,12 +274,13 @@ def _with_cpp_node(call, inputs, init_states, params, seed):
     finally:
         torch._C._set_grad_enabled(grad_enabled)
     returned = results[:call.first_saved]
-    counts = call.counts
-    _core.attach_training_node(call.program, returned, [*inputs, *init_states, *params],
+    counts, x, program = call.counts, inputs[0], call.program
+    _core.attach_training_node(program, returned, [*inputs, *init_states, *params],
                                call.backward_inputs(results[call.first_saved:], inputs), list(params),
                                seed if counts.random else None, counts.inputs, counts.states, counts.outputs,
                                len(init_states) > 0, call.store_state_seqs, call.checkpoint_every,
-                               call.pack_spikes, call.saved_packed or [], ActiveReference(call.handle))
+                               call.pack_spikes, call.saved_packed or [],
+                               call.backward_workspace(program, x.device, x.shape), ActiveReference(call.handle))
     return returned
 
 

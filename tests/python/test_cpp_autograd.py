@@ -138,3 +138,18 @@ def test_spikejit_refuses_a_torch_other_than_the_one_it_was_built_against():
     assert result.returncode != 0
     assert "spikejit was built against torch " in result.stderr
     assert "but torch 0.0.1 is installed" in result.stderr
+
+
+@pytest.mark.parametrize("cpp", [False, True], ids=["python node", "cpp node"])
+def test_an_error_in_the_backward_keeps_its_type_and_message(cpp, node_in, monkeypatch):
+    """A workspace of the wrong dtype (made so here; the package makes a right one) is refused by
+    the CPU backward's checks: spikejit's ArgumentError (a ValueError) from either node, not the
+    autograd engine's RuntimeError."""
+    from spikejit import _kernel_calls
+    node_in(cpp)
+    monkeypatch.setattr(_kernel_calls.TrainingCall, "backward_workspace",
+                        lambda self, program, device, seq_shape: torch.zeros(4096, dtype=torch.float32))
+    y = spikejit.ParametricLIFNode(step_mode="m")(random_input(4, 64).requires_grad_())
+    with pytest.raises(spikejit.ArgumentError, match=r"^argument 'workspace': expected a contiguous float64") as info:
+        y.sum().backward()
+    assert info.value.argument == "workspace"

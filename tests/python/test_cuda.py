@@ -193,7 +193,7 @@ def test_capture_without_scratch_is_a_clear_error(monkeypatch):
     node = spikejit.ParametricLIFNode(step_mode="m").cuda()
     x = random_input(4, 5000, device="cuda").requires_grad_()
     _plif_step(node, x)
-    monkeypatch.setattr(_kernel_calls.TrainingCall, "_workspace", lambda *args: None)
+    monkeypatch.setattr(_kernel_calls.TrainingCall, "backward_workspace", lambda *args: None)
     with pytest.raises(ValueError, match=r"^argument 'workspace': expected a caller-owned float64 buffer"):
         with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=torch.cuda.Stream()):
             _plif_step(node, x)
