@@ -57,17 +57,6 @@ PackedView packed_view_of(const at::Tensor& t) {
                                                                       : t.strides().vec());
 }
 
-// Whether the kernels read this [T, *S] gradient as it lies (SequenceLayout): else a copy.
-bool reads_in_place(const at::Tensor& g) {
-  if (g.is_contiguous()) return true;
-  const auto st = g.strides();
-  const auto shape = g.sizes();
-  bool neurons_repeat = true;
-  for (size_t d = 1; d < shape.size(); ++d) neurons_repeat = neurons_repeat && (st[d] == 0 || shape[d] == 1);
-  if (neurons_repeat) return shape[0] == 1 || st[0] == 0 || st[0] == 1;
-  return st[0] == 0 && g[0].is_contiguous();
-}
-
 // An empty contiguous gradient; on the CPU a large one comes from spikejit's CPU pool, as the
 // Python path's do (its pages stay mapped from one step to the next).
 at::Tensor empty_gradient(at::IntArrayRef shape, const at::TensorOptions& options) {
@@ -135,9 +124,10 @@ struct TrainingNode final : torch::autograd::Node {
     for (auto& p : params) param_tensors.push_back(p.unpack(ptr).contiguous());
     at::Tensor seed_tensor = seed ? seed->unpack(ptr) : at::Tensor();
 
+    const std::vector<int64_t> neuron_shape(seq_shape.begin() + 1, seq_shape.end());
     BackwardBuffers b;
     b.steps = seq_shape[0];
-    b.neuron_shape.assign(seq_shape.begin() + 1, seq_shape.end());
+    b.neuron_shape = neuron_shape;
     b.pack_spikes = pack_spikes;
     b.checkpoint_every = checkpoint_every;
     if (checkpoint_every > 0) {
@@ -153,9 +143,12 @@ struct TrainingNode final : torch::autograd::Node {
     }
     for (const at::Tensor& p : param_tensors) b.params.push_back(view_of(p));
     std::vector<at::Tensor> kept;  // gradients copied into the layout the kernels read, alive until they ran
+    // A sequence gradient the kernels read as it lies (sequence_layout: contiguous, or the
+    // expanded gradient of y.sum()) is not copied; any other layout is.
     auto grad_at = [&](int i, bool sequence) {
       at::Tensor g = grads[static_cast<size_t>(i)];
-      if (g.defined() && !(sequence ? reads_in_place(g) : g.is_contiguous())) g = g.contiguous();
+      SequenceLayout layout;
+      if (g.defined() && !(sequence ? sequence_layout(view_of(g), &layout) : g.is_contiguous())) g = g.contiguous();
       kept.push_back(g);
       return view_of(g);
     };
@@ -171,7 +164,6 @@ struct TrainingNode final : torch::autograd::Node {
       if (task_should_compute_output(edge)) results[edge] = empty_gradient(seq_shape, options);
       b.grad_inputs.push_back(view_of(results[edge]));
     }
-    const std::vector<int64_t> neuron_shape(seq_shape.begin() + 1, seq_shape.end());
     for (int j = 0; j < num_states; ++j) {
       if (!states_given) {
         b.grad_initial_states.emplace_back();
