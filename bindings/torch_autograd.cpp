@@ -1,10 +1,9 @@
-// The autograd node of eager training calls on CPU tensors, in C++: its backward builds the
-// gradient buffers and runs spikejit's CPU backward without Python or the GIL (a Python node's
-// backward is most of a small training step's host time). The forward stays in Python
-// (TrainingCall.forward: the buffers of the save policy and the launch); `attach_training_node`
-// then links the tensors it returns to the differentiable arguments through this node.
-// Compiled where PyTorch's headers are found at build time. (CUDA calls keep the Python node:
-// this node's CUDA backward failed a GPU test that could not be examined yet; issue 4's note.)
+// The autograd node of eager training calls, in C++: its backward builds the gradient buffers
+// and runs spikejit's backward kernels without Python or the GIL (a Python node's backward is
+// most of a small training step's host time, and on CUDA it runs on autograd's device thread).
+// The forward stays in Python (TrainingCall.forward: the buffers of the save policy and the
+// launch); `attach_training_node` then links the tensors it returns to the differentiable
+// arguments through this node. Compiled where PyTorch's headers are found at build time.
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -14,6 +13,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
@@ -23,6 +23,7 @@
 #include "bindings.h"
 #include "spikejit/buffers.h"
 #include "spikejit/cpu.h"
+#include "spikejit/cuda.h"
 #include "spikejit/error.h"
 #include "spikejit/program.h"
 
@@ -179,10 +180,16 @@ struct TrainingNode final : torch::autograd::Node {
     }
     b.workspace = view_of(workspace);
     b.seed = seed_tensor.defined() ? seed_tensor.data_ptr() : nullptr;
-    cpu::Options o;
-    o.threads = at::get_num_threads();
     try {
-      cpu::backward(program, b, o);
+      if (options.device().is_cuda()) {  // on the stream autograd chose for this node (the forward's)
+        const c10::Stream stream =
+            c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(options.device());
+        cuda::backward(program, b, stream.native_handle(), options.device().index());
+      } else {
+        cpu::Options o;
+        o.threads = at::get_num_threads();
+        cpu::backward(program, b, o);
+      }
     } catch (const Error&) {  // raised in Python as spikejit's own exception, not the engine's RuntimeError
       nb::gil_scoped_acquire gil;
       set_python_error(std::current_exception());
@@ -224,10 +231,6 @@ void attach_training_node(const Program& program, const std::vector<nb::handle>&
   auto node = std::shared_ptr<TrainingNode>(new TrainingNode(program), torch::autograd::deleteNode);
   node->keep_alive = keep_alive.inc_ref().ptr();
   const std::vector<at::Tensor> inputs = unpack_all(differentiable);
-  if (!inputs.at(0).device().is_cpu()) {
-    throw ArgumentError("differentiable[0]", "a CPU tensor (the C++ node runs the CPU backward)",
-                        inputs.at(0).device().str());
-  }
   node->seq_shape = inputs.at(0).sizes().vec();
   node->options = inputs.at(0).options();
   node->num_inputs = num_inputs;

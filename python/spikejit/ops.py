@@ -256,10 +256,10 @@ def _gradient_carrier(x: Tensor) -> Tensor:
     return x.new_full((), float("nan")).expand(x.shape)
 
 
-# The autograd node of eager training calls on CPU tensors in C++ (bindings/torch_autograd.cpp),
-# where the extension was built with PyTorch's headers: its backward runs without Python, which
-# at small sizes is most of a training step's host time (docs/benchmarks.md). CUDA calls, and
-# SPIKEJIT_CPP_AUTOGRAD=0, keep the node in Python (_Training), which tests compare with.
+# The autograd node of eager training calls in C++ (bindings/torch_autograd.cpp), where the
+# extension was built with PyTorch's headers: its backward runs without Python, which at small
+# sizes is most of a training step's host time (docs/benchmarks.md). SPIKEJIT_CPP_AUTOGRAD=0
+# keeps the node in Python (_Training), which tests compare with.
 CPP_AUTOGRAD = hasattr(_core, "attach_training_node") and os.environ.get("SPIKEJIT_CPP_AUTOGRAD", "1") != "0"
 
 
@@ -310,7 +310,7 @@ def run_training(handle: int, inputs, init_states, params, store_state_seqs: boo
             return list(FuncTraining.apply(call, len(inputs), len(init_states), *inputs, *init_states, *params,
                                            *seeds))
         dead_wrappers = any(map(_is_functorch_wrapped, (*inputs, *init_states, *params, *seeds)))
-        if CPP_AUTOGRAD and inputs[0].is_cpu and not dead_wrappers and not carriers and not packed_outputs:
+        if CPP_AUTOGRAD and not dead_wrappers and not carriers and not packed_outputs:
             return _with_cpp_node(call, inputs, init_states, params, seed)
         apply = _Training.apply if dead_wrappers else _bare_apply
         results = apply(call, carriers, len(inputs), len(init_states), seed, *inputs, *init_states, *params)

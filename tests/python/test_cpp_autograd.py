@@ -1,10 +1,10 @@
-"""The autograd node of eager training calls on CPU tensors in C++ (bindings/torch_autograd.cpp)
+"""The autograd node of eager training calls in C++ (bindings/torch_autograd.cpp)
 against the node in Python (ops._Training): the same kernels behind both, so the same gradients
 bit for bit, over the call kinds: built-in neurons with scalar parameters, per-neuron
 parameters, two inputs, given and absent initial states, stored state sequences, checkpoints,
 spikes saved as bits, random draws, several dtypes, gradients on every result. The rest of the
-suite runs CPU calls on the C++ node (the default) against its references. CUDA calls keep the
-Python node (a CUDA case checks that; it skips without a GPU unless SPIKEJIT_REQUIRE_CUDA=1)."""
+suite runs on the C++ node (the default) against its references. CUDA cases skip without a GPU
+unless SPIKEJIT_REQUIRE_CUDA=1."""
 import subprocess
 import sys
 from pathlib import Path
@@ -63,10 +63,12 @@ def training_step(handle, xs, v0s, params, store_state_seqs, checkpoint_every, p
     return [r.detach() for r in results], grads, cotangents
 
 
+@pytest.mark.parametrize("device", device_params(), indirect=True)
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
-def test_the_cpp_node_gives_the_python_nodes_gradients(case, dtype, node_in):
-    device = torch.device("cpu")
+def test_the_cpp_node_gives_the_python_nodes_gradients(case, dtype, device, node_in):
+    if dtype == torch.float64 and device.type == "cuda":
+        pytest.skip("float64 runs on the CPU only")
     handle = CASES[case]()
     program = registry.program(handle)
     shape = (7, 3, 13)
@@ -100,12 +102,9 @@ def test_the_cpp_node_gives_the_python_nodes_gradients(case, dtype, node_in):
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
-def test_cpu_calls_take_the_cpp_node_and_cuda_calls_the_python_node(device):
+def test_cpu_and_cuda_calls_take_the_cpp_node(device):
     y = spikejit.LIFNode(step_mode="m")(random_input(5, 8, device=device).requires_grad_())
-    if device.type == "cpu":
-        assert y.grad_fn.name() == "spikejit::TrainingBackward"
-    else:
-        assert type(y.grad_fn).__name__ == "_TrainingBackward"
+    assert y.grad_fn.name() == "spikejit::TrainingBackward"
 
 
 def test_the_node_is_cpp_by_default_and_its_gradient_of_a_gradient_is_refused():
