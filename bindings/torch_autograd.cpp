@@ -1,9 +1,10 @@
-// The autograd node of eager training calls, in C++: its backward builds the gradient buffers
-// and runs spikejit's backward kernels without Python or the GIL (a Python node's backward is
-// most of a small training step's host time, and on CUDA it runs on autograd's device thread).
-// The forward stays in Python (TrainingCall.forward: the buffers of the save policy and the
-// launch); `attach_training_node` then links the tensors it returns to the differentiable
-// arguments through this node. Compiled where PyTorch's headers are found at build time.
+// Eager training calls in C++ (`train_eager`): the forward's buffers and kernels, and an autograd
+// node whose backward builds the gradient buffers and runs spikejit's backward kernels without
+// Python or the GIL. At small sizes a training step is bound by its host time, most of which a
+// Python forward and node spent (docs/benchmarks.md). The Python layer checks the arguments first
+// (TrainingCall's checks, with its messages). Compiled where PyTorch's headers are found at build
+// time; without them the Python path (ops._Training) runs every call.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -57,9 +58,9 @@ PackedView packed_view_of(const at::Tensor& t) {
                                                                       : t.strides().vec());
 }
 
-// An empty contiguous gradient; on the CPU a large one comes from spikejit's CPU pool, as the
+// An empty contiguous buffer; on the CPU a large one comes from spikejit's CPU pool, as the
 // Python path's do (its pages stay mapped from one step to the next).
-at::Tensor empty_gradient(at::IntArrayRef shape, const at::TensorOptions& options) {
+at::Tensor empty_buffer(at::IntArrayRef shape, const at::TensorOptions& options) {
   const size_t bytes = static_cast<size_t>(c10::multiply_integers(shape)) * options.dtype().itemsize();
   if (!options.device().is_cpu() || bytes < kCpuPoolMinBytes) return at::empty(shape, options);
   void* block = cpu_pool_take(bytes);
@@ -161,7 +162,7 @@ struct TrainingNode final : torch::autograd::Node {
     variable_list results(next_edges().size());
     size_t edge = 0;
     for (int i = 0; i < num_inputs; ++i, ++edge) {
-      if (task_should_compute_output(edge)) results[edge] = empty_gradient(seq_shape, options);
+      if (task_should_compute_output(edge)) results[edge] = empty_buffer(seq_shape, options);
       b.grad_inputs.push_back(view_of(results[edge]));
     }
     for (int j = 0; j < num_states; ++j) {
@@ -169,7 +170,7 @@ struct TrainingNode final : torch::autograd::Node {
         b.grad_initial_states.emplace_back();
         continue;
       }
-      if (task_should_compute_output(edge)) results[edge] = empty_gradient(neuron_shape, options);
+      if (task_should_compute_output(edge)) results[edge] = empty_buffer(neuron_shape, options);
       b.grad_initial_states.push_back(view_of(results[edge]));
       ++edge;
     }
@@ -217,55 +218,165 @@ struct TrainingNode final : torch::autograd::Node {
 };
 
 // Links `returned` (outputs, final states, state sequences, in that order) to `differentiable`
-// (inputs, given initial states, params) through a TrainingNode that keeps `saved` (what
-// TrainingCall.backward reads: per step the saved values with inputs in their places; with
-// checkpoints, the checkpoints then the inputs), `params`, `seed`, the backward's `workspace`
-// and `keep_alive`.
-void attach_training_node(const Program& program, const std::vector<nb::handle>& returned,
-                          const std::vector<nb::handle>& differentiable, const std::vector<nb::handle>& saved,
-                          const std::vector<nb::handle>& params, std::optional<nb::handle> seed,
-                          int num_inputs, int num_states, int num_outputs, bool states_given,
-                          bool store_state_seqs, int64_t checkpoint_every, bool pack_spikes,
-                          const std::vector<bool>& saved_packed, std::optional<nb::handle> workspace,
-                          nb::handle keep_alive) {
-  auto node = std::shared_ptr<TrainingNode>(new TrainingNode(program), torch::autograd::deleteNode);
-  node->keep_alive = keep_alive.inc_ref().ptr();
-  const std::vector<at::Tensor> inputs = unpack_all(differentiable);
-  node->seq_shape = inputs.at(0).sizes().vec();
-  node->options = inputs.at(0).options();
-  node->num_inputs = num_inputs;
-  node->num_states = num_states;
-  node->num_outputs = num_outputs;
-  node->states_given = states_given;
-  node->store_state_seqs = store_state_seqs;
-  node->checkpoint_every = checkpoint_every;
-  node->pack_spikes = pack_spikes;
-  node->saved_packed = saved_packed;
-  if (workspace && !workspace->is_none()) node->workspace = unpack(*workspace);
-  node->set_next_edges(torch::autograd::collect_next_edges(inputs));
-  try {  // (saving runs the saved-tensor hooks: torch.utils.checkpoint's may raise to stop a recomputation)
-    for (const at::Tensor& s : unpack_all(saved)) node->saved.emplace_back(s, false);
-    for (const at::Tensor& p : unpack_all(params)) node->params.emplace_back(p, false);
-    if (seed && !seed->is_none()) node->seed.emplace(unpack(*seed), false);
-  } catch (python_error& e) {  // PyTorch's wrapper of a Python exception: raised as itself
-    e.restore();
-    throw nb::python_error();
-  }
-  for (const at::Tensor& r : unpack_all(returned)) {
+// (inputs, initial states, params) through a TrainingNode that keeps `saved` (what the backward
+// reads: per step the saved values with inputs in their places; with checkpoints, the
+// checkpoints then the inputs), `params`, `seed`, the backward's `workspace` and `keep_alive`.
+void link_training_node(const std::shared_ptr<TrainingNode>& node, const std::vector<at::Tensor>& returned,
+                        const std::vector<at::Tensor>& differentiable, const std::vector<at::Tensor>& saved,
+                        const std::vector<at::Tensor>& params, const at::Tensor& seed) {
+  node->seq_shape = differentiable.at(0).sizes().vec();
+  node->options = differentiable.at(0).options();
+  node->set_next_edges(torch::autograd::collect_next_edges(differentiable));
+  // (Saving runs the saved-tensor hooks: torch.utils.checkpoint's may raise to stop a recomputation.)
+  for (const at::Tensor& s : saved) node->saved.emplace_back(s, false);
+  for (const at::Tensor& p : params) node->params.emplace_back(p, false);
+  if (seed.defined()) node->seed.emplace(seed, false);
+  for (const at::Tensor& r : returned) {
     const uint32_t nr = node->add_input_metadata(r);
     torch::autograd::impl::set_gradient_edge(r, {node, nr});
   }
 }
 
+std::vector<nb::object> wrap_all(const std::vector<at::Tensor>& tensors) {
+  std::vector<nb::object> out;
+  out.reserve(tensors.size());
+  for (const at::Tensor& t : tensors) out.push_back(nb::steal(THPVariable_Wrap(t)));
+  return out;
+}
+
+at::ScalarType scalar_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return at::kFloat;
+    case DType::F64: return at::kDouble;
+    case DType::F16: return at::kHalf;
+    case DType::BF16: return at::kBFloat16;
+  }
+  return at::kFloat;
+}
+
+// An eager training call in one C++ call: the forward's buffers (spikejit::saved_layout's for the
+// save policy; large CPU ones from the pool), the forward kernels (on the device's current stream,
+// or PyTorch's intra-op threads), and the TrainingNode that links the returned tensors (outputs,
+// final states, state sequences if stored) to the arguments. The caller checked the arguments
+// (TrainingCall's checks: counts, shapes, dtypes, devices, the seed); the kernels check again.
+std::vector<nb::object> train_eager(const Program& program, const std::vector<nb::handle>& inputs_in,
+                                    const std::vector<nb::handle>& init_states_in,
+                                    const std::vector<nb::handle>& params_in, std::optional<nb::handle> seed_in,
+                                    bool store_state_seqs, int64_t checkpoint_every, bool pack_spikes,
+                                    nb::handle keep_alive) {
+  const std::vector<at::Tensor> inputs = unpack_all(inputs_in), init_states = unpack_all(init_states_in),
+                                params = unpack_all(params_in);
+  const at::Tensor seed = program.uses_random() && seed_in && !seed_in->is_none() ? unpack(*seed_in) : at::Tensor();
+  const at::Tensor& x = inputs.at(0);
+  const at::Device device = x.device();
+  if (!device.is_cpu() && !device.is_cuda())
+    throw ArgumentError("device", "a CPU or CUDA tensor", "one on " + device.str());
+  const at::TensorOptions options = x.options();
+  const std::vector<int64_t> seq_shape = x.sizes().vec();
+  const std::vector<int64_t> neuron_shape(seq_shape.begin() + 1, seq_shape.end());
+  const int num_states = static_cast<int>(program.neuron().states.size());
+  std::vector<at::Tensor> differentiable = inputs;
+  differentiable.insert(differentiable.end(), init_states.begin(), init_states.end());
+  differentiable.insert(differentiable.end(), params.begin(), params.end());
+  const bool needs_node = torch::autograd::compute_requires_grad(differentiable);  // (grad mode included)
+
+  ForwardBuffers b;
+  b.steps = seq_shape[0];
+  b.neuron_shape = neuron_shape;
+  b.checkpoint_every = checkpoint_every;
+  b.pack_spikes = pack_spikes;
+  b.seed = seed.defined() ? seed.data_ptr() : nullptr;
+  std::vector<at::Tensor> read;  // contiguous copies of the arguments, alive until the kernels ran
+  auto read_view = [&](const at::Tensor& t) {
+    at::AutoGradMode no_grad(false);  // (a contiguous copy of an argument is not part of the graph)
+    read.push_back(t.defined() ? t.contiguous() : t);
+    return view_of(read.back());
+  };
+  for (const at::Tensor& t : inputs) b.inputs.push_back(read_view(t));
+  for (const at::Tensor& t : init_states) b.initial_states.push_back(read_view(t));
+  for (const at::Tensor& t : params) b.params.push_back(read_view(t));
+
+  std::vector<at::Tensor> returned;
+  auto written = [&](at::IntArrayRef shape) {
+    returned.push_back(empty_buffer(shape, options));
+    return view_of(returned.back());
+  };
+  for (size_t i = 0; i < program.neuron().outputs.size(); ++i) b.outputs.push_back(written(seq_shape));
+  for (int j = 0; j < num_states; ++j) b.final_states.push_back(written(neuron_shape));
+  if (store_state_seqs) {
+    for (int j = 0; j < num_states; ++j) b.state_seqs.push_back(written(seq_shape));
+  }
+
+  // What the backward reads, per the save policy: a saved input is read where it lies (the
+  // forward does not write it); with checkpoints, the checkpoints and then the inputs.
+  const std::vector<SavedBuffer> layout =
+      saved_layout(program, b.steps, neuron_shape, dtype_of(x), checkpoint_every, pack_spikes);
+  std::vector<bool> saved_packed;
+  for (const SavedBuffer& s : layout) saved_packed.push_back(s.packed);
+  if (std::find(saved_packed.begin(), saved_packed.end(), true) == saved_packed.end()) saved_packed.clear();
+  std::vector<at::Tensor> saved;
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const SavedBuffer& s = layout[i];
+    at::Tensor t;
+    if (s.input >= 0) {
+      t = inputs.at(static_cast<size_t>(s.input));
+    } else if (s.packed) {
+      t = empty_buffer(s.shape, options.dtype(at::kByte));
+    } else {
+      t = empty_buffer(s.shape, options.dtype(scalar_type_of(s.dtype)));
+    }
+    const bool written_here = s.input < 0;
+    b.saved.push_back(written_here && !s.packed ? view_of(t) : TensorView());
+    if (!saved_packed.empty()) b.packed_saved.push_back(written_here && s.packed ? packed_view_of(t) : PackedView());
+    saved.push_back(t);
+  }
+  if (checkpoint_every > 0) saved.insert(saved.end(), inputs.begin(), inputs.end());
+
+  {
+    nb::gil_scoped_release release;
+    if (device.is_cuda()) {
+      const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device);
+      cuda::forward(program, b, stream.native_handle(), device.index());
+    } else {
+      cpu::Options o;
+      o.threads = at::get_num_threads();
+      cpu::forward(program, b, o);
+    }
+  }
+
+  if (!needs_node) return wrap_all(returned);
+
+  auto node = std::shared_ptr<TrainingNode>(new TrainingNode(program), torch::autograd::deleteNode);
+  node->keep_alive = keep_alive.inc_ref().ptr();
+  node->num_inputs = static_cast<int>(inputs.size());
+  node->num_states = num_states;
+  node->num_outputs = static_cast<int>(program.neuron().outputs.size());
+  node->states_given = !init_states.empty();
+  node->store_state_seqs = store_state_seqs;
+  node->checkpoint_every = checkpoint_every;
+  node->pack_spikes = pack_spikes;
+  node->saved_packed = saved_packed;
+  // The CUDA kernels' scratch for scalar parameters' gradients, from PyTorch's allocator: in a
+  // CUDA graph it lives in the graph's pool for every replay (the backend's own must not be captured).
+  const int64_t workspace =
+      device.is_cuda() ? backward_workspace_elements(program, c10::multiply_integers(neuron_shape)) : 0;
+  if (workspace > 0) node->workspace = at::empty({workspace}, options.dtype(at::kDouble));
+  try {
+    link_training_node(node, returned, differentiable, saved, params, seed);
+  } catch (python_error& e) {  // PyTorch's wrapper of a Python exception (a saved-tensor hook's): raised as itself
+    e.restore();
+    throw nb::python_error();
+  }
+  return wrap_all(returned);
+}
+
 }  // namespace
 
 void bind_torch_autograd(nb::module_& m) {
-  m.def("attach_training_node", &attach_training_node, "program"_a, "returned"_a, "differentiable"_a, "saved"_a,
-        "params"_a, "seed"_a.none(), "num_inputs"_a, "num_states"_a, "num_outputs"_a, "states_given"_a,
-        "store_state_seqs"_a, "checkpoint_every"_a, "pack_spikes"_a, "saved_packed"_a, "workspace"_a.none(),
-        "keep_alive"_a,
-        "Links a training forward's returned tensors to its differentiable arguments through an autograd "
-        "node whose backward runs spikejit's backward kernels in C++.");
+  m.def("train_eager", &train_eager, "program"_a, "inputs"_a, "init_states"_a, "params"_a, "seed"_a.none(),
+        "store_state_seqs"_a, "checkpoint_every"_a, "pack_spikes"_a, "keep_alive"_a,
+        "An eager training forward whose results are linked to the arguments through an autograd node "
+        "whose backward runs spikejit's backward kernels in C++: [*outputs, *final_states, *state_seqs].");
 }
 
 }  // namespace spikejit::python

@@ -550,13 +550,18 @@ class TrainingCall:
         # extension's objects must be freed with the registry, before the extension unloads.
         return registry.program(self.handle)
 
+    def check_forward(self, inputs, init_states, params, seed=None):
+        """Checks a forward call (the seed too); returns (seq_shape, neuron_shape)."""
+        shapes = _check_call(self.counts, inputs, init_states, params)
+        _check_call_seed(self.counts, seed, inputs[0])
+        return shapes
+
     def forward_buffers(self, inputs, init_states, params, seed=None):
         """Checks a forward call (the seed too); returns (seq_shape, outputs, final_states, state_seqs,
         saved), empty."""
         counts = self.counts
-        seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
+        seq_shape, neuron_shape = self.check_forward(inputs, init_states, params, seed)
         x = inputs[0]
-        _check_call_seed(counts, seed, x)
         pool = uses_cpu_pool(x)
         outputs = _output_buffers(counts, x, seq_shape, self.packed_outputs, pool)
         final_states = [_new_empty(x, neuron_shape, None, pool) for _ in range(counts.states)]

@@ -256,32 +256,20 @@ def _gradient_carrier(x: Tensor) -> Tensor:
     return x.new_full((), float("nan")).expand(x.shape)
 
 
-# The autograd node of eager training calls in C++ (bindings/torch_autograd.cpp), where the
-# extension was built with PyTorch's headers: its backward runs without Python, which at small
-# sizes is most of a training step's host time (docs/benchmarks.md). SPIKEJIT_CPP_AUTOGRAD=0
-# keeps the node in Python (_Training), which tests compare with.
-CPP_AUTOGRAD = hasattr(_core, "attach_training_node") and os.environ.get("SPIKEJIT_CPP_AUTOGRAD", "1") != "0"
+# Eager training calls in C++ (bindings/torch_autograd.cpp: the forward's buffers and kernels and
+# the autograd node), where the extension was built with PyTorch's headers: at small sizes a
+# step is bound by its host time, most of which the Python forward and node spent
+# (docs/benchmarks.md). SPIKEJIT_CPP_AUTOGRAD=0 keeps both in Python (TrainingCall.forward,
+# _Training), which tests compare with.
+CPP_AUTOGRAD = hasattr(_core, "train_eager") and os.environ.get("SPIKEJIT_CPP_AUTOGRAD", "1") != "0"
 
 
-def _with_cpp_node(call, inputs, init_states, params, seed):
-    """The training forward (TrainingCall.forward, without a graph of its own, as in _Training),
-    its returned results linked to the differentiable arguments through a C++ autograd node
-    that keeps what the backward reads."""
-    grad_enabled = torch.is_grad_enabled()
-    torch._C._set_grad_enabled(False)
-    try:
-        results = call.forward(inputs, init_states, params, seed)
-    finally:
-        torch._C._set_grad_enabled(grad_enabled)
-    returned = results[:call.first_saved]
-    counts, x, program = call.counts, inputs[0], call.program
-    _core.attach_training_node(program, returned, [*inputs, *init_states, *params],
-                               call.backward_inputs(results[call.first_saved:], inputs), list(params),
-                               seed if counts.random else None, counts.inputs, counts.states, counts.outputs,
-                               len(init_states) > 0, call.store_state_seqs, call.checkpoint_every,
-                               call.pack_spikes, call.saved_packed or [],
-                               call.backward_workspace(program, x.device, x.shape), ActiveReference(call.handle))
-    return returned
+def _train_in_cpp(call, inputs, init_states, params, seed):
+    """[*outputs, *final_states, *state_seqs (if stored)] of a training call run by
+    _core.train_eager, after the checks of TrainingCall.forward."""
+    call.check_forward(inputs, init_states, params, seed)
+    return _core.train_eager(call.program, inputs, init_states, params, seed, call.store_state_seqs,
+                             call.checkpoint_every, call.pack_spikes, ActiveReference(call.handle))
 
 
 def is_eager(*groups) -> bool:
@@ -311,7 +299,7 @@ def run_training(handle: int, inputs, init_states, params, store_state_seqs: boo
                                            *seeds))
         dead_wrappers = any(map(_is_functorch_wrapped, (*inputs, *init_states, *params, *seeds)))
         if CPP_AUTOGRAD and not dead_wrappers and not carriers and not packed_outputs:
-            return _with_cpp_node(call, inputs, init_states, params, seed)
+            return _train_in_cpp(call, inputs, init_states, params, seed)
         apply = _Training.apply if dead_wrappers else _bare_apply
         results = apply(call, carriers, len(inputs), len(init_states), seed, *inputs, *init_states, *params)
         return list(results[:-1])  # (without the anchor, see _Training.forward)

@@ -1,10 +1,10 @@
-"""The autograd node of eager training calls in C++ (bindings/torch_autograd.cpp)
-against the node in Python (ops._Training): the same kernels behind both, so the same gradients
-bit for bit, over the call kinds: built-in neurons with scalar parameters, per-neuron
-parameters, two inputs, given and absent initial states, stored state sequences, checkpoints,
-spikes saved as bits, random draws, several dtypes, gradients on every result. The rest of the
-suite runs on the C++ node (the default) against its references. CUDA cases skip without a GPU
-unless SPIKEJIT_REQUIRE_CUDA=1."""
+"""Eager training calls in C++ (bindings/torch_autograd.cpp: forward buffers, launch, autograd
+node) against the Python path (TrainingCall.forward, ops._Training): the same kernels behind
+both, so the same results and gradients bit for bit, over the call kinds: built-in neurons with
+scalar parameters, per-neuron parameters, two inputs, given and absent initial states, stored
+state sequences, checkpoints, spikes saved as bits, random draws, several dtypes, large and
+permuted inputs. The rest of the suite runs on the C++ path (the default) against its
+references. CUDA cases skip without a GPU unless SPIKEJIT_REQUIRE_CUDA=1."""
 import subprocess
 import sys
 from pathlib import Path
@@ -102,6 +102,24 @@ def test_the_cpp_node_gives_the_python_nodes_gradients(case, dtype, device, node
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_large_and_permuted_calls_match_too(device, node_in):
+    """Buffers of the CPU pool's size (the C++ forward takes them from the pool, as the Python one)
+    and an input that is a permuted view (read through a contiguous copy), per step and with
+    checkpoints: the same results and gradients from both paths."""
+    handle = plif_handle()
+    w = torch.tensor(0.3, device=device, requires_grad=True)
+    for x in (random_input(32, 96, 128, device=device), random_input(96, 32, 5, device=device).permute(1, 0, 2)):
+        for checkpoint_every in (0, 4):
+            runs, cotangents = [], None
+            for cpp in (False, True):
+                node_in(cpp)
+                runs.append(training_step(handle, [x], [], [w], False, checkpoint_every, False, None, cotangents))
+                cotangents = runs[-1][2]
+            for a, b in zip([*runs[0][0], *runs[0][1]], [*runs[1][0], *runs[1][1]]):
+                assert torch.equal(a, b), (x.shape, checkpoint_every)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
 def test_cpu_and_cuda_calls_take_the_cpp_node(device):
     y = spikejit.LIFNode(step_mode="m")(random_input(5, 8, device=device).requires_grad_())
     assert y.grad_fn.name() == "spikejit::TrainingBackward"
@@ -142,15 +160,15 @@ def test_spikejit_refuses_a_torch_other_than_the_one_it_was_built_against():
 
 
 @pytest.mark.parametrize("cpp", [False, True], ids=["python node", "cpp node"])
-def test_an_error_in_the_backward_keeps_its_type_and_message(cpp, node_in, monkeypatch):
-    """A workspace of the wrong dtype (made so here; the package makes a right one) is refused by
-    the CPU backward's checks: spikejit's ArgumentError (a ValueError) from either node, not the
-    autograd engine's RuntimeError."""
-    from spikejit import _kernel_calls
+def test_an_error_in_the_backward_keeps_its_type_and_message(cpp, node_in):
+    """A saved-tensor hook that hands the backward a sequence cut short is refused by the
+    backward's checks: spikejit's ArgumentError (a ValueError) from either node, not the autograd
+    engine's RuntimeError."""
     node_in(cpp)
-    monkeypatch.setattr(_kernel_calls.TrainingCall, "backward_workspace",
-                        lambda self, program, device, seq_shape: torch.zeros(4096, dtype=torch.float32))
-    y = spikejit.ParametricLIFNode(step_mode="m")(random_input(4, 64).requires_grad_())
-    with pytest.raises(spikejit.ArgumentError, match=r"^argument 'workspace': expected a contiguous float64") as info:
+    cut_short = (lambda t: t), (lambda t: t[:2] if t.dim() == 2 else t)
+    with torch.autograd.graph.saved_tensors_hooks(*cut_short):
+        y = spikejit.ParametricLIFNode(step_mode="m")(random_input(4, 64).requires_grad_())
+    with pytest.raises(spikejit.ArgumentError, match=r"^argument 'saved\[0\]': expected shape \[T, \*S\] = "
+                                                     r"\[4, 64\], got float32\[2, 64\]") as info:
         y.sum().backward()
-    assert info.value.argument == "workspace"
+    assert info.value.argument == "saved[0]"
