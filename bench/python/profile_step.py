@@ -149,16 +149,16 @@ def print_phases(node, x, device):
             x.grad = None
             return _Trivial.apply(x)[0]
 
-        def python_node():
-            ops.CPP_AUTOGRAD, cpp = False, ops.CPP_AUTOGRAD
+        def python_path():
+            ops.CPP_CALLS, cpp = False, ops.CPP_CALLS
             try:
                 return ours()
             finally:
-                ops.CPP_AUTOGRAD = cpp
+                ops.CPP_CALLS = cpp
 
         variants = [("spikejit", ours), ("trivial Function", trivial)]
-        if ops.CPP_AUTOGRAD:  # spikejit's step with its autograd node in C++ (the default), and in Python
-            variants = [("spikejit", ours), ("spikejit, Python node", python_node), ("trivial Function", trivial)]
+        if ops.CPP_CALLS:  # spikejit's step in C++ (the default: forward and autograd node), and in Python
+            variants = [("spikejit", ours), ("spikejit, Python path", python_path), ("trivial Function", trivial)]
         rows = []
         for threads in (True, False):
             with torch.autograd.set_multithreading_enabled(threads):
@@ -172,18 +172,18 @@ def print_phases(node, x, device):
     for name, threads, phases in rows:
         print(f"| {name} | {threads} | " + " | ".join("—" if phases[n] != phases[n] else f"{phases[n]:.1f}"
                                                       for n in names) + " |")
-    if ops.CPP_AUTOGRAD:
-        print("\n(spikejit's autograd node is C++ and stamps nothing: its \"to backward\" is the whole backward call.)")
+    if ops.CPP_CALLS:
+        print("\n(spikejit's C++ autograd node stamps nothing: its \"to backward\" is the whole backward call.)")
 
 
 def print_launches(node, x, device, steps=300, repeats=3):
     """Host µs of each of spikejit's C++ calls inside a training step, the call itself and then
     the same call repeated at once (the same arguments, writing the same buffers), with and
     without autograd's device threads. Back to back a call is warm; inside a step it finds its
-    caches cold and may wait for the GIL that another thread took while it was released. (With
-    the autograd node in Python: a C++ node's backward launches without passing through Python.)"""
+    caches cold and may wait for the GIL that another thread took while it was released. (On the
+    Python path: the C++ path's calls do not pass through Python.)"""
     from spikejit import _kernel_calls, ops
-    launch, cpp = _kernel_calls._launch, ops.CPP_AUTOGRAD
+    launch, cpp = _kernel_calls._launch, ops.CPP_CALLS
     times = {}
 
     def timed(device_, cuda_call, cpu_call, args, policy):
@@ -198,7 +198,7 @@ def print_launches(node, x, device, steps=300, repeats=3):
     print("| engine threads | call | " + " | ".join(["in the step µs"] + [f"repeat {i} µs" for i in range(1, repeats)])
           + " |")
     print("|---|---|" + "---|" * repeats)
-    _kernel_calls._launch, ops.CPP_AUTOGRAD = timed, False
+    _kernel_calls._launch, ops.CPP_CALLS = timed, False
     try:
         for threads in (True, False):
             with torch.autograd.set_multithreading_enabled(threads):
@@ -213,7 +213,7 @@ def print_launches(node, x, device, steps=300, repeats=3):
                 print(f"| {'yes' if threads else 'no'} | {name} | " + " | ".join(f"{t / steps * 1e6:.1f}" for t in row)
                       + " |")
     finally:
-        _kernel_calls._launch, ops.CPP_AUTOGRAD = launch, cpp
+        _kernel_calls._launch, ops.CPP_CALLS = launch, cpp
 
 
 def main(argv=None):
@@ -239,7 +239,7 @@ def main(argv=None):
     print("\n## Host time of the phases of a step (mean of 100 steps)\n")
     print_phases(spikejit_node(args.neuron, device, torch.float32), x, device)
 
-    print("\n## Host time of spikejit's C++ calls inside a step (mean of 300 steps; the autograd node in Python)\n")
+    print("\n## Host time of spikejit's C++ calls inside a step (mean of 300 steps; the Python path)\n")
     print_launches(spikejit_node(args.neuron, device, torch.float32), x, device)
 
     profile = cProfile.Profile()

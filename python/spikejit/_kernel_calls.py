@@ -453,14 +453,21 @@ def _packed_flags(counts, packed_outputs):
     return [bool(packed_outputs >> i & 1) for i in range(counts.outputs)]
 
 
+def check_inference(counts, inputs, init_states, params, packed_outputs, seed=None):
+    """Checks an inference call (the seed and packed_outputs too); returns (seq_shape, neuron_shape)."""
+    shapes = _check_call(counts, inputs, init_states, params)
+    _check_call_seed(counts, seed, inputs[0])
+    check_packed_outputs(counts, packed_outputs)
+    return shapes
+
+
 def inference_buffers(counts, inputs, init_states, params, store_state_seqs, final_state, packed_outputs,
                       seed=None):
     """Checks a call (the seed too); returns (seq_shape, outputs, state_seqs, final_states), empty."""
-    seq_shape, neuron_shape = _check_call(counts, inputs, init_states, params)
+    seq_shape, neuron_shape = check_inference(counts, inputs, init_states, params, packed_outputs, seed)
     x = inputs[0]
-    _check_call_seed(counts, seed, x)
     pool = uses_cpu_pool(x)
-    outputs = _output_buffers(counts, x, seq_shape, check_packed_outputs(counts, packed_outputs), pool)
+    outputs = _output_buffers(counts, x, seq_shape, packed_outputs, pool)
     state_seqs = [_empty_sequence(x, seq_shape, pool) for _ in range(counts.states)] if store_state_seqs else []
     final_states = [_new_empty(x, neuron_shape, None, pool) for _ in range(counts.states)] if final_state else []
     return seq_shape, outputs, state_seqs, final_states

@@ -50,9 +50,9 @@ from torch import Tensor
 
 from . import _core
 from ._func_transforms import FuncInference, FuncTraining, refuse_second_derivative, transforms_active
-from ._kernel_calls import (ActiveReference, check_strided, current_stream, describe, inference, inference_buffers,
-                            keep_for_backward, neurons_of, output_gradients, program_counts, row_bytes,
-                            saved_for_backward, seed_for_backward, seed_tensors, training_call)
+from ._kernel_calls import (ActiveReference, check_inference, check_strided, current_stream, describe, inference,
+                            inference_buffers, keep_for_backward, neurons_of, output_gradients, program_counts,
+                            row_bytes, saved_for_backward, seed_for_backward, seed_tensors, training_call)
 from ._surrogate_grads import SURROGATE_GRADIENTS, surrogate_gradient
 
 
@@ -256,12 +256,12 @@ def _gradient_carrier(x: Tensor) -> Tensor:
     return x.new_full((), float("nan")).expand(x.shape)
 
 
-# Eager training calls in C++ (bindings/torch_autograd.cpp: the forward's buffers and kernels and
-# the autograd node), where the extension was built with PyTorch's headers: at small sizes a
-# step is bound by its host time, most of which the Python forward and node spent
-# (docs/benchmarks.md). SPIKEJIT_CPP_AUTOGRAD=0 keeps both in Python (TrainingCall.forward,
+# Eager calls in C++ (bindings/torch/eager_calls.cpp: the forward's buffers and kernels, and for
+# training the autograd node), where the extension was built with PyTorch's headers: at small
+# sizes a step is bound by its host time, most of which the Python path spent
+# (docs/benchmarks.md). SPIKEJIT_CPP_CALLS=0 keeps them in Python (inference, TrainingCall.forward,
 # _Training), which tests compare with.
-CPP_AUTOGRAD = hasattr(_core, "train_eager") and os.environ.get("SPIKEJIT_CPP_AUTOGRAD", "1") != "0"
+CPP_CALLS = hasattr(_core, "train_eager") and os.environ.get("SPIKEJIT_CPP_CALLS", "1") != "0"
 
 
 def _train_in_cpp(call, inputs, init_states, params, seed):
@@ -270,6 +270,15 @@ def _train_in_cpp(call, inputs, init_states, params, seed):
     call.check_forward(inputs, init_states, params, seed)
     return _core.train_eager(call.program, inputs, init_states, params, seed, call.store_state_seqs,
                              call.checkpoint_every, call.pack_spikes, ActiveReference(call.handle))
+
+
+def _infer_in_cpp(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed):
+    """[*outputs, *state_seqs (if stored), *final_states (if asked)] of an inference call run by
+    _core.infer_eager, after the checks of _kernel_calls.inference."""
+    program, counts = program_counts(handle)
+    check_inference(counts, inputs, init_states, params, packed_outputs, seed)
+    return _core.infer_eager(program, inputs, init_states, params, seed, store_state_seqs, final_state,
+                             packed_outputs)
 
 
 def is_eager(*groups) -> bool:
@@ -297,11 +306,10 @@ def run_training(handle: int, inputs, init_states, params, store_state_seqs: boo
                 raise ValueError("carriers: expected False under torch.func transforms, got True")
             return list(FuncTraining.apply(call, len(inputs), len(init_states), *inputs, *init_states, *params,
                                            *seeds))
-        dead_wrappers = any(map(_is_functorch_wrapped, (*inputs, *init_states, *params, *seeds)))
-        if CPP_AUTOGRAD and not dead_wrappers and not carriers and not packed_outputs:
+        inputs, init_states, params, seed = _without_dead_wrappers(inputs, init_states, params, seed)
+        if CPP_CALLS and not carriers and not packed_outputs:
             return _train_in_cpp(call, inputs, init_states, params, seed)
-        apply = _Training.apply if dead_wrappers else _bare_apply
-        results = apply(call, carriers, len(inputs), len(init_states), seed, *inputs, *init_states, *params)
+        results = _bare_apply(call, carriers, len(inputs), len(init_states), seed, *inputs, *init_states, *params)
         return list(results[:-1])  # (without the anchor, see _Training.forward)
     if carriers:
         raise ValueError("carriers: expected False inside torch.compile or a tensor subclass (the custom op "
@@ -312,9 +320,22 @@ def run_training(handle: int, inputs, init_states, params, store_state_seqs: boo
 
 # _Training.apply without autograd.Function.apply's Python wrapper, whose only work outside
 # torch.func transforms is unwrapping tensors left over from a finished transform (a few µs a
-# call, where small calls are bound by the host). Calls with such a tensor take the wrapper.
+# call, where small calls are bound by the host; _without_dead_wrappers does that first).
 _bare_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, _Training)
 _is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+
+
+def _without_dead_wrappers(inputs, init_states, params, seed):
+    """The arguments of an eager call outside torch.func transforms, each tensor that escaped a
+    finished transform (still wrapped, without storage) replaced by the tensor it wraps, as
+    autograd.Function.apply does: the kernels read storage."""
+    if not any(map(_is_functorch_wrapped, (*inputs, *init_states, *params, *seed_tensors(seed)))):
+        return inputs, init_states, params, seed
+
+    def unwrap(tensors):
+        return [_unwrap_if_dead(t) for t in tensors]
+    return unwrap(inputs), unwrap(init_states), unwrap(params), None if seed is None else _unwrap_if_dead(seed)
 
 
 def run_inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool,
@@ -327,7 +348,9 @@ def run_inference(handle: int, inputs, init_states, params, store_state_seqs: bo
             results = FuncInference.apply(handle, counts, store_state_seqs, packed_outputs, len(inputs),
                                           len(init_states), *inputs, *init_states, *params, *seeds)
             return list(results if final_state else results[:len(results) - counts.states])
-        return inference(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed)
+        inputs, init_states, params, seed = _without_dead_wrappers(inputs, init_states, params, seed)
+        run = _infer_in_cpp if CPP_CALLS else inference
+        return run(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed)
     return torch.ops.spikejit.neuron_inference(handle, inputs, init_states, params, store_state_seqs, final_state,
                                                packed_outputs, seed)
 

@@ -194,7 +194,7 @@ def test_capture_without_scratch_is_a_clear_error(monkeypatch):
     x = random_input(4, 5000, device="cuda").requires_grad_()
     _plif_step(node, x)
     # The Python path, whose scratch is taken away here (the C++ path makes its own in C++).
-    monkeypatch.setattr(ops, "CPP_AUTOGRAD", False)
+    monkeypatch.setattr(ops, "CPP_CALLS", False)
     monkeypatch.setattr(_kernel_calls.TrainingCall, "backward_workspace", lambda *args: None)
     with pytest.raises(ValueError, match=r"^argument 'workspace': expected a caller-owned float64 buffer"):
         with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=torch.cuda.Stream()):

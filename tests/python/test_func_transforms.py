@@ -9,6 +9,7 @@ from torch.func import functional_call, grad, jacrev, vjp, vmap
 
 import spikejit
 from conftest import device_params, random_input
+from spikejit import ops
 
 
 def two_input_core(x, m, v):
@@ -280,6 +281,24 @@ def test_a_batched_scalar_parameter_equals_a_loop(device, monkeypatch):
     for b in range(4):
         _, expected = torch.func.jvp(lambda v: spikes(v, x[:, b]), (ws[b],), (directions[b],))
         close(tangents[:, b], expected)
+
+
+def test_a_tensor_left_over_from_a_finished_transform_runs_inference_like_a_plain_one(monkeypatch):
+    """Inference on a tensor that escaped torch.func.grad (a dead wrapper, without storage) reads
+    the tensor it wraps, on either path of eager calls (not PyTorch's error about a missing data
+    pointer)."""
+    leaked = []
+    x = random_input(6, 10)
+    grad(lambda x: leaked.append(x) or x.sum())(x)
+    dead = leaked[0]
+    assert torch._C._functorch.is_functorch_wrapped_tensor(dead)
+    node = spikejit.LIFNode(step_mode="m")
+    with torch.no_grad():
+        expected = node(x)
+        for cpp in {False, ops.CPP_CALLS}:
+            monkeypatch.setattr(ops, "CPP_CALLS", cpp)
+            node.reset()
+            assert torch.equal(node(dead), expected), cpp
 
 
 def test_a_tensor_left_over_from_a_finished_transform_trains_like_a_plain_one():

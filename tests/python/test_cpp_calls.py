@@ -1,10 +1,11 @@
-"""Eager training calls in C++ (bindings/torch_autograd.cpp: forward buffers, launch, autograd
-node) against the Python path (TrainingCall.forward, ops._Training): the same kernels behind
-both, so the same results and gradients bit for bit, over the call kinds: built-in neurons with
-scalar parameters, per-neuron parameters, two inputs, given and absent initial states, stored
-state sequences, checkpoints, spikes saved as bits, random draws, several dtypes, large and
-permuted inputs. The rest of the suite runs on the C++ path (the default) against its
-references. CUDA cases skip without a GPU unless SPIKEJIT_REQUIRE_CUDA=1."""
+"""Eager calls in C++ (bindings/torch/: forward buffers, launch, and for training the autograd
+node) against the Python path (_kernel_calls.inference, TrainingCall.forward, ops._Training):
+the same kernels behind both, so the same results and gradients bit for bit, over the call
+kinds: built-in neurons with scalar parameters, per-neuron parameters, two inputs, given and
+absent initial states, stored state sequences, final states, checkpoints, spikes saved as bits,
+packed outputs, random draws, several dtypes, large and permuted inputs. The rest of the suite
+runs on the C++ path (the default) against its references. CUDA cases skip without a GPU unless
+SPIKEJIT_REQUIRE_CUDA=1."""
 import subprocess
 import sys
 from pathlib import Path
@@ -22,13 +23,13 @@ NEURONS = Path(__file__).resolve().parent.parent / "neurons"
 # A real condition, not a missing piece: where torch was installed when the extension was built,
 # the node must be there (these tests then fail without it).
 pytestmark = pytest.mark.skipif(_build_info.TORCH_VERSION == "",
-                                reason="the extension was built where torch was not installed: no C++ node")
+                                reason="the extension was built where torch was not installed: no C++ calls")
 
 
 @pytest.fixture
 def node_in(monkeypatch):
-    """node_in(cpp) selects the C++ or the Python node for the calls that follow."""
-    return lambda cpp: monkeypatch.setattr(ops, "CPP_AUTOGRAD", cpp)
+    """node_in(cpp) selects the C++ or the Python path for the calls that follow."""
+    return lambda cpp: monkeypatch.setattr(ops, "CPP_CALLS", cpp)
 
 
 def from_file(stem):
@@ -102,10 +103,42 @@ def test_the_cpp_node_gives_the_python_nodes_gradients(case, dtype, device, node
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_cpp_inference_gives_the_python_paths_results(case, dtype, device, node_in):
+    if dtype == torch.float64 and device.type == "cuda":
+        pytest.skip("float64 runs on the CPU only")
+    handle = CASES[case]()
+    program = registry.program(handle)
+    shape = (7, 3, 13)
+    params = [torch.rand(() if kind == "scalar" else shape[1:], device=device, dtype=dtype) + 0.5
+              for _, kind, _ in program.params]
+    seed = (torch.randint(-2 ** 62, 2 ** 62, (1,), dtype=torch.int64, device=device)
+            if program.uses_random else None)
+    packable = sum(1 << i for i, p in enumerate(program.packable_outputs) if p)
+    xs = [random_input(*shape, device=device, dtype=dtype) for _ in range(program.num_inputs)]
+    for given_states in (True, False):
+        v0s = ([random_input(*shape[1:], device=device, dtype=dtype, scale=0.3) for _ in range(program.num_states)]
+               if given_states else [])
+        for store_state_seqs in (False, True):
+            for final_state in (False, True):
+                for packed_outputs in sorted({0, packable}):
+                    runs = []
+                    for cpp in (False, True):
+                        node_in(cpp)
+                        runs.append(ops.run_inference(handle, xs, v0s, params, store_state_seqs, final_state,
+                                                      packed_outputs, seed))
+                    what = (case, given_states, store_state_seqs, final_state, packed_outputs)
+                    assert len(runs[0]) == len(runs[1]), what
+                    for a, b in zip(*runs):
+                        assert a.dtype == b.dtype and torch.equal(a, b), what
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
 def test_large_and_permuted_calls_match_too(device, node_in):
     """Buffers of the CPU pool's size (the C++ forward takes them from the pool, as the Python one)
     and an input that is a permuted view (read through a contiguous copy), per step and with
-    checkpoints: the same results and gradients from both paths."""
+    checkpoints: the same results and gradients from both paths, and the same inference."""
     handle = plif_handle()
     w = torch.tensor(0.3, device=device, requires_grad=True)
     for x in (random_input(32, 96, 128, device=device), random_input(96, 32, 5, device=device).permute(1, 0, 2)):
@@ -117,6 +150,12 @@ def test_large_and_permuted_calls_match_too(device, node_in):
                 cotangents = runs[-1][2]
             for a, b in zip([*runs[0][0], *runs[0][1]], [*runs[1][0], *runs[1][1]]):
                 assert torch.equal(a, b), (x.shape, checkpoint_every)
+        inferred = []
+        for cpp in (False, True):
+            node_in(cpp)
+            inferred.append(ops.run_inference(handle, [x], [], [w.detach()], True, True))
+        for a, b in zip(*inferred):
+            assert torch.equal(a, b), x.shape
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
