@@ -49,6 +49,29 @@ CASES = {
 }
 
 
+SHAPE = (7, 3, 13)
+
+
+def over_cases(test):
+    """`test` parametrized over the devices, CASES and dtypes."""
+    test = pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)(test)
+    test = pytest.mark.parametrize("case", list(CASES))(test)
+    return pytest.mark.parametrize("device", device_params(), indirect=True)(test)
+
+
+def case_arguments(case, dtype, device):
+    """(handle, program, params, seed) of a CASES entry for [T, *S] = SHAPE inputs."""
+    if dtype == torch.float64 and device.type == "cuda":
+        pytest.skip("float64 runs on the CPU only")
+    handle = CASES[case]()
+    program = registry.program(handle)
+    params = [torch.rand(() if kind == "scalar" else SHAPE[1:], device=device, dtype=dtype) + 0.5
+              for _, kind, _ in program.params]
+    seed = (torch.randint(-2 ** 62, 2 ** 62, (1,), dtype=torch.int64, device=device)
+            if program.uses_random else None)
+    return handle, program, params, seed
+
+
 def training_step(handle, xs, v0s, params, store_state_seqs, checkpoint_every, pack_spikes, seed, cotangents):
     """(results, gradients of the inputs, initial states and params) of one training call with
     the given cotangents (random ones when None, returned)."""
@@ -64,26 +87,16 @@ def training_step(handle, xs, v0s, params, store_state_seqs, checkpoint_every, p
     return [r.detach() for r in results], grads, cotangents
 
 
-@pytest.mark.parametrize("device", device_params(), indirect=True)
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
-def test_the_cpp_node_gives_the_python_nodes_gradients(case, dtype, device, node_in):
-    if dtype == torch.float64 and device.type == "cuda":
-        pytest.skip("float64 runs on the CPU only")
-    handle = CASES[case]()
-    program = registry.program(handle)
-    shape = (7, 3, 13)
-    params = [torch.rand(() if kind == "scalar" else shape[1:], device=device, dtype=dtype) + 0.5
-              for _, kind, _ in program.params]
-    seed = (torch.randint(-2 ** 62, 2 ** 62, (1,), dtype=torch.int64, device=device)
-            if program.uses_random else None)
+@over_cases
+def test_cpp_training_gives_the_python_paths_results_and_gradients(case, dtype, device, node_in):
+    handle, program, params, seed = case_arguments(case, dtype, device)
     packs = [False, True] if any(packed for _, packed in program.saved_plan(True)) else [False]
     for given_states in (True, False):
         for store_state_seqs in (False, True):
             for checkpoint_every in (0, 3):
                 for pack_spikes in packs if checkpoint_every == 0 else [False]:
-                    xs = [random_input(*shape, device=device, dtype=dtype) for _ in range(program.num_inputs)]
-                    v0s = ([random_input(*shape[1:], device=device, dtype=dtype, scale=0.3)
+                    xs = [random_input(*SHAPE, device=device, dtype=dtype) for _ in range(program.num_inputs)]
+                    v0s = ([random_input(*SHAPE[1:], device=device, dtype=dtype, scale=0.3)
                             for _ in range(program.num_states)] if given_states else [])
                     runs, cotangents = [], None
                     for cpp in (False, True):
@@ -102,23 +115,13 @@ def test_the_cpp_node_gives_the_python_nodes_gradients(case, dtype, device, node
                             assert torch.equal(a, b), what
 
 
-@pytest.mark.parametrize("device", device_params(), indirect=True)
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@over_cases
 def test_cpp_inference_gives_the_python_paths_results(case, dtype, device, node_in):
-    if dtype == torch.float64 and device.type == "cuda":
-        pytest.skip("float64 runs on the CPU only")
-    handle = CASES[case]()
-    program = registry.program(handle)
-    shape = (7, 3, 13)
-    params = [torch.rand(() if kind == "scalar" else shape[1:], device=device, dtype=dtype) + 0.5
-              for _, kind, _ in program.params]
-    seed = (torch.randint(-2 ** 62, 2 ** 62, (1,), dtype=torch.int64, device=device)
-            if program.uses_random else None)
+    handle, program, params, seed = case_arguments(case, dtype, device)
     packable = sum(1 << i for i, p in enumerate(program.packable_outputs) if p)
-    xs = [random_input(*shape, device=device, dtype=dtype) for _ in range(program.num_inputs)]
+    xs = [random_input(*SHAPE, device=device, dtype=dtype) for _ in range(program.num_inputs)]
     for given_states in (True, False):
-        v0s = ([random_input(*shape[1:], device=device, dtype=dtype, scale=0.3) for _ in range(program.num_states)]
+        v0s = ([random_input(*SHAPE[1:], device=device, dtype=dtype, scale=0.3) for _ in range(program.num_states)]
                if given_states else [])
         for store_state_seqs in (False, True):
             for final_state in (False, True):
