@@ -74,6 +74,14 @@ def test_profile_step_runs_on_the_cpu():
         assert row in out, out
 
 
+def test_host_paths_bench_reports_both_paths():
+    out = run_bench("bench_host_paths.py", "--calls", "20", "--bursts", "1", "--rounds", "1")
+    assert re.search(r"^\| 1 \| Python \|( [0-9.]+ \|){3}$", out, re.M), out
+    from spikejit import ops
+    if ops.CPP_CALLS:
+        assert re.search(r"^\| 1 \| C\+\+ \|( [0-9.]+ \|){3}$", out, re.M), out
+
+
 def test_cuda_graphs_bench_runs_on_the_cpu():
     """On the CPU it times eager and torch.compile (CUDA graphs need a GPU); a row per neuron."""
     out = run_bench("bench_cuda_graphs.py", "--device", "cpu", "--batches", "3", "--steps-t", "2", "--steps", "2", "--bursts", "1")

@@ -1,0 +1,96 @@
+"""The host time of small eager calls through a module on spikejit's two paths: the C++ one
+(the default where the extension was built with torch: buffers, launch and autograd node in
+C++) and the Python one (SPIKEJIT_CPP_CALLS=0), side by side in one process, alternated.
+
+    .venv/bin/python bench/python/bench_host_paths.py [--device cpu] [--steps 1] [--neurons 16]
+
+At these sizes a step is bound by the host. Printed per path: best-of-bursts µs per call of the
+training forward (x requires grad), of the forward plus y.sum().backward(), and of inference
+under torch.no_grad(), each followed by the module's reset; one row per path and round.
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import spikejit_node  # noqa: E402
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--neuron", choices=("IF", "LIF", "PLIF"), default="LIF")
+    parser.add_argument("--steps", type=int, default=1, help="T")
+    parser.add_argument("--neurons", type=int, default=16, help="N")
+    parser.add_argument("--calls", type=int, default=3000, help="calls per burst")
+    parser.add_argument("--bursts", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=2, help="alternations of the two paths")
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    args = parser.parse_args(argv)
+    for name in ("steps", "neurons", "calls", "bursts", "rounds", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}: expected a count >= 1, got {getattr(args, name)}")
+    return args
+
+
+def best_us(call, device, calls, bursts):
+    """Best mean µs per call over `bursts` bursts of `calls` calls (after a warm-up burst)."""
+    best = float("inf")
+    for burst in range(bursts + 1):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if burst > 0:
+            best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
+def calls_of(node, x):
+    def train_forward():
+        node(x)
+        node.reset()
+
+    def train_step():
+        x.grad = None
+        node(x).sum().backward()
+        node.reset()
+
+    def inference():
+        with torch.no_grad():
+            node(x)
+            node.reset()
+
+    return {"training forward": train_forward, "forward + backward": train_step, "inference": inference}
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from spikejit import ops
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    node = spikejit_node(args.neuron, device, torch.float32)
+    x = torch.randn(args.steps, args.neurons, device=device).requires_grad_()
+    calls = calls_of(node, x)
+    paths = [("Python", False), ("C++", True)] if ops.CPP_CALLS else [("Python", False)]
+    print(f"# {args.neuron}, T = {args.steps}, N = {args.neurons}, {device}, {args.threads} thread(s), "
+          f"torch {torch.__version__}: µs per call, best of {args.bursts} bursts of {args.calls}\n")
+    if not ops.CPP_CALLS:
+        print("(the C++ path is not in this build or SPIKEJIT_CPP_CALLS=0: the Python path only)\n")
+    print("| round | path | " + " | ".join(calls) + " |")
+    print("|---|---|" + "---:|" * len(calls))
+    for round_ in range(1, args.rounds + 1):
+        for name, cpp in paths:
+            ops.CPP_CALLS = cpp
+            times = [best_us(call, device, args.calls, args.bursts) for call in calls.values()]
+            print(f"| {round_} | {name} | " + " | ".join(f"{t:.1f}" for t in times) + " |")
+
+
+if __name__ == "__main__":
+    main()
