@@ -158,6 +158,9 @@ if [[ $built -eq 0 && $ONLY != tests ]]; then
   # the same calls back to back): below T = 32 the host decides the step.
   bench_step 45 profilestep bench.txt python3 "$ROOT/bench/python/profile_step.py" --device cuda --neurons 1024 \
     --calls 200 --bursts 3 --top 10
+  # The C++ and the Python path of small eager calls side by side (host µs per call).
+  bench_step 25 hostpaths bench.txt python3 "$ROOT/bench/python/bench_host_paths.py" --device cuda --neurons 1024 \
+    --steps 8 --calls 300 --bursts 3
   bench_step 150 bench-memory bench.txt python3 "$ROOT/bench/python/bench_memory.py"
   bench_step 40 flexbench bench.txt python3 "$ROOT/bench/python/bench_flexsn_vs_builtin.py"
   bench_step 90 graphbench bench.txt python3 "$ROOT/bench/python/bench_cuda_graphs.py"
