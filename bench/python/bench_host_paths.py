@@ -72,22 +72,22 @@ def calls_of(node, x):
 
 def main(argv=None):
     args = parse_args(argv)
-    from spikejit import ops
+    from spikejit import _kernel_calls
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     node = spikejit_node(args.neuron, device, torch.float32)
     x = torch.randn(args.steps, args.neurons, device=device).requires_grad_()
     calls = calls_of(node, x)
-    paths = [("Python", False), ("C++", True)] if ops.CPP_CALLS else [("Python", False)]
+    paths = [("Python", False), ("C++", True)] if _kernel_calls.CPP_CALLS else [("Python", False)]
     print(f"# {args.neuron}, T = {args.steps}, N = {args.neurons}, {device}, {args.threads} thread(s), "
           f"torch {torch.__version__}: µs per call, best of {args.bursts} bursts of {args.calls}\n")
-    if not ops.CPP_CALLS:
+    if not _kernel_calls.CPP_CALLS:
         print("(the C++ path is not in this build or SPIKEJIT_CPP_CALLS=0: the Python path only)\n")
     print("| round | path | " + " | ".join(calls) + " |")
     print("|---|---|" + "---:|" * len(calls))
     for round_ in range(1, args.rounds + 1):
         for name, cpp in paths:
-            ops.CPP_CALLS = cpp
+            _kernel_calls.CPP_CALLS = cpp
             times = [best_us(call, device, args.calls, args.bursts) for call in calls.values()]
             print(f"| {round_} | {name} | " + " | ".join(f"{t:.1f}" for t in times) + " |")
 

@@ -135,7 +135,7 @@ def print_phases(node, x, device):
     """The phases of a step of `node` and of _Trivial, with and without autograd's device threads
     (on CUDA the engine runs the backward on a thread of its own; Python work there and on the
     calling thread then pays the hand-offs between them)."""
-    from spikejit import ops
+    from spikejit import _kernel_calls, ops
     original = ops._Training.backward
     ops._Training.backward = _stamped(original)
     try:
@@ -150,14 +150,14 @@ def print_phases(node, x, device):
             return _Trivial.apply(x)[0]
 
         def python_path():
-            ops.CPP_CALLS, cpp = False, ops.CPP_CALLS
+            _kernel_calls.CPP_CALLS, cpp = False, _kernel_calls.CPP_CALLS
             try:
                 return ours()
             finally:
-                ops.CPP_CALLS = cpp
+                _kernel_calls.CPP_CALLS = cpp
 
         variants = [("spikejit", ours), ("trivial Function", trivial)]
-        if ops.CPP_CALLS:  # spikejit's step in C++ (the default: forward and autograd node), and in Python
+        if _kernel_calls.CPP_CALLS:  # spikejit's step in C++ (the default: forward and autograd node), and in Python
             variants = [("spikejit", ours), ("spikejit, Python path", python_path), ("trivial Function", trivial)]
         rows = []
         for threads in (True, False):
@@ -172,7 +172,7 @@ def print_phases(node, x, device):
     for name, threads, phases in rows:
         print(f"| {name} | {threads} | " + " | ".join("—" if phases[n] != phases[n] else f"{phases[n]:.1f}"
                                                       for n in names) + " |")
-    if ops.CPP_CALLS:
+    if _kernel_calls.CPP_CALLS:
         print("\n(spikejit's C++ autograd node stamps nothing: its \"to backward\" is the whole backward call.)")
 
 
@@ -182,8 +182,8 @@ def print_launches(node, x, device, steps=300, repeats=3):
     without autograd's device threads. Back to back a call is warm; inside a step it finds its
     caches cold and may wait for the GIL that another thread took while it was released. (On the
     Python path: the C++ path's calls do not pass through Python.)"""
-    from spikejit import _kernel_calls, ops
-    launch, cpp = _kernel_calls._launch, ops.CPP_CALLS
+    from spikejit import _kernel_calls
+    launch, cpp = _kernel_calls._launch, _kernel_calls.CPP_CALLS
     times = {}
 
     def timed(device_, cuda_call, cpu_call, args, policy):
@@ -198,7 +198,7 @@ def print_launches(node, x, device, steps=300, repeats=3):
     print("| engine threads | call | " + " | ".join(["in the step µs"] + [f"repeat {i} µs" for i in range(1, repeats)])
           + " |")
     print("|---|---|" + "---|" * repeats)
-    _kernel_calls._launch, ops.CPP_CALLS = timed, False
+    _kernel_calls._launch, _kernel_calls.CPP_CALLS = timed, False
     try:
         for threads in (True, False):
             with torch.autograd.set_multithreading_enabled(threads):
@@ -213,7 +213,7 @@ def print_launches(node, x, device, steps=300, repeats=3):
                 print(f"| {'yes' if threads else 'no'} | {name} | " + " | ".join(f"{t / steps * 1e6:.1f}" for t in row)
                       + " |")
     finally:
-        _kernel_calls._launch, ops.CPP_CALLS = launch, cpp
+        _kernel_calls._launch, _kernel_calls.CPP_CALLS = launch, cpp
 
 
 def main(argv=None):

@@ -13,6 +13,7 @@ they read it where it lives (no host sync; a CUDA graph replays whatever value i
 training call keeps its seed for the backward, which recomputes the same draws from it.
 """
 import math
+import os
 from typing import List
 
 import torch
@@ -22,6 +23,13 @@ from torch.utils.dlpack import from_dlpack as _from_dlpack
 from . import _core, registry
 
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
+
+# Calls on plain tensors in C++ (bindings/torch/eager_calls.cpp: the forward's buffers and
+# kernels, and for eager training the autograd node), where the extension was built with
+# PyTorch's headers: at small sizes a step is bound by its host time, most of which the Python
+# path spent (docs/benchmarks.md). SPIKEJIT_CPP_CALLS=0 keeps them in Python (the buffers and
+# launches below, ops._Training), which tests compare with.
+CPP_CALLS = hasattr(_core, "train_eager") and os.environ.get("SPIKEJIT_CPP_CALLS", "1") != "0"
 
 
 class Counts:
@@ -484,6 +492,10 @@ def inference(handle: int, inputs, init_states, params, store_state_seqs: bool, 
               packed_outputs: int = 0, seed=None):
     """[*outputs, *state_seqs (if store_state_seqs), *final_states (if final_state)]."""
     program, counts = program_counts(handle)
+    if CPP_CALLS and type(inputs[0]) is Tensor:  # (a tracer's fake tensors take the Python path)
+        check_inference(counts, inputs, init_states, params, packed_outputs, seed)
+        return _core.infer_eager(program, inputs, init_states, params, seed, store_state_seqs, final_state,
+                                 packed_outputs)
     seq_shape, outputs, state_seqs, final_states = inference_buffers(
         counts, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed)
     full, bits = outputs, ()

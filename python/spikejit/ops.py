@@ -42,15 +42,14 @@ current stream; nothing synchronises and nothing reads tensor values on the host
 `run_training` / `run_inference` are what the package calls: the ops inside graphs, and the same
 implementations without the dispatcher for plain tensors in eager mode.
 """
-import os
 from typing import List, Optional
 
 import torch
 from torch import Tensor
 
-from . import _core
+from . import _core, _kernel_calls
 from ._func_transforms import FuncInference, FuncTraining, refuse_second_derivative, transforms_active
-from ._kernel_calls import (ActiveReference, check_inference, check_strided, current_stream, describe, inference,
+from ._kernel_calls import (ActiveReference, check_strided, current_stream, describe, inference,
                             inference_buffers, keep_for_backward, neurons_of, output_gradients, program_counts,
                             row_bytes, saved_for_backward, seed_for_backward, seed_tensors, training_call)
 from ._surrogate_grads import SURROGATE_GRADIENTS, surrogate_gradient
@@ -256,29 +255,12 @@ def _gradient_carrier(x: Tensor) -> Tensor:
     return x.new_full((), float("nan")).expand(x.shape)
 
 
-# Eager calls in C++ (bindings/torch/eager_calls.cpp: the forward's buffers and kernels, and for
-# training the autograd node), where the extension was built with PyTorch's headers: at small
-# sizes a step is bound by its host time, most of which the Python path spent
-# (docs/benchmarks.md). SPIKEJIT_CPP_CALLS=0 keeps them in Python (inference, TrainingCall.forward,
-# _Training), which tests compare with.
-CPP_CALLS = hasattr(_core, "train_eager") and os.environ.get("SPIKEJIT_CPP_CALLS", "1") != "0"
-
-
 def _train_in_cpp(call, inputs, init_states, params, seed):
     """[*outputs, *final_states, *state_seqs (if stored)] of a training call run by
     _core.train_eager, after the checks of TrainingCall.forward."""
     call.check_forward(inputs, init_states, params, seed)
     return _core.train_eager(call.program, inputs, init_states, params, seed, call.store_state_seqs,
                              call.checkpoint_every, call.pack_spikes, ActiveReference(call.handle))
-
-
-def _infer_in_cpp(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed):
-    """[*outputs, *state_seqs (if stored), *final_states (if asked)] of an inference call run by
-    _core.infer_eager, after the checks of _kernel_calls.inference."""
-    program, counts = program_counts(handle)
-    check_inference(counts, inputs, init_states, params, packed_outputs, seed)
-    return _core.infer_eager(program, inputs, init_states, params, seed, store_state_seqs, final_state,
-                             packed_outputs)
 
 
 def is_eager(*groups) -> bool:
@@ -307,7 +289,7 @@ def run_training(handle: int, inputs, init_states, params, store_state_seqs: boo
             return list(FuncTraining.apply(call, len(inputs), len(init_states), *inputs, *init_states, *params,
                                            *seeds))
         inputs, init_states, params, seed = _without_dead_wrappers(inputs, init_states, params, seed)
-        if CPP_CALLS and not carriers and not packed_outputs:
+        if _kernel_calls.CPP_CALLS and not carriers and not packed_outputs:
             return _train_in_cpp(call, inputs, init_states, params, seed)
         results = _bare_apply(call, carriers, len(inputs), len(init_states), seed, *inputs, *init_states, *params)
         return list(results[:-1])  # (without the anchor, see _Training.forward)
@@ -349,8 +331,7 @@ def run_inference(handle: int, inputs, init_states, params, store_state_seqs: bo
                                           len(init_states), *inputs, *init_states, *params, *seeds)
             return list(results if final_state else results[:len(results) - counts.states])
         inputs, init_states, params, seed = _without_dead_wrappers(inputs, init_states, params, seed)
-        run = _infer_in_cpp if CPP_CALLS else inference
-        return run(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed)
+        return inference(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed)
     return torch.ops.spikejit.neuron_inference(handle, inputs, init_states, params, store_state_seqs, final_state,
                                                packed_outputs, seed)
 

@@ -15,7 +15,7 @@ import torch
 
 import spikejit
 from conftest import device_params, random_input
-from spikejit import _build_info, _core, ops, registry
+from spikejit import _build_info, _core, _kernel_calls, ops, registry
 from spikejit.functional import builtin_handle, run_neuron
 
 NEURONS = Path(__file__).resolve().parent.parent / "neurons"
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(_build_info.TORCH_VERSION == "",
 @pytest.fixture
 def node_in(monkeypatch):
     """node_in(cpp) selects the C++ or the Python path for the calls that follow."""
-    return lambda cpp: monkeypatch.setattr(ops, "CPP_CALLS", cpp)
+    return lambda cpp: monkeypatch.setattr(_kernel_calls, "CPP_CALLS", cpp)
 
 
 def from_file(stem):

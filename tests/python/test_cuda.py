@@ -188,13 +188,13 @@ def test_cuda_graph_capture_of_a_flexsn_neuron_with_a_learnable_scalar():
 def test_capture_without_scratch_is_a_clear_error(monkeypatch):
     """A backward without a caller-owned scratch (the C++ API's default) cannot be captured: an
     error naming the argument, before anything is launched."""
-    from spikejit import _kernel_calls, ops
+    from spikejit import _kernel_calls
 
     node = spikejit.ParametricLIFNode(step_mode="m").cuda()
     x = random_input(4, 5000, device="cuda").requires_grad_()
     _plif_step(node, x)
     # The Python path, whose scratch is taken away here (the C++ path makes its own in C++).
-    monkeypatch.setattr(ops, "CPP_CALLS", False)
+    monkeypatch.setattr(_kernel_calls, "CPP_CALLS", False)
     monkeypatch.setattr(_kernel_calls.TrainingCall, "backward_workspace", lambda *args: None)
     with pytest.raises(ValueError, match=r"^argument 'workspace': expected a caller-owned float64 buffer"):
         with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=torch.cuda.Stream()):

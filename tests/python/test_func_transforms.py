@@ -9,7 +9,7 @@ from torch.func import functional_call, grad, jacrev, vjp, vmap
 
 import spikejit
 from conftest import device_params, random_input
-from spikejit import ops
+from spikejit import _kernel_calls
 
 
 def two_input_core(x, m, v):
@@ -295,8 +295,8 @@ def test_a_tensor_left_over_from_a_finished_transform_runs_inference_like_a_plai
     node = spikejit.LIFNode(step_mode="m")
     with torch.no_grad():
         expected = node(x)
-        for cpp in {False, ops.CPP_CALLS}:
-            monkeypatch.setattr(ops, "CPP_CALLS", cpp)
+        for cpp in {False, _kernel_calls.CPP_CALLS}:
+            monkeypatch.setattr(_kernel_calls, "CPP_CALLS", cpp)
             node.reset()
             assert torch.equal(node(dead), expected), cpp
 
