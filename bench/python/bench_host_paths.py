@@ -11,12 +11,11 @@ under torch.no_grad(), each followed by the module's reset; one row per path and
 import argparse
 import os
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import spikejit_node  # noqa: E402
+from bench_common import burst_ms, markdown_table, spikejit_node  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -37,19 +36,10 @@ def parse_args(argv=None):
 
 
 def best_us(call, device, calls, bursts):
-    """Best mean µs per call over `bursts` bursts of `calls` calls (after a warm-up burst)."""
-    best = float("inf")
-    for burst in range(bursts + 1):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if burst > 0:
-            best = min(best, (time.perf_counter() - start) / calls * 1e6)
-    return best
+    """Best µs per call over `bursts` bursts of `calls` calls (bench_common.burst_ms), after a
+    warm-up burst."""
+    burst_ms(call, device, calls)
+    return min(burst_ms(call, device, calls) for _ in range(bursts)) * 1e3
 
 
 def calls_of(node, x):
@@ -83,14 +73,13 @@ def main(argv=None):
           f"torch {torch.__version__}: µs per call, best of {args.bursts} bursts of {args.calls}\n")
     if not _kernel_calls.CPP_CALLS:
         print("(the C++ path is not in this build or SPIKEJIT_CPP_CALLS=0: the Python path only)\n")
-    print("| round | path | " + " | ".join(calls) + " |")
-    print("|---|---|" + "---:|" * len(calls))
+    rows = []
     for round_ in range(1, args.rounds + 1):
         for name, cpp in paths:
             _kernel_calls.CPP_CALLS = cpp
-            times = [best_us(call, device, args.calls, args.bursts) for call in calls.values()]
-            print(f"| {round_} | {name} | " + " | ".join(f"{t:.1f}" for t in times) + " |")
-
+            rows.append([round_, name, *(f"{best_us(call, device, args.calls, args.bursts):.1f}"
+                                         for call in calls.values())])
+    print(markdown_table(["round", "path", *calls], rows))
 
 if __name__ == "__main__":
     main()
