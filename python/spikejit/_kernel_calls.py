@@ -6,6 +6,9 @@ At small sizes the host is the limit of a training step, so what does not change
 is worked out once: per handle the program's counts (Counts), per handle and save policy a
 TrainingCall (the saved plan, the result layout). A call then checks its tensors, allocates and
 launches. Buffers cross into C++ as (data_ptr, dtype code, shape, strides; () when contiguous).
+Where the extension was built with torch (CPP_CALLS), a forward on plain tensors makes its
+buffers and launches in one C++ call instead (after the same checks); the Python buffers serve
+fake tensors (their shapes, for tracing) and the Python path tests compare with.
 
 A neuron that draws random numbers (Counts.random: uniform() in its program) takes a seed: an
 int64 tensor of one element on the call's device, handed to the kernels as its data_ptr, so that
@@ -603,6 +606,10 @@ class TrainingCall:
                 for _ in range(self.counts.states)]
 
     def forward(self, inputs, init_states, params, seed=None):
+        if CPP_CALLS and type(inputs[0]) is Tensor:  # (a tracer's fake tensors take the Python path)
+            self.check_forward(inputs, init_states, params, seed)
+            return _core.train_forward(self.program, inputs, init_states, params, seed, self.store_state_seqs,
+                                       self.checkpoint_every, self.pack_spikes, self.packed_outputs)
         counts = self.counts
         seq_shape, outputs, final_states, state_seqs, saved = self.forward_buffers(inputs, init_states, params,
                                                                                    seed)

@@ -137,6 +137,30 @@ def test_cpp_inference_gives_the_python_paths_results(case, dtype, device, node_
                         assert a.dtype == b.dtype and torch.equal(a, b), what
 
 
+@over_cases
+def test_cpp_training_forward_gives_the_python_paths_buffers(case, dtype, device, node_in):
+    """The training op's forward (TrainingCall.forward: also what _Training and FuncTraining run),
+    packed outputs and saved values included: the same results and saved buffers from both paths."""
+    handle, program, params, seed = case_arguments(case, dtype, device)
+    packable = sum(1 << i for i, p in enumerate(program.packable_outputs) if p)
+    packs = [False, True] if any(packed for _, packed in program.saved_plan(True)) else [False]
+    xs = [random_input(*SHAPE, device=device, dtype=dtype) for _ in range(program.num_inputs)]
+    v0s = [random_input(*SHAPE[1:], device=device, dtype=dtype, scale=0.3) for _ in range(program.num_states)]
+    for store_state_seqs in (False, True):
+        for checkpoint_every in (0, 3):
+            for pack_spikes in packs if checkpoint_every == 0 else [False]:
+                for packed_outputs in sorted({0, packable}):
+                    runs = []
+                    for cpp in (False, True):
+                        node_in(cpp)
+                        runs.append(ops.training_forward(handle, xs, v0s, params, store_state_seqs, checkpoint_every,
+                                                         packed_outputs, pack_spikes, seed))
+                    what = (case, store_state_seqs, checkpoint_every, pack_spikes, packed_outputs)
+                    assert len(runs[0]) == len(runs[1]), what
+                    for a, b in zip(*runs):
+                        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), what
+
+
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 def test_large_and_permuted_calls_match_too(device, node_in):
     """Buffers of the CPU pool's size (the C++ forward takes them from the pool, as the Python one)
