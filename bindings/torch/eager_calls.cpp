@@ -36,8 +36,8 @@ namespace {
 
 using Handles = std::vector<nb::handle>;
 
-// An eager forward call: its arguments as the core's views (through contiguous copies where
-// needed, kept with the call) and the buffers it writes, made like its first input.
+// A forward call on torch tensors: its arguments as the core's views (through contiguous copies
+// where needed, kept with the call) and the buffers it writes, made like its first input.
 struct EagerForward {
   std::vector<at::Tensor> inputs, init_states, params;
   at::Tensor seed;  // undefined unless the program draws random numbers
