@@ -224,8 +224,9 @@ def _seed_pointer(seed):
     return None if seed is None else seed.data_ptr()
 
 
-def _check_call(counts, inputs, init_states, params):
-    """Validates counts, shapes, dtypes and devices; returns (seq_shape, neuron_shape), torch.Size."""
+def check_call(counts, inputs, init_states, params, seed=None):
+    """Validates counts, shapes, dtypes and devices, then the seed (_check_call_seed); returns
+    (seq_shape, neuron_shape), torch.Size."""
     if counts.inputs == 0:
         raise ValueError("handle: spikejit ops need a neuron with at least one input (it gives T and S)")
     if len(inputs) != counts.inputs:
@@ -264,6 +265,7 @@ def _check_call(counts, inputs, init_states, params):
         same(t, f"params[{i}]", neuron_shape if kind == "per_neuron" else None)
         if kind == "scalar" and (t.dim() > 1 or t.numel() != 1):
             raise ValueError(f"params[{i}]: expected a scalar parameter of shape [] or [1], got {describe(t)}")
+    _check_call_seed(counts, seed, x)
     return seq_shape, neuron_shape
 
 
@@ -466,8 +468,7 @@ def _packed_flags(counts, packed_outputs):
 
 def check_inference(counts, inputs, init_states, params, packed_outputs, seed=None):
     """Checks an inference call (the seed and packed_outputs too); returns (seq_shape, neuron_shape)."""
-    shapes = _check_call(counts, inputs, init_states, params)
-    _check_call_seed(counts, seed, inputs[0])
+    shapes = check_call(counts, inputs, init_states, params, seed)
     check_packed_outputs(counts, packed_outputs)
     return shapes
 
@@ -572,17 +573,11 @@ class TrainingCall:
         # extension's objects must be freed with the registry, before the extension unloads.
         return registry.program(self.handle)
 
-    def check_forward(self, inputs, init_states, params, seed=None):
-        """Checks a forward call (the seed too); returns (seq_shape, neuron_shape)."""
-        shapes = _check_call(self.counts, inputs, init_states, params)
-        _check_call_seed(self.counts, seed, inputs[0])
-        return shapes
-
     def forward_buffers(self, inputs, init_states, params, seed=None):
         """Checks a forward call (the seed too); returns (seq_shape, outputs, final_states, state_seqs,
         saved), empty."""
         counts = self.counts
-        seq_shape, neuron_shape = self.check_forward(inputs, init_states, params, seed)
+        seq_shape, neuron_shape = check_call(self.counts, inputs, init_states, params, seed)
         x = inputs[0]
         pool = uses_cpu_pool(x)
         outputs = _output_buffers(counts, x, seq_shape, self.packed_outputs, pool)
@@ -607,7 +602,7 @@ class TrainingCall:
 
     def forward(self, inputs, init_states, params, seed=None):
         if CPP_CALLS and type(inputs[0]) is Tensor:  # (a tracer's fake tensors take the Python path)
-            self.check_forward(inputs, init_states, params, seed)
+            check_call(self.counts, inputs, init_states, params, seed)
             return _core.train_forward(self.program, inputs, init_states, params, seed, self.store_state_seqs,
                                        self.checkpoint_every, self.pack_spikes, self.packed_outputs)
         counts = self.counts

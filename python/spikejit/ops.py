@@ -49,7 +49,7 @@ from torch import Tensor
 
 from . import _core, _kernel_calls
 from ._func_transforms import FuncInference, FuncTraining, refuse_second_derivative, transforms_active
-from ._kernel_calls import (ActiveReference, check_strided, current_stream, describe, inference,
+from ._kernel_calls import (ActiveReference, check_call, check_strided, current_stream, describe, inference,
                             inference_buffers, keep_for_backward, neurons_of, output_gradients, program_counts,
                             row_bytes, saved_for_backward, seed_for_backward, seed_tensors, training_call)
 from ._surrogate_grads import SURROGATE_GRADIENTS, surrogate_gradient
@@ -258,7 +258,7 @@ def _gradient_carrier(x: Tensor) -> Tensor:
 def _train_in_cpp(call, inputs, init_states, params, seed):
     """[*outputs, *final_states, *state_seqs (if stored)] of a training call run by
     _core.train_eager, after the checks of TrainingCall.forward."""
-    call.check_forward(inputs, init_states, params, seed)
+    check_call(call.counts, inputs, init_states, params, seed)
     return _core.train_eager(call.program, inputs, init_states, params, seed, call.store_state_seqs,
                              call.checkpoint_every, call.pack_spikes, ActiveReference(call.handle))
 
