@@ -141,7 +141,7 @@ if [[ $built -eq 0 && $ONLY != bench ]]; then
   fi
 
   step pip pytest.log python3 -m pip install -q --no-build-isolation --no-deps "$ROOT" &&
-  step pytest pytest.log python3 -m pytest -q "${PYTEST_PARALLEL[@]}" "$ROOT/tests/python"
+  step pytest pytest.log python3 -m pytest -q -rs "${PYTEST_PARALLEL[@]}" "$ROOT/tests/python"
 fi
 
 if [[ $built -eq 0 && $ONLY != tests ]]; then
