@@ -215,6 +215,13 @@ def _check_call_seed(counts, seed, x: Tensor) -> None:
                          "tensor of one element on the inputs' device), got None")
 
 
+def scalar_param(t: Tensor, dtype) -> Tensor:
+    """A one-element tensor as the ops take a scalar parameter, in `dtype`: shapes [] and [1] as
+    they are (a reshape would add a view and its backward node to every training step), others
+    reshaped to [1]."""
+    return (t if t.dim() <= 1 else t.reshape(1)).to(dtype)
+
+
 def seed_tensors(seed) -> tuple:
     """The seed as a group of tensors (the last of a call's, where it has one): () when absent."""
     return () if seed is None else (seed,)

@@ -32,7 +32,7 @@ from torch import Tensor
 from . import _core, registry
 from ._trace import UnsupportedOp, captured_tensors, trace_core
 from .functional import check_flag, refuse_stale_state, run_neuron
-from ._kernel_calls import AUTO, check_checkpoint_every, check_pack_spikes
+from ._kernel_calls import AUTO, check_checkpoint_every, check_pack_spikes, scalar_param
 from ._stateful_module import StatefulModule
 from .scan import core_results, eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available, \
     lowerable_scan_final_state
@@ -110,20 +110,20 @@ class _CompiledCore:
         return tensors
 
     def runtime_params(self, x_seq: Tensor, params: Optional[Sequence[Tensor]] = None) -> List[Tensor]:
-        """The parameter tensors as the ops take them: x_seq's dtype, scalars as [1], per-neuron
+        """The parameter tensors as the ops take them: x_seq's dtype, scalars as [] or [1], per-neuron
         tensors broadcast to the neuron shape (gradients flow back through the broadcast)."""
         out = []
         neuron_shape = x_seq.shape[1:]
         for i, (p, kind) in enumerate(zip(self.params if params is None else params, self.param_kinds)):
             if p.device != x_seq.device:
                 raise ValueError(f"core parameter {i}: on {p.device}, but the inputs are on {x_seq.device}")
-            p = p.to(x_seq.dtype)
             if kind == "scalar":
                 if p.numel() != 1:
                     raise ValueError(f"core parameter {i}: a scalar when traced, expected one element, got shape "
                                      f"{list(p.shape)}")
-                out.append(p.reshape(1))
+                out.append(scalar_param(p, x_seq.dtype))
                 continue
+            p = p.to(x_seq.dtype)
             try:
                 out.append(p.expand(neuron_shape))
             except RuntimeError:

@@ -34,7 +34,7 @@ from . import _core, ops, registry
 from ._forward_mode import has_tangents, run_with_tangents
 from ._func_transforms import transforms_active
 from ._kernel_calls import (check_checkpoint_every, check_pack_spikes, check_seed, initial_states, program_counts,
-                            resolve_checkpoint_every, split_inference_results, uses_random)
+                            resolve_checkpoint_every, scalar_param, split_inference_results, uses_random)
 from ._layout import inverse, memory_order, neuron_order
 from . import surrogate as _surrogate
 
@@ -319,7 +319,7 @@ def _scalar_param(value, name, x_seq):
         raise ValueError(f"{name}: expected a one-element tensor, got shape {list(value.shape)}")
     if value.device != x_seq.device:
         raise ValueError(f"{name}: expected a tensor on {x_seq.device} (that of x_seq), got one on {value.device}")
-    return value.reshape(1).to(x_seq.dtype)
+    return scalar_param(value, x_seq.dtype)
 
 
 def check_flag(name, value):

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from . import surrogate as _surrogate
 from .functional import builtin_handle, check_flag, refuse_stale_state, run_neuron
-from ._kernel_calls import AUTO, check_checkpoint_every
+from ._kernel_calls import AUTO, check_checkpoint_every, scalar_param
 from ._stateful_module import StatefulModule
 
 __all__ = ["BaseNode", "IFNode", "LIFNode", "ParametricLIFNode"]
@@ -276,7 +276,7 @@ class ParametricLIFNode(BaseNode):
         if not isinstance(w, Tensor) or w.numel() != 1:
             raise ValueError(f"w: expected a one-element tensor (1/tau = sigmoid(w)), got "
                              f"{'shape ' + str(list(w.shape)) if isinstance(w, Tensor) else type(w).__name__}")
-        return [w.reshape(1).to(x_seq.dtype)]
+        return [scalar_param(w, x_seq.dtype)]
 
     def extra_repr(self) -> str:
         return f"tau={1.0 / self.w.detach().sigmoid().item():.4g}, decay_input={self.decay_input}, " + super().extra_repr()

@@ -200,6 +200,19 @@ def test_plif_seed_signature_takes_r_tau_with_gradient():
     torch.testing.assert_close(r_tau.grad * r * (1 - r), w.grad, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("cpp_calls", [True, False], ids=["C++ path", "Python path"])
+def test_plif_w_reaches_the_training_node_without_a_view(cpp_calls, monkeypatch):
+    """w (shape [], as SpikingJelly's) goes to the kernels as it is: a reshape would add a view
+    and its backward node to every training step. Its gradient keeps w's shape."""
+    monkeypatch.setattr(spikejit._kernel_calls, "CPP_CALLS", cpp_calls)
+    node = spikejit.ParametricLIFNode(step_mode="m")
+    y = node(random_input(6, 4, 10).requires_grad_())
+    assert node.w.shape == ()
+    assert any(getattr(fn, "variable", None) is node.w for fn, _ in y.grad_fn.next_functions)
+    y.sum().backward()
+    assert node.w.grad.shape == () and torch.isfinite(node.w.grad)
+
+
 def test_seed_return_contracts():
     x = random_input(7, 3, 5)
     v0 = torch.zeros(3, 5)
