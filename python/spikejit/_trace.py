@@ -381,7 +381,7 @@ RULES: Dict[str, Callable] = {
         "sign", "floor", "ceil")},
     **{f"aten.{op}.default": _call(op) for op in
        ("log1p", "expm1", "exp2", "log10", "tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh",
-        "atanh", "erfc", "atan2", "hypot")},
+        "atanh", "erfc", "erfinv", "atan2", "hypot")},
     "aten.sgn.default": _call("sign"),
     "aten.round.default": _round, "aten.round.decimals": _round,
     "aten.trunc.default": _trunc,

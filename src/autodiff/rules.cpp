@@ -138,6 +138,12 @@ ArgGrads erf_rule(Emitter& e, ValueId y, ValueId g) {
   return grads(e.mul(e.mul(e.literal(2.0 / std::sqrt(kPi)), bell), g));
 }
 
+// d erfinv(x) = sqrt(pi)/2 * exp(erfinv(x)^2), from the result itself.
+ArgGrads erfinv_rule(Emitter& e, ValueId y, ValueId g) {
+  ValueId swell = e.op(Op::Exp, e.mul(y, y));
+  return grads(e.mul(e.mul(e.literal(std::sqrt(kPi) / 2.0), swell), g));
+}
+
 ArgGrads erfc_rule(Emitter& e, ValueId y, ValueId g) {
   ValueId a = Args(e, y).a;
   ValueId bell = e.op(Op::Exp, e.neg(e.mul(a, a)));
@@ -283,6 +289,7 @@ GradRule grad_rule(Op op) {
     case Op::Acosh: return acosh_rule;
     case Op::Atanh: return atanh_rule;
     case Op::Erfc: return erfc_rule;
+    case Op::Erfinv: return erfinv_rule;
     case Op::Atan2: return atan2_rule;
     case Op::Hypot: return hypot_rule;
     case Op::Relu: return relu_rule;

@@ -83,6 +83,7 @@ inline F apply_op(Op op, F a, F b, F c) {
     case Op::Acosh: return by_precision(a, acosh_f32, [](F v) { return std::acosh(v); });
     case Op::Atanh: return by_precision(a, atanh_f32, [](F v) { return std::atanh(v); });
     case Op::Erfc: return std::erfc(a);
+    case Op::Erfinv: return by_precision(a, erfinv_f32, erfinv_f64);
     case Op::Atan2: return std::atan2(a, b);
     case Op::Hypot: return std::hypot(a, b);
     case Op::Eq: return F(a == b);

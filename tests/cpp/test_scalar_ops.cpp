@@ -1,6 +1,6 @@
 // The branch-free float32 transcendentals of ir/float_math.h (what the CPU executor's Exp,
-// Sigmoid, Expm1, Tanh, Log, Log1p, Erf, Atan, Asin, Acos, Sinh, Cosh, Atanh, Asinh and Acosh
-// use) against libm's double precision, over their ranges (a stride through every float), and
+// Sigmoid, Expm1, Tanh, Log, Log1p, Erf, Erfinv, Atan, Asin, Acos, Sinh, Cosh, Atanh, Asinh and
+// Acosh use) against libm's double precision, over their ranges (a stride through every float), and
 // their special values.
 #include <gtest/gtest.h>
 
@@ -114,13 +114,45 @@ TEST(ScalarOps, EachFunctionIsWithinItsUlpBound) {
                         Case{"asinh", ir::asinh_f32, [](double x) { return std::asinh(x); }, -1e30f, 1e30f, 3.0},
                         Case{"acosh", ir::acosh_f32, [](double x) { return std::acosh(x); }, 1.0f, 1e30f, 3.0},
                         Case{"sin", ir::sin_f32, [](double x) { return std::sin(x); }, -1e6f, 1e6f, 1.0},
-                        Case{"cos", ir::cos_f32, [](double x) { return std::cos(x); }, -1e6f, 1e6f, 1.0}}) {
+                        Case{"cos", ir::cos_f32, [](double x) { return std::cos(x); }, -1e6f, 1e6f, 1.0},
+                        // against erfinv_f64 (the C library has no erfinv; its own test is below)
+                        Case{"erfinv", ir::erfinv_f32, ir::erfinv_f64, -1.0f, 1.0f, 4.0}}) {
     float at = 0;
     int64_t checked = 0;
     const double worst = worst_ulp_error(c.f, c.exact, c.lo, c.hi, &at, &checked);
     EXPECT_GT(checked, 10'000'000) << c.name;
     EXPECT_LE(worst, c.bound) << c.name << " at x = " << at;
   }
+}
+
+// erfinv_f64, the reference above and the executor's float64 Erfinv, inverts libm's erf: near 0
+// erf(erfinv(y)) = y, in the tails erfc(erfinv(y)) = 1 - y (relative), up to 1 - 2^-53.
+TEST(ScalarOps, ErfinvF64InvertsErf) {
+  double worst_centre = 0, worst_tail = 0;
+  auto check = [&](double y) {
+    const double x = ir::erfinv_f64(y), a = std::fabs(y);
+    ASSERT_EQ(std::signbit(x), std::signbit(y)) << "y = " << y;
+    if (a < 0.5) {
+      worst_centre = std::max(worst_centre, std::fabs(std::erf(x) - y) / std::max(a, 1e-300));
+    } else {
+      worst_tail = std::max(worst_tail, std::fabs(std::erfc(std::fabs(x)) / (1.0 - a) - 1.0));
+    }
+  };
+  for (int i = -100000; i <= 100000; ++i) check(i / 100001.0);
+  for (int e = 1; e <= 53; ++e) {
+    check(1.0 - std::ldexp(1.0, -e));
+    check(-(1.0 - std::ldexp(1.0, -e)));
+    check(std::ldexp(1.0, -20 * e));
+  }
+  EXPECT_LE(worst_centre, 4e-16);
+  EXPECT_LE(worst_tail, 1e-14);  // erfc's own rounding, relative to a tail as small as 2^-53
+  EXPECT_NEAR(ir::erfinv_f64(0.5), 0.47693627620446987338, 1e-16);
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(ir::erfinv_f64(1.0), inf);
+  EXPECT_EQ(ir::erfinv_f64(-1.0), -inf);
+  EXPECT_TRUE(std::isnan(ir::erfinv_f64(1.5)) && std::isnan(ir::erfinv_f64(-inf)));
+  EXPECT_TRUE(std::isnan(ir::erfinv_f64(std::numeric_limits<double>::quiet_NaN())));
+  EXPECT_TRUE(std::signbit(ir::erfinv_f64(-0.0)) && ir::erfinv_f64(-0.0) == 0.0);
 }
 
 TEST(ScalarOps, SpecialValuesOfTheOtherFunctions) {
@@ -160,6 +192,10 @@ TEST(ScalarOps, SpecialValuesOfTheOtherFunctions) {
   EXPECT_EQ(ir::acosh_f32(inf), inf);
   EXPECT_TRUE(std::isnan(ir::acosh_f32(0.5f)) && std::isnan(ir::acosh_f32(-1e6f)));
   EXPECT_EQ(ir::erf_f32(inf), 1.0f);
+  EXPECT_EQ(ir::erfinv_f32(1.0f), inf);
+  EXPECT_EQ(ir::erfinv_f32(-1.0f), -inf);
+  EXPECT_TRUE(std::isnan(ir::erfinv_f32(1.5f)) && std::isnan(ir::erfinv_f32(-inf)) && std::isnan(ir::erfinv_f32(nan)));
+  EXPECT_TRUE(std::signbit(ir::erfinv_f32(-0.0f)) && ir::erfinv_f32(-0.0f) == 0.0f);
   EXPECT_EQ(ir::erf_f32(-inf), -1.0f);
   EXPECT_TRUE(std::signbit(ir::erf_f32(-0.0f)) && ir::erf_f32(-0.0f) == 0.0f);
   EXPECT_EQ(ir::expm1_f32(inf), inf);

@@ -29,6 +29,8 @@ OWN_RULES = {
     "acosh": lambda x, v: torch.acosh(x.abs() + 1.3 + v),
     "atanh": lambda x, v: torch.atanh(0.6 * torch.tanh(x) + v),
     "erfc": lambda x, v: torch.erfc(x + v),
+    "erfinv": lambda x, v: torch.erfinv(0.7 * torch.tanh(x) + v),
+    "special.erfinv": lambda x, v: torch.special.erfinv(0.5 * torch.sigmoid(x) + v),
     "atan2": lambda x, v: torch.atan2(x, v + 0.5),
     "hypot": lambda x, v: torch.hypot(x, v + 0.5),
     "isnan and isinf": lambda x, v: torch.where(torch.isnan(x) | torch.isinf(x), v, x),
