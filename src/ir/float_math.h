@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 
@@ -188,40 +189,38 @@ inline float erf_f32(float x) {
   return x != x ? x : r;
 }
 
-// erfinv by Giles' single-precision polynomials (M. Giles, "Approximating the erfinv function",
-// GPU Computing Gems, 2011): with w = -log((1 - x)(1 + x)), x P(w - 2.5) below w = 5, x Q(sqrt(w) - 3)
-// above (both evaluated, one selected). Within 4 ulp of the exact value over (-1, 1) (the
-// polynomials' own error); +-1 gives +-inf, |x| > 1 and NaN give NaN, erfinv(-0) = -0.
+// Giles' polynomials for erfinv(x) / x (M. Giles, "Approximating the erfinv function", GPU
+// Computing Gems, 2011), highest degree first: in w - 2.5 below w = 5, in sqrt(w) - 3 above, where
+// w = -log((1 - x)(1 + x)).
+constexpr double kErfinvCentre[] = {2.81022636e-08,  3.43273939e-07, -3.5233877e-06,
+                                    -4.39150654e-06, 0.00021858087,  -0.00125372503,
+                                    -0.00417768164,  0.246640727,    1.50140941};
+constexpr double kErfinvTail[] = {-0.000200214257, 0.000100950558, 0.00134934322,
+                                  -0.00367342844,  0.00573950773,  -0.0076224613,
+                                  0.00943887047,   1.00167406,     2.83297682};
+
+// The polynomial with `coefficients` (highest degree first) at x, by Horner's rule in F.
+template <class F, size_t N>
+inline F horner(const double (&coefficients)[N], F x) {
+  F p = static_cast<F>(coefficients[0]);
+  for (size_t i = 1; i < N; ++i) p = p * x + static_cast<F>(coefficients[i]);
+  return p;
+}
+
+// erfinv by Giles' polynomials (both evaluated, one selected). Within 4 ulp of the exact value
+// over (-1, 1) (the polynomials' own error); +-1 gives +-inf, |x| > 1 and NaN give NaN,
+// erfinv(-0) = -0.
 inline float erfinv_f32(float x) {
   const float w = -log_f32((1.0f - x) * (1.0f + x));
-  const float c = w - 2.5f;
-  float p = 2.81022636e-08f;
-  p = p * c + 3.43273939e-07f;
-  p = p * c - 3.5233877e-06f;
-  p = p * c - 4.39150654e-06f;
-  p = p * c + 0.00021858087f;
-  p = p * c - 0.00125372503f;
-  p = p * c - 0.00417768164f;
-  p = p * c + 0.246640727f;
-  p = p * c + 1.50140941f;
-  const float t = std::sqrt(w) - 3.0f;
-  float q = -0.000200214257f;
-  q = q * t + 0.000100950558f;
-  q = q * t + 0.00134934322f;
-  q = q * t - 0.00367342844f;
-  q = q * t + 0.00573950773f;
-  q = q * t - 0.0076224613f;
-  q = q * t + 0.00943887047f;
-  q = q * t + 1.00167406f;
-  q = q * t + 2.83297682f;
+  const float p = horner(kErfinvCentre, w - 2.5f), q = horner(kErfinvTail, std::sqrt(w) - 3.0f);
   const float out = (w < 5.0f ? p : q) * x;
   return std::fabs(x) == 1.0f ? std::copysign(std::numeric_limits<float>::infinity(), x) : out;
 }
 
-// erfinv in double (the C library has none): the polynomials of erfinv_f32 evaluated in double as
-// the start, then four Newton steps, on erf(x) = |y| below |y| = 0.5 and on log(erfc(x)) =
-// log(1 - |y|) above (nearly quadratic in x, so the steps converge from the start's error in the
-// far tail too; 1 - |y| is exact there). Converged to within 3e-16 relative, up to |y| = 1 - 2^-53.
+// erfinv in double (the C library has none): Giles' polynomials evaluated in double as the start,
+// then four Newton steps, on erf(x) = |y| below |y| = 0.5 and on log(erfc(x)) = log(1 - |y|)
+// above (nearly quadratic in x, so the steps converge from the start's error in the far tail
+// too; 1 - |y| is exact there). Converged to within 3e-16 relative, up to |y| = 1 - 2^-53.
 inline double erfinv_f64(double y) {
   const double a = std::fabs(y);
   if (!(a < 1.0)) {  // +-1, beyond, NaN
@@ -229,15 +228,7 @@ inline double erfinv_f64(double y) {
     return a == 1.0 ? std::copysign(kInf, y) : std::numeric_limits<double>::quiet_NaN();
   }
   const double w = -std::log((1.0 - a) * (1.0 + a));
-  const double c = w - 2.5, t = std::sqrt(w) - 3.0;
-  double p = 2.81022636e-08, q = -0.000200214257;
-  for (const double k : {3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
-                         -0.00417768164, 0.246640727, 1.50140941})
-    p = p * c + k;
-  for (const double k : {0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
-                         0.00943887047, 1.00167406, 2.83297682})
-    q = q * t + k;
-  double x = (w < 5.0 ? p : q) * a;
+  double x = (w < 5.0 ? horner(kErfinvCentre, w - 2.5) : horner(kErfinvTail, std::sqrt(w) - 3.0)) * a;
   constexpr double kTwoOverSqrtPi = 1.1283791670955126;
   for (int step = 0; step < 4; ++step) {
     if (a < 0.5) {
