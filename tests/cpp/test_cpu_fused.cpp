@@ -52,14 +52,16 @@ std::vector<NamedProgram> fused_test_programs() {
 }
 
 // Lanes of every slot filled with values an op of the step may see: mostly in [-3, 3], some
-// 0, ±1, NaN and ±Inf.
+// 0, ±1, NaN, ±Inf and ±1e30 (far beyond the reduced range of sin and cos: the fused step's second
+// pass).
 void fill_random_lanes(std::vector<std::vector<float>>& slots, Random& rng) {
   const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, std::numeric_limits<float>::quiet_NaN(),
-                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                           1e30f, -1e30f};
   for (std::vector<float>& lanes : slots) {
     for (float& x : lanes) {
-      const uint32_t pick = rng.bits() % 16;
-      x = pick < 7 ? special[pick] : static_cast<float>(rng.uniform(-3.0, 3.0));
+      const uint32_t pick = rng.bits() % 18;
+      x = pick < 9 ? special[pick] : static_cast<float>(rng.uniform(-3.0, 3.0));
     }
   }
 }
