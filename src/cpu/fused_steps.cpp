@@ -6,10 +6,12 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "common/log.h"
+#include "ir/scalar_ops.h"
 #include "runtime/host_compiler.h"
 #include "spikejit/error.h"
 
@@ -87,6 +89,23 @@ int64_t lane_instructions(const Program& program) {
   });
 }
 
+// The first op of the program's lane instructions that apply_op<float> computes by a C library
+// call per lane, or -1. A fused step with one runs scalar as a whole (2-4x slower than the lane
+// loops, which keep every other op vectorized), so Auto leaves such programs to the lane loops.
+int libm_op(const Program& program) {
+  return static_cast<int>(program.derived<int64_t>(&kFusedStepsOwner, 2, [&]() -> int64_t {
+    for (int v = 0; v < kLaneVariants; ++v) {
+      try {
+        for (const LaneInstr& in : lane_program(program, static_cast<LaneVariant>(v)).instrs) {
+          if (ir::calls_libm_per_lane(in.op)) return static_cast<int64_t>(in.op);
+        }
+      } catch (const Error&) {  // a variant that cannot be derived is not compiled either
+      }
+    }
+    return -1;
+  }));
+}
+
 // The program's fused steps when a call of `work` neuron-steps takes them under `mode`
 // (resolved), compiled on first use; else nullptr, with *why_not set. Throws the compile's
 // failure under On.
@@ -94,6 +113,12 @@ const FusedSteps* steps_for_call(const Program& program, Fused mode, bool f64, i
   if (mode == Fused::Off || f64) return nullptr;
   if (mode == Fused::Auto && work < kFusedMinWork) {
     *why_not = "fewer than 2^20 neuron-steps";
+    return nullptr;
+  }
+  if (const int op = mode == Fused::Auto ? libm_op(program) : -1; op >= 0) {
+    *why_not = std::string("its step calls the C library per lane (") + ir::op_info(static_cast<ir::Op>(op)).name +
+               "), which leaves a fused loop scalar; the lane loops keep the other ops vectorized. Fused::On or "
+               "SPIKEJIT_CPU_FUSED=1 compiles it";
     return nullptr;
   }
   if (const int64_t n = mode == Fused::Auto ? lane_instructions(program) : 0; n > kFusedMaxInstructions) {

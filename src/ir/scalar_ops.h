@@ -35,6 +35,18 @@ inline F sigmoid(F x) {
   return F(1) / (F(1) + by_precision(-x, exp_f32, [](F v) { return std::exp(v); }));
 }
 
+// The ops apply_op<float> computes by a call to the C library for every lane (no branch-free
+// form here yet). A call inside a loop leaves the whole loop scalar.
+constexpr bool calls_libm_per_lane(Op op) {
+  switch (op) {
+    case Op::Fmod: case Op::Pow: case Op::Log2: case Op::Exp2: case Op::Log10: case Op::Tan:
+    case Op::Erfc: case Op::Atan2: case Op::Hypot:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Applies `op` to a, b, c (unused ones ignored). `op` must not be a leaf or Spike's surrogate
 // (Spike here is only the forward Heaviside).
 template <class F>

@@ -342,6 +342,33 @@ TEST(FusedSteps, StepsUsedSayWhatACallRuns) {
   EXPECT_THROW(cpu::fused_steps_used(fresh, cpu::Fused::On, DType::F32, 1), Error);
 }
 
+// A step with an op that apply_op<float> computes by a C library call per lane (pow here) is left
+// to the lane loops under Auto: in a fused loop the call would keep every other op scalar too.
+// On still compiles it, and both give the same bits.
+TEST(FusedSteps, AutoLeavesAStepThatCallsTheCLibraryPerLaneToTheLaneLoops) {
+  const Program with_pow = Program::from_text(R"(
+neuron with_pow
+input x
+state v = 0
+output s
+h = v * 0.5 + x + 0.1 * pow(abs(x) + 1, 0.7)
+s = spike(h - 1, atan(alpha = 2))
+v = h * (1 - s)
+)", "with_pow.sj");
+  const int64_t big = cpu::kFusedMinWork;
+  const cpu::FusedSupport used = cpu::fused_steps_used(with_pow, cpu::Fused::Auto, DType::F32, big);
+  EXPECT_FALSE(used.available);
+  EXPECT_NE(used.detail.find("calls the C library per lane (pow)"), std::string::npos) << used.detail;
+  EXPECT_TRUE(cpu::fused_steps_used(with_pow, cpu::Fused::On, DType::F32, big).available);
+  EXPECT_TRUE(cpu::fused_steps_used(Program(builtins::lif_neuron({})), cpu::Fused::Auto, DType::F32, big).available);
+  Random rng;
+  SCOPED_TRACE(rng.trace());
+  Problem s = large_problem(with_pow, rng);
+  const ForwardRun fused = run_forward(s, {DType::F32, true, true, true, with_fused(cpu::Fused::On)});
+  const ForwardRun automatic = run_forward(s, {DType::F32, true, true, true, with_fused(cpu::Fused::Auto)});
+  expect_same_bits(automatic.outputs, fused.outputs, "outputs");
+}
+
 // Under Auto a large step runs interpreted (its compile would stall the first call for long);
 // the reason says so and how to compile it anyway. Nothing is compiled here.
 TEST(FusedSteps, AutoInterpretsALargeStep) {
