@@ -75,35 +75,31 @@ Fused resolve_fused(Fused fused) {
 
 namespace {
 
-// The lane instructions of all the program's variants: what the compile's time grows with.
-int64_t lane_instructions(const Program& program) {
-  return program.derived<int64_t>(&kFusedStepsOwner, 1, [&] {
-    int64_t total = 0;
-    for (int v = 0; v < kLaneVariants; ++v) {
-      try {
-        total += static_cast<int64_t>(lane_program(program, static_cast<LaneVariant>(v)).instrs.size());
-      } catch (const Error&) {  // a variant that cannot be derived is not compiled either
-      }
-    }
-    return total;
-  });
-}
+// What Auto decides by, over the lane instructions of all the program's variants (a variant that
+// cannot be derived is not compiled either): their number, which the compile's time grows with,
+// and the first op that apply_op<float> computes by a C library call per lane (-1: none). A fused
+// step with such an op runs scalar as a whole (2-4x slower than the lane loops, which keep every
+// other op vectorized), so Auto leaves it to the lane loops.
+struct StepSummary {
+  int64_t instructions = 0;
+  int libm_op = -1;
+};
 
-// The first op of the program's lane instructions that apply_op<float> computes by a C library
-// call per lane, or -1. A fused step with one runs scalar as a whole (2-4x slower than the lane
-// loops, which keep every other op vectorized), so Auto leaves such programs to the lane loops.
-int libm_op(const Program& program) {
-  return static_cast<int>(program.derived<int64_t>(&kFusedStepsOwner, 2, [&]() -> int64_t {
+const StepSummary& step_summary(const Program& program) {
+  return program.derived<StepSummary>(&kFusedStepsOwner, 1, [&] {
+    StepSummary out;
     for (int v = 0; v < kLaneVariants; ++v) {
       try {
-        for (const LaneInstr& in : lane_program(program, static_cast<LaneVariant>(v)).instrs) {
-          if (ir::calls_libm_per_lane(in.op)) return static_cast<int64_t>(in.op);
+        const LaneProgram& lanes = lane_program(program, static_cast<LaneVariant>(v));
+        out.instructions += static_cast<int64_t>(lanes.instrs.size());
+        for (const LaneInstr& in : lanes.instrs) {
+          if (out.libm_op < 0 && ir::calls_libm_per_lane(in.op)) out.libm_op = static_cast<int>(in.op);
         }
-      } catch (const Error&) {  // a variant that cannot be derived is not compiled either
+      } catch (const Error&) {
       }
     }
-    return -1;
-  }));
+    return out;
+  });
 }
 
 // The program's fused steps when a call of `work` neuron-steps takes them under `mode`
@@ -115,13 +111,14 @@ const FusedSteps* steps_for_call(const Program& program, Fused mode, bool f64, i
     *why_not = "fewer than 2^20 neuron-steps";
     return nullptr;
   }
-  if (const int op = mode == Fused::Auto ? libm_op(program) : -1; op >= 0) {
+  const StepSummary* summary = mode == Fused::Auto ? &step_summary(program) : nullptr;
+  if (const int op = summary ? summary->libm_op : -1; op >= 0) {
     *why_not = std::string("its step calls the C library per lane (") + ir::op_info(static_cast<ir::Op>(op)).name +
                "), which leaves a fused loop scalar; the lane loops keep the other ops vectorized. Fused::On or "
                "SPIKEJIT_CPU_FUSED=1 compiles it";
     return nullptr;
   }
-  if (const int64_t n = mode == Fused::Auto ? lane_instructions(program) : 0; n > kFusedMaxInstructions) {
+  if (const int64_t n = summary ? summary->instructions : 0; n > kFusedMaxInstructions) {
     *why_not = "a large step: " + std::to_string(n) + " instructions in its variants, above " +
                std::to_string(kFusedMaxInstructions) + " (its compile would take about " + std::to_string(n / 250) +
                " s or more); Fused::On or SPIKEJIT_CPU_FUSED=1 compiles it";
