@@ -46,6 +46,7 @@ enum class Type : uint8_t { Float, Bool };
   X(Sinh, "sinh", 1) X(Cosh, "cosh", 1) X(Asinh, "asinh", 1) X(Acosh, "acosh", 1)             \
   X(Atanh, "atanh", 1) X(Erfc, "erfc", 1) X(Atan2, "atan2", 2) X(Hypot, "hypot", 2)           \
   X(Erfinv, "erfinv", 1) /* (-1, 1) -> R: +-inf at +-1, NaN beyond */                        \
+  X(Ndtri, "ndtri", 1)   /* inverse normal CDF (0, 1) -> R: -inf at 0, inf at 1, NaN beyond */ \
   /* comparisons: Float x Float -> Bool */                                                   \
   X(Eq, "eq", 2) X(Ne, "ne", 2) X(Lt, "lt", 2) X(Le, "le", 2) X(Gt, "gt", 2) X(Ge, "ge", 2)      \
   /* logic: Bool -> Bool */                                                                  \

@@ -383,6 +383,7 @@ RULES: Dict[str, Callable] = {
        ("log1p", "expm1", "exp2", "log10", "tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh",
         "atanh", "erfc", "erfinv", "atan2", "hypot")},
     "aten.sgn.default": _call("sign"),
+    "aten.special_ndtri.default": _call("ndtri"),
     "aten.round.default": _round, "aten.round.decimals": _round,
     "aten.trunc.default": _trunc,
     "aten.leaky_relu.default": _leaky_relu,

@@ -144,6 +144,12 @@ ArgGrads erfinv_rule(Emitter& e, ValueId y, ValueId g) {
   return grads(e.mul(e.mul(e.literal(std::sqrt(kPi) / 2.0), swell), g));
 }
 
+// d ndtri(p) = sqrt(2 pi) * exp(ndtri(p)^2 / 2), the reciprocal of the normal density at the result.
+ArgGrads ndtri_rule(Emitter& e, ValueId y, ValueId g) {
+  ValueId swell = e.op(Op::Exp, e.mul(e.literal(0.5), e.mul(y, y)));
+  return grads(e.mul(e.mul(e.literal(std::sqrt(2.0 * kPi)), swell), g));
+}
+
 ArgGrads erfc_rule(Emitter& e, ValueId y, ValueId g) {
   ValueId a = Args(e, y).a;
   ValueId bell = e.op(Op::Exp, e.neg(e.mul(a, a)));
@@ -290,6 +296,7 @@ GradRule grad_rule(Op op) {
     case Op::Atanh: return atanh_rule;
     case Op::Erfc: return erfc_rule;
     case Op::Erfinv: return erfinv_rule;
+    case Op::Ndtri: return ndtri_rule;
     case Op::Atan2: return atan2_rule;
     case Op::Hypot: return hypot_rule;
     case Op::Relu: return relu_rule;

@@ -92,6 +92,7 @@ std::string expression(const ir::Step& step, ir::ValueId id, const StepLeaves& l
     case Op::Atanh: return call("sj_atanh", {a});
     case Op::Erfc: return call("sj_erfc", {a});
     case Op::Erfinv: return call("sj_erfinv", {a});
+    case Op::Ndtri: return call("sj_ndtri", {a});
     case Op::Atan2: return call("sj_atan2", {a, b});
     case Op::Hypot: return call("sj_hypot", {a, b});
     case Op::Eq: return a + " == " + b;
@@ -165,7 +166,7 @@ int op_cost(Op op) {
     case Op::Log2: case Op::Sigmoid: case Op::Exp2: case Op::Log10: case Op::Log1p: case Op::Expm1:
       return 10;
     case Op::Tanh: case Op::Erf: case Op::Fmod: case Op::Erfc: case Op::Erfinv: case Op::Atan: case Op::Sinh:
-    case Op::Cosh: case Op::Asinh: case Op::Acosh: case Op::Atanh: case Op::Hypot:
+    case Op::Cosh: case Op::Asinh: case Op::Acosh: case Op::Atanh: case Op::Hypot: case Op::Ndtri:
       return 25;
     case Op::Pow: case Op::Sin: case Op::Cos: case Op::Tan: case Op::Asin: case Op::Acos:
     case Op::Atan2: case Op::Uniform:

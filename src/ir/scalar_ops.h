@@ -36,11 +36,12 @@ inline F sigmoid(F x) {
 }
 
 // The ops apply_op<float> computes by a call to the C library for every lane (no branch-free
-// form here yet). A call inside a loop leaves the whole loop scalar.
+// form here yet), or, like ndtri, with a branch to a scalar path that calls it. A call inside a
+// loop leaves the whole loop scalar.
 constexpr bool calls_libm_per_lane(Op op) {
   switch (op) {
     case Op::Fmod: case Op::Pow: case Op::Log2: case Op::Exp2: case Op::Log10: case Op::Tan:
-    case Op::Erfc: case Op::Atan2: case Op::Hypot:
+    case Op::Erfc: case Op::Atan2: case Op::Hypot: case Op::Ndtri:
       return true;
     default:
       return false;
@@ -96,6 +97,7 @@ inline F apply_op(Op op, F a, F b, F c) {
     case Op::Atanh: return by_precision(a, atanh_f32, [](F v) { return std::atanh(v); });
     case Op::Erfc: return std::erfc(a);
     case Op::Erfinv: return by_precision(a, erfinv_f32, erfinv_f64);
+    case Op::Ndtri: return by_precision(a, ndtri_f32, ndtri_f64);
     case Op::Atan2: return std::atan2(a, b);
     case Op::Hypot: return std::hypot(a, b);
     case Op::Eq: return F(a == b);

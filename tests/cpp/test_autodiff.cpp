@@ -128,6 +128,7 @@ std::vector<Range> domain(Op op) {
     case Op::Acos:
     case Op::Atanh:
     case Op::Erfinv: r[0] = {-0.9, 0.9}; break;
+    case Op::Ndtri: r[0] = {0.05, 0.95}; break;
     case Op::Acosh: r[0] = {1.1, 3.0}; break;
     case Op::Tan: r[0] = {-1.2, 1.2}; break;
     case Op::Pow: r[0] = {0.2, 3.0}, r[1] = {-2.0, 2.0}; break;

@@ -418,7 +418,7 @@ bool is_transcendental(ir::Op op) {
     case ir::Op::Log1p: case ir::Op::Expm1: case ir::Op::Exp2: case ir::Op::Log10: case ir::Op::Tan:
     case ir::Op::Atan: case ir::Op::Asin: case ir::Op::Acos: case ir::Op::Sinh: case ir::Op::Cosh:
     case ir::Op::Asinh: case ir::Op::Acosh: case ir::Op::Atanh: case ir::Op::Erfc: case ir::Op::Atan2:
-    case ir::Op::Hypot: case ir::Op::Erfinv:
+    case ir::Op::Hypot: case ir::Op::Erfinv: case ir::Op::Ndtri:
       return true;
     default:
       return false;
@@ -894,6 +894,7 @@ ax = abs(x) + 1
 t = tanh(y) * 0.5
 h = v * 0.5 + 0.1 * (log1p(ax) + expm1(t) + exp2(t) + log10(ax) + tan(t) + atan(x) + asin(t) + acos(t))
 g = 0.05 * (sinh(t) + cosh(t) + asinh(x) + acosh(ax) + atanh(t) + erfc(x) + atan2(x, y) + hypot(x, t) + erfinv(t))
+g = g + 0.05 * ndtri(0.5 + 0.8 * t)
 s = spike(h + g - 1, sigmoid(alpha = 4))
 v = (h + g) * (1 - s)
 m = h - g

@@ -1,7 +1,7 @@
 // The branch-free float32 transcendentals of ir/float_math.h (what the CPU executor's Exp,
-// Sigmoid, Expm1, Tanh, Log, Log1p, Erf, Erfinv, Atan, Asin, Acos, Sinh, Cosh, Atanh, Asinh and
-// Acosh use) against libm's double precision, over their ranges (a stride through every float), and
-// their special values.
+// Sigmoid, Expm1, Tanh, Log, Log1p, Erf, Erfinv, Ndtri, Atan, Asin, Acos, Sinh, Cosh, Atanh, Asinh
+// and Acosh use) against libm's double precision, over their ranges (a stride through every float),
+// and their special values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -116,7 +116,9 @@ TEST(ScalarOps, EachFunctionIsWithinItsUlpBound) {
                         Case{"sin", ir::sin_f32, [](double x) { return std::sin(x); }, -1e6f, 1e6f, 1.0},
                         Case{"cos", ir::cos_f32, [](double x) { return std::cos(x); }, -1e6f, 1e6f, 1.0},
                         // against erfinv_f64 (the C library has no erfinv; its own test is below)
-                        Case{"erfinv", ir::erfinv_f32, ir::erfinv_f64, -1.0f, 1.0f, 4.0}}) {
+                        Case{"erfinv", ir::erfinv_f32, ir::erfinv_f64, -1.0f, 1.0f, 4.0},
+                        // 4.8 ulp measured over every float in (0, 1), 4.5 on this stride
+                        Case{"ndtri", ir::ndtri_f32, ir::ndtri_f64, 0.0f, 1.0f, 5.0}}) {
     float at = 0;
     int64_t checked = 0;
     const double worst = worst_ulp_error(c.f, c.exact, c.lo, c.hi, &at, &checked);
@@ -153,6 +155,46 @@ TEST(ScalarOps, ErfinvF64InvertsErf) {
   EXPECT_TRUE(std::isnan(ir::erfinv_f64(1.5)) && std::isnan(ir::erfinv_f64(-inf)));
   EXPECT_TRUE(std::isnan(ir::erfinv_f64(std::numeric_limits<double>::quiet_NaN())));
   EXPECT_TRUE(std::signbit(ir::erfinv_f64(-0.0)) && ir::erfinv_f64(-0.0) == 0.0);
+}
+
+// ndtri_f64, the reference above and the executor's float64 Ndtri, inverts the normal CDF Phi:
+// its result y is within 5e-16 relative of the root of Phi(y) = p, as measured by one Newton
+// step from y (on libm's erf near the centre, where p - 1/2 is exact, on the log of libm's erfc
+// in the tails), for p log-spaced from 1e-300 to 1/2 and for 1 - p.
+TEST(ScalarOps, NdtriF64InvertsPhi) {
+  double worst = 0, worst_p = 0;
+  auto check = [&](double p) {
+    const double y = ir::ndtri_f64(p);
+    ASSERT_EQ(y < 0, p < 0.5) << "p = " << p;
+    const double q = std::min(p, 1.0 - p), a = -std::fabs(y);  // Phi(a) = q
+    const double density = std::exp(-0.5 * a * a) / std::sqrt(2 * M_PI);
+    double step;
+    if (q >= 0.25) {
+      step = (0.5 * std::erf(a / std::sqrt(2.0)) - (q - 0.5)) / density;
+    } else {
+      const double cdf = 0.5 * std::erfc(-a / std::sqrt(2.0));
+      step = (std::log(cdf) - std::log(q)) * cdf / density;
+    }
+    if (std::fabs(step / a) > worst) worst = std::fabs(step / a), worst_p = p;
+  };
+  constexpr int kPoints = 100000;
+  for (int i = 0; i < kPoints; ++i) {
+    const double p = std::pow(10.0, -300.0 + i * (300.0 - std::log10(2.0)) / kPoints);
+    check(p);
+    check(1.0 - p);  // rounded: a p of its own, 1 - (1 - p) exact
+  }
+  EXPECT_LE(worst, 5e-16) << "at p = " << worst_p;
+  EXPECT_NEAR(ir::ndtri_f64(0.975), 1.9599639845400538556, 1e-15);
+  EXPECT_NEAR(ir::ndtri_f64(1e-10), -6.3613409024040561991, 4e-15);
+  EXPECT_NEAR(ir::ndtri_f64(1e-300), -37.047096299361199237, 2e-14);
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(ir::ndtri_f64(0.5) == 0.0 && !std::signbit(ir::ndtri_f64(0.5)));
+  EXPECT_EQ(ir::ndtri_f64(0.0), -inf);
+  EXPECT_EQ(ir::ndtri_f64(-0.0), -inf);
+  EXPECT_EQ(ir::ndtri_f64(1.0), inf);
+  for (double p : {-0.1, 1.1, -inf, inf, std::numeric_limits<double>::quiet_NaN()}) {
+    EXPECT_TRUE(std::isnan(ir::ndtri_f64(p))) << "p = " << p;
+  }
 }
 
 TEST(ScalarOps, SpecialValuesOfTheOtherFunctions) {
@@ -196,6 +238,11 @@ TEST(ScalarOps, SpecialValuesOfTheOtherFunctions) {
   EXPECT_EQ(ir::erfinv_f32(-1.0f), -inf);
   EXPECT_TRUE(std::isnan(ir::erfinv_f32(1.5f)) && std::isnan(ir::erfinv_f32(-inf)) && std::isnan(ir::erfinv_f32(nan)));
   EXPECT_TRUE(std::signbit(ir::erfinv_f32(-0.0f)) && ir::erfinv_f32(-0.0f) == 0.0f);
+  EXPECT_TRUE(ir::ndtri_f32(0.5f) == 0.0f && !std::signbit(ir::ndtri_f32(0.5f)));
+  EXPECT_EQ(ir::ndtri_f32(0.0f), -inf);
+  EXPECT_EQ(ir::ndtri_f32(-0.0f), -inf);
+  EXPECT_EQ(ir::ndtri_f32(1.0f), inf);
+  for (float p : {-0.1f, 1.1f, -inf, inf, nan}) EXPECT_TRUE(std::isnan(ir::ndtri_f32(p))) << "p = " << p;
   EXPECT_EQ(ir::erf_f32(-inf), -1.0f);
   EXPECT_TRUE(std::signbit(ir::erf_f32(-0.0f)) && ir::erf_f32(-0.0f) == 0.0f);
   EXPECT_EQ(ir::expm1_f32(inf), inf);

@@ -71,6 +71,7 @@ __device__ __forceinline__ real sj_acosh(real a) { return acoshf(a); }
 __device__ __forceinline__ real sj_atanh(real a) { return atanhf(a); }
 __device__ __forceinline__ real sj_erfc(real a) { return erfcf(a); }
 __device__ __forceinline__ real sj_erfinv(real a) { return erfinvf(a); }
+__device__ __forceinline__ real sj_ndtri(real a) { return normcdfinvf(a); }
 __device__ __forceinline__ real sj_atan2(real a, real b) { return atan2f(a, b); }
 __device__ __forceinline__ real sj_hypot(real a, real b) { return hypotf(a, b); }
 

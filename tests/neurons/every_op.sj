@@ -15,7 +15,7 @@ r = erf(y) + relu(x) + sign(y) + round(x * 3) + floor(y) + ceil(x) + fmod(x, 0.7
 m = min(x, y) + max(x, h) + clamp(v, -1, 1) + reciprocal(ax) - (-y)
 t = tanh(y) * 0.5
 n = log1p(ax) + expm1(t) + exp2(t) + log10(ax) + tan(t) + atan(x) + asin(t) + acos(t) + sinh(t) + cosh(x)
-n = n + asinh(x) + acosh(ax) + atanh(t) + erfc(x) + atan2(x, y) + hypot(x, t) + erfinv(t)
+n = n + asinh(x) + acosh(ax) + atanh(t) + erfc(x) + atan2(x, y) + hypot(x, t) + erfinv(t) + ndtri(0.5 + 0.8 * t)
 c = (x < y and not (y >= 1)) or (x == y) or (x != h and x <= g) or x > k
 b = bool(x) and c
 u = uniform()

@@ -31,6 +31,7 @@ OWN_RULES = {
     "erfc": lambda x, v: torch.erfc(x + v),
     "erfinv": lambda x, v: torch.erfinv(0.7 * torch.tanh(x) + v),
     "special.erfinv": lambda x, v: torch.special.erfinv(0.5 * torch.sigmoid(x) + v),
+    "special.ndtri": lambda x, v: torch.special.ndtri(0.5 * torch.sigmoid(x) + 0.25 + 0.5 * v),
     "atan2": lambda x, v: torch.atan2(x, v + 0.5),
     "hypot": lambda x, v: torch.hypot(x, v + 0.5),
     "isnan and isinf": lambda x, v: torch.where(torch.isnan(x) | torch.isinf(x), v, x),

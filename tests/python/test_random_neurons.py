@@ -135,19 +135,22 @@ def test_normal_draws_have_the_normal_statistics(device):
     assert_uncorrelated(z.square()[1:], z.square()[:-1], "normal squares, consecutive steps")
 
 
-def inverse_cdf_normal_core(x):
-    """A normal draw from one uniform draw by the inverse of the normal CDF (erfinv)."""
-    return math.sqrt(2.0) * torch.erfinv(2.0 * torch.rand_like(x) - 1.0)
+# A normal draw from one uniform draw by the inverse of the normal CDF, through erfinv or ndtri.
+INVERSE_CDF_NORMAL_CORES = {
+    "erfinv": lambda x: math.sqrt(2.0) * torch.erfinv(2.0 * torch.rand_like(x) - 1.0),
+    "ndtri": lambda x: torch.special.ndtri(torch.rand_like(x)),
+}
 
 
+@pytest.mark.parametrize("by", INVERSE_CDF_NORMAL_CORES)
 @pytest.mark.parametrize("device", device_params(), indirect=True)
-def test_normal_draws_by_the_inverse_cdf_have_the_normal_statistics(device):
+def test_normal_draws_by_the_inverse_cdf_have_the_normal_statistics(device, by):
     x = random_input(64, 4096, device=device)
-    z = draws(kernel(inverse_cdf_normal_core), x)[0]
+    z = draws(kernel(INVERSE_CDF_NORMAL_CORES[by]), x)[0]
     assert not torch.isnan(z).any()
     finite = z[torch.isfinite(z)]  # a draw of exactly 0 maps to -inf (probability 2^-24 per draw)
     assert finite.numel() >= z.numel() - 2
-    assert_mean_and_variance(finite, 0.0, 1.0, 3.0, "normal by erfinv")
+    assert_mean_and_variance(finite, 0.0, 1.0, 3.0, f"normal by {by}")
     inside = float((finite.abs() < 1).double().mean())
     p = math.erf(1 / math.sqrt(2))
     assert abs(inside - p) < SIGMAS * math.sqrt(p * (1 - p) / finite.numel()), inside
