@@ -2,9 +2,10 @@
 
     python3 bench/python/bench_random_neurons.py [--device cuda] [--steps 32] [--neurons 1048576]
 
-Five cores, fp32: a LIF without noise (the yardstick), the same LIF with a noisy threshold
+Six cores, fp32: a LIF without noise (the yardstick), the same LIF with a noisy threshold
 (one uniform() draw per neuron and step), with Gaussian input noise (randn_like: two draws; by
-erfinv of one draw) and with Bernoulli escape spikes (torch.bernoulli: one draw). Milliseconds per inference call (no
+erfinv or by torch.special.ndtri of one draw) and with Bernoulli escape spikes (torch.bernoulli:
+one draw). Milliseconds per inference call (no
 autograd) and per training step (forward, backward against a gradient, reset) of the compiled
 kernels, median of bursts; the training step of the eager scan of the same core (backend="torch",
 what such a core ran as before FlexSN compiled random draws); and the cost of the draws, the
@@ -53,6 +54,14 @@ def inverse_cdf_noise(x, v):
     return s, h * (1.0 - s)
 
 
+def ndtri_noise(x, v):
+    """The same noise by torch.special.ndtri, the inverse of the normal CDF itself."""
+    u = torch.rand_like(x).clamp_min(1e-7)
+    h = 0.5 * v + x + 0.2 * torch.special.ndtri(u)
+    s = SURROGATE(h - 1.0)
+    return s, h * (1.0 - s)
+
+
 def escape_spikes(x, v):
     h = 0.5 * v + x
     s = torch.maximum(SURROGATE(h - 1.0), torch.bernoulli(0.05 * torch.sigmoid(h)))
@@ -61,7 +70,8 @@ def escape_spikes(x, v):
 
 CORES = {"LIF (no noise)": lif, "noisy threshold (1 draw)": noisy_threshold,
          "Gaussian input noise (2 draws)": input_noise,
-         "Gaussian input noise by erfinv (1 draw)": inverse_cdf_noise, "Bernoulli escape (1 draw)": escape_spikes}
+         "Gaussian input noise by erfinv (1 draw)": inverse_cdf_noise,
+         "Gaussian input noise by ndtri (1 draw)": ndtri_noise, "Bernoulli escape (1 draw)": escape_spikes}
 
 
 def parse_args(argv=None):

@@ -152,7 +152,8 @@ def test_forward_mode_bench_dry_run_measures_every_call():
 def test_random_neurons_bench_dry_run_measures_every_core():
     out = run_bench("bench_random_neurons.py", "--dry-run", "--device", "cpu")
     for row in ("| LIF (no noise) |", "| noisy threshold (1 draw) |", "| Gaussian input noise (2 draws) |",
-                "| Gaussian input noise by erfinv (1 draw) |", "| Bernoulli escape (1 draw) |"):
+                "| Gaussian input noise by erfinv (1 draw) |", "| Gaussian input noise by ndtri (1 draw) |",
+                "| Bernoulli escape (1 draw) |"):
         assert row in out, out
 
 
