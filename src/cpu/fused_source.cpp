@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "ir/scalar_ops.h"
+
 namespace spikejit::cpu {
 namespace {
 
@@ -32,13 +34,12 @@ std::string literal_text(double value) {
   return text;
 }
 
-bool is_trig(ir::Op op) { return op == ir::Op::Sin || op == ir::Op::Cos; }
-
 // The loop body for lane l: one statement per instruction, leaf slots read once (marked in
-// `used`), result slots written once. With `reduced_trig`, sin and cos take their reduced form
-// alone, which vectorizes (apply_op's sin / cos call libm beyond kTrigFastLimit, and a call
-// leaves the whole loop scalar); each such argument is flagged in `large`.
-std::string loop_body(const LaneProgram& p, bool reduced_trig, std::vector<bool>& used) {
+// `used`), result slots written once. With `fast_forms`, the ops with a fast form
+// (ir::has_fast_form: sin, cos, ndtri) take that form alone, which vectorizes (apply_op calls a
+// function beyond the form's range, and a call leaves the whole loop scalar); an argument where
+// the form does not hold sets `large`.
+std::string loop_body(const LaneProgram& p, bool fast_forms, std::vector<bool>& used) {
   // What each slot holds at this point of the body: a leaf slot's lanes, a literal, or the value
   // an earlier instruction computed into it.
   std::vector<std::string> current(static_cast<size_t>(p.num_slots));
@@ -57,9 +58,10 @@ std::string loop_body(const LaneProgram& p, bool reduced_trig, std::vector<bool>
     const LaneInstr& in = p.instrs[i];
     const std::string a = read(in.args[0]), b = read(in.args[1]), c = read(in.args[2]);
     const std::string value = "    const float v" + std::to_string(i) + " = ";
-    if (reduced_trig && is_trig(in.op)) {
-      body += value + "sin_cos_reduced(" + a + ", " + (in.op == ir::Op::Cos ? "1" : "0") + ");\n";
-      body += "    large |= !(std::fabs(" + a + ") < kTrigFastLimit);\n";
+    if (fast_forms && ir::has_fast_form(in.op)) {
+      const std::string op = std::string("Op::") + op_enumerator(in.op);
+      body += value + "fast_form(" + op + ", " + a + ");\n";
+      body += "    large |= !fast_form_holds(" + op + ", " + a + ");\n";
     } else {
       body += value + "apply_op<float>(Op::" + op_enumerator(in.op) + ", " + a + ", " + b + ", " + c + ");\n";
     }
@@ -72,16 +74,17 @@ std::string loop_body(const LaneProgram& p, bool reduced_trig, std::vector<bool>
   return body;
 }
 
-// A step with sin or cos runs the vectorized body with their reduced forms, then, only where an
-// argument lay beyond that range (rare), the whole step again with apply_op's per-lane choice.
+// A step with an op that has a fast form runs the vectorized body with the fast forms, then, only
+// where an argument lay outside a form's range (rare), the whole step again with apply_op's
+// per-lane choice.
 // The body reads leaf slots only and writes result slots only (lane_program.cpp never gives an
 // instruction a leaf's slot), so the second pass rewrites every lane's results, with the same
 // values where no argument was large: the results are apply_op's, those of the lane loops.
 void write_function(std::string& out, const std::string& symbol, const LaneProgram& p) {
   std::vector<bool> used(static_cast<size_t>(p.num_slots), false);
   const std::string exact = loop_body(p, false, used);
-  const bool has_trig =
-      std::any_of(p.instrs.begin(), p.instrs.end(), [](const LaneInstr& in) { return is_trig(in.op); });
+  const bool has_fast_form = std::any_of(p.instrs.begin(), p.instrs.end(),
+                                         [](const LaneInstr& in) { return ir::has_fast_form(in.op); });
 
   out += "extern \"C\" SPIKEJIT_FUSED_CLONES void " + symbol + "(float* const* slots, int64_t n) {\n";
   for (int32_t slot = 0; slot < p.num_slots; ++slot) {
@@ -89,7 +92,7 @@ void write_function(std::string& out, const std::string& symbol, const LaneProgr
       out += "  float* __restrict s" + std::to_string(slot) + " = slots[" + std::to_string(slot) + "];\n";
     }
   }
-  if (!has_trig) {
+  if (!has_fast_form) {
     out += "  SPIKEJIT_INDEPENDENT_LANES\n  for (int64_t l = 0; l < n; ++l) {\n" + exact + "  }\n}\n\n";
     return;
   }
@@ -125,9 +128,9 @@ std::string fused_unit_source(const std::vector<std::pair<std::string, const Lan
       "#endif\n\n"
       "namespace {\n"
       "using spikejit::ir::apply_op;\n"
-      "using spikejit::ir::kTrigFastLimit;\n"
+      "using spikejit::ir::fast_form;\n"
+      "using spikejit::ir::fast_form_holds;\n"
       "using spikejit::ir::Op;\n"
-      "using spikejit::ir::sin_cos_reduced;\n"
       "inline float literal(uint64_t bits) {\n"
       "  double value;\n"
       "  std::memcpy(&value, &bits, sizeof value);\n"

@@ -33,20 +33,21 @@ struct LaneBuffer {
   bool present() const { return data != nullptr; }
 };
 
-// float32 sin / cos: the reduced form for every lane (a loop that vectorizes), then libm's for the
-// rare lanes beyond its range; the same values as apply_op's.
-inline void trig_lanes(float* __restrict d, const float* __restrict a, int quarter, int64_t n) {
-  for (int64_t l = 0; l < n; ++l) d[l] = ir::sin_cos_reduced(a[l], quarter);
+// A float32 op with a fast form (ir::has_fast_form): the form for every lane (a loop that
+// vectorizes), then apply_op for the rare lanes where it does not hold; apply_op's values.
+template <ir::Op OP>
+inline void fast_form_lanes(float* __restrict d, const float* __restrict a, int64_t n) {
+  for (int64_t l = 0; l < n; ++l) d[l] = ir::fast_form(OP, a[l]);
   for (int64_t l = 0; l < n; ++l) {
-    if (!(std::fabs(a[l]) < ir::kTrigFastLimit)) d[l] = quarter ? std::cos(a[l]) : std::sin(a[l]);
+    if (!ir::fast_form_holds(OP, a[l])) d[l] = ir::apply_op<float>(OP, a[l], 0.0f, 0.0f);
   }
 }
 
 template <class F, ir::Op OP>
 inline void op_lanes(F* __restrict d, const F* __restrict a, const F* __restrict b, const F* __restrict c,
                      int64_t n) {
-  if constexpr (std::is_same_v<F, float> && (OP == ir::Op::Sin || OP == ir::Op::Cos)) {
-    trig_lanes(d, a, OP == ir::Op::Cos ? 1 : 0, n);
+  if constexpr (std::is_same_v<F, float> && ir::has_fast_form(OP)) {
+    fast_form_lanes<OP>(d, a, n);
   } else {
     for (int64_t l = 0; l < n; ++l) d[l] = ir::apply_op<F>(OP, a[l], b[l], c[l]);
   }

@@ -36,16 +36,29 @@ inline F sigmoid(F x) {
 }
 
 // The ops apply_op<float> computes by a call to the C library for every lane (no branch-free
-// form here yet), or, like ndtri, with a branch to a scalar path that calls it. A call inside a
-// loop leaves the whole loop scalar.
+// form here yet). A call inside a loop leaves the whole loop scalar.
 constexpr bool calls_libm_per_lane(Op op) {
   switch (op) {
     case Op::Fmod: case Op::Pow: case Op::Log2: case Op::Exp2: case Op::Log10: case Op::Tan:
-    case Op::Erfc: case Op::Atan2: case Op::Hypot: case Op::Ndtri:
+    case Op::Erfc: case Op::Atan2: case Op::Hypot:
       return true;
     default:
       return false;
   }
+}
+
+// The ops whose apply_op<float> is a branch-free form where that form holds and a call (libm's,
+// or a float64 version) on the rest of the domain: sin and cos beyond kTrigFastLimit, ndtri in
+// its far tails. A loop over lanes runs the form for every lane (it vectorizes), then apply_op
+// again for the rare lanes where it does not hold: the results are apply_op's.
+constexpr bool has_fast_form(Op op) { return op == Op::Sin || op == Op::Cos || op == Op::Ndtri; }
+
+inline float fast_form(Op op, float a) {
+  return op == Op::Ndtri ? ndtri_fast(a) : sin_cos_reduced(a, op == Op::Cos ? 1 : 0);
+}
+
+inline bool fast_form_holds(Op op, float a) {
+  return op == Op::Ndtri ? ndtri_fast_holds(a) : std::fabs(a) < kTrigFastLimit;
 }
 
 // Applies `op` to a, b, c (unused ones ignored). `op` must not be a leaf or Spike's surrogate

@@ -138,6 +138,59 @@ TEST(FusedSteps, EveryVariantWritesWhatTheLaneLoopsWrite) {
   }
 }
 
+// The ops with a fast form (ir::has_fast_form: sin, cos, ndtri) where it does not hold: ndtri's
+// far tails (p below kNdtriFastLow), 0, 1 and outside [0, 1], sin and cos beyond kTrigFastLimit,
+// mixed with lanes where it holds. The lane loops give apply_op's values lane by lane, and the
+// fused step (its second pass) the lane loops' bits.
+TEST(FusedSteps, FastFormsOutsideTheirRangeGiveApplyOpsValues) {
+  const Program program = Program::from_text(R"(
+neuron fast_forms
+input p
+input x
+output y
+y = ndtri(p) + sin(x) * cos(x)
+)");
+  const std::vector<float> tails = {1e-30f, 2.9e-8f, 3e-8f, 3.1e-8f, 1e-7f, 0.0f, -0.0f, 1.0f, 0.99999994f, -0.5f, 1.5f,
+                                    std::numeric_limits<float>::quiet_NaN(), 1e-45f};
+  const std::vector<float> huge = {3e5f, -262144.0f, 262143.98f, 1e30f, -1e30f, std::numeric_limits<float>::infinity()};
+  Random rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t n = 203;  // not a multiple of any vector width
+  std::vector<float> p(n), x(n);
+  for (int64_t l = 0; l < n; ++l) {
+    p[l] = rng.bits() % 3 == 0 ? tails[rng.bits() % tails.size()] : static_cast<float>(rng.uniform(0.0, 1.0));
+    x[l] = rng.bits() % 3 == 0 ? huge[rng.bits() % huge.size()] : static_cast<float>(rng.uniform(-10.0, 10.0));
+  }
+  for (ir::Op op : {ir::Op::Ndtri, ir::Op::Sin, ir::Op::Cos}) {
+    const std::vector<float>& a = op == ir::Op::Ndtri ? p : x;
+    std::vector<float> lanes(n), zeros(n, 0.0f);
+    cpu::run_op_lanes<float>(op, lanes.data(), a.data(), zeros.data(), zeros.data(), n);
+    for (int64_t l = 0; l < n; ++l) {
+      const float want = ir::apply_op<float>(op, a[l], 0.0f, 0.0f);
+      EXPECT_TRUE(same_values({lanes[l]}, {want})) << ir::op_info(op).name << "(" << a[l] << "): " << lanes[l] << " against " << want;
+    }
+  }
+  const cpu::LaneProgram& lane_program = cpu::lane_program(program, cpu::LaneVariant::Forward);
+  const auto library = runtime::host_library_for(runtime::find_host_compiler(),
+                                                 cpu::fused_unit_source({{"step", &lane_program}}), "fast forms", {});
+  std::vector<std::vector<float>> interpreted(lane_program.num_slots, std::vector<float>(n));
+  for (const cpu::LaneLeaf& leaf : lane_program.step_leaves) {
+    if (leaf.op == ir::Op::Input) interpreted[leaf.slot] = leaf.index == 0 ? p : x;
+  }
+  for (const cpu::LaneLiteral& lit : lane_program.literals) {
+    std::fill(interpreted[lit.slot].begin(), interpreted[lit.slot].end(), static_cast<float>(lit.value));
+  }
+  std::vector<std::vector<float>> fused = interpreted;
+  for (const cpu::LaneInstr& in : lane_program.instrs) {
+    cpu::run_op_lanes<float>(in.op, interpreted[in.dst].data(), interpreted[in.args[0]].data(),
+                             interpreted[in.args[1]].data(), interpreted[in.args[2]].data(), n);
+  }
+  std::vector<float*> pointers;
+  for (std::vector<float>& lanes : fused) pointers.push_back(lanes.data());
+  reinterpret_cast<cpu::FusedStepFn>(library->symbol("step"))(pointers.data(), n);
+  for (int32_t slot : lane_program.result_slots) EXPECT_TRUE(same_values(fused[slot], interpreted[slot])) << "slot " << slot;
+}
+
 void expect_same_bits(const std::vector<Buffer>& got, const std::vector<Buffer>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].same_bits(want[i])) << what << "[" << i << "]";
