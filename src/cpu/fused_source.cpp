@@ -61,7 +61,9 @@ std::string loop_body(const LaneProgram& p, bool fast_forms, std::vector<bool>& 
     if (fast_forms && ir::has_fast_form(in.op)) {
       const std::string op = std::string("Op::") + op_enumerator(in.op);
       body += value + "fast_form(" + op + ", " + a + ");\n";
-      body += "    large |= !fast_form_holds(" + op + ", " + a + ");\n";
+      // (A conditional assignment: GCC vectorizes it where an |= reduction after an op with a
+      // NaN test, such as max, left the whole loop scalar.)
+      body += "    large = fast_form_holds(" + op + ", " + a + ") ? large : 1;\n";
     } else {
       body += value + "apply_op<float>(Op::" + op_enumerator(in.op) + ", " + a + ", " + b + ", " + c + ");\n";
     }
