@@ -76,6 +76,30 @@ bool same_values(const std::vector<float>& a, const std::vector<float>& b) {
   return true;
 }
 
+// Runs lane program `p` over `lanes` (its slots, leaves filled; the literals are filled here)
+// twice, by the lane loops and by the fused function `fused_step`, and expects the fused function
+// to write every result slot with the lane loops' bits and to leave the other slots alone.
+void expect_fused_step_writes_the_lane_loops_results(const cpu::LaneProgram& p, std::vector<std::vector<float>> lanes,
+                                                     cpu::FusedStepFn fused_step, int64_t n) {
+  for (const cpu::LaneLiteral& lit : p.literals) {
+    std::fill(lanes[lit.slot].begin(), lanes[lit.slot].end(), static_cast<float>(lit.value));
+  }
+  const std::vector<std::vector<float>> before = lanes;
+  std::vector<std::vector<float>> fused = lanes;
+  for (const cpu::LaneInstr& in : p.instrs) {
+    cpu::run_op_lanes<float>(in.op, lanes[in.dst].data(), lanes[in.args[0]].data(), lanes[in.args[1]].data(),
+                             lanes[in.args[2]].data(), n);
+  }
+  std::vector<float*> pointers;
+  for (std::vector<float>& slot_lanes : fused) pointers.push_back(slot_lanes.data());
+  fused_step(pointers.data(), n);
+  for (int32_t slot = 0; slot < p.num_slots; ++slot) {
+    const bool result = std::count(p.result_slots.begin(), p.result_slots.end(), slot) > 0;
+    EXPECT_TRUE(same_values(fused[slot], result ? lanes[slot] : before[slot]))
+        << "slot " << slot << (result ? " (a result)" : " (not a result: must be left alone)");
+  }
+}
+
 // Every lane loop of the unit is declared free of dependences between iterations: without it GCC
 // left loops with two or more stores scalar (PLIF's training step took 34 ms instead of 4 ms; the
 // speed is measured in docs/benchmarks.md, this only keeps the declaration in place).
@@ -113,27 +137,11 @@ TEST(FusedSteps, EveryVariantWritesWhatTheLaneLoopsWrite) {
     for (const auto& [symbol, lane_program] : functions) {
       Random rng;
       SCOPED_TRACE(np.name + " " + symbol + " " + rng.trace());
-      const cpu::LaneProgram& p = *lane_program;
       const int64_t n = 203;  // not a multiple of any vector width
-      std::vector<std::vector<float>> interpreted(p.num_slots, std::vector<float>(n));
-      fill_random_lanes(interpreted, rng);
-      for (const cpu::LaneLiteral& lit : p.literals) {
-        std::fill(interpreted[lit.slot].begin(), interpreted[lit.slot].end(), static_cast<float>(lit.value));
-      }
-      std::vector<std::vector<float>> fused = interpreted;
-      for (const cpu::LaneInstr& in : p.instrs) {
-        cpu::run_op_lanes<float>(in.op, interpreted[in.dst].data(), interpreted[in.args[0]].data(),
-                                 interpreted[in.args[1]].data(), interpreted[in.args[2]].data(), n);
-      }
-      std::vector<float*> pointers;
-      for (std::vector<float>& lanes : fused) pointers.push_back(lanes.data());
-      std::vector<std::vector<float>> before = fused;
-      reinterpret_cast<cpu::FusedStepFn>(library->symbol(symbol))(pointers.data(), n);
-      for (int32_t slot = 0; slot < p.num_slots; ++slot) {
-        const bool result = std::count(p.result_slots.begin(), p.result_slots.end(), slot) > 0;
-        EXPECT_TRUE(same_values(fused[slot], result ? interpreted[slot] : before[slot]))
-            << "slot " << slot << (result ? " (a result)" : " (not a result: must be left alone)");
-      }
+      std::vector<std::vector<float>> lanes(lane_program->num_slots, std::vector<float>(n));
+      fill_random_lanes(lanes, rng);
+      expect_fused_step_writes_the_lane_loops_results(
+          *lane_program, lanes, reinterpret_cast<cpu::FusedStepFn>(library->symbol(symbol)), n);
     }
   }
 }
@@ -173,22 +181,12 @@ y = ndtri(p) + sin(x) * cos(x)
   const cpu::LaneProgram& lane_program = cpu::lane_program(program, cpu::LaneVariant::Forward);
   const auto library = runtime::host_library_for(runtime::find_host_compiler(),
                                                  cpu::fused_unit_source({{"step", &lane_program}}), "fast forms", {});
-  std::vector<std::vector<float>> interpreted(lane_program.num_slots, std::vector<float>(n));
+  std::vector<std::vector<float>> lanes(lane_program.num_slots, std::vector<float>(n));
   for (const cpu::LaneLeaf& leaf : lane_program.step_leaves) {
-    if (leaf.op == ir::Op::Input) interpreted[leaf.slot] = leaf.index == 0 ? p : x;
+    if (leaf.op == ir::Op::Input) lanes[leaf.slot] = leaf.index == 0 ? p : x;
   }
-  for (const cpu::LaneLiteral& lit : lane_program.literals) {
-    std::fill(interpreted[lit.slot].begin(), interpreted[lit.slot].end(), static_cast<float>(lit.value));
-  }
-  std::vector<std::vector<float>> fused = interpreted;
-  for (const cpu::LaneInstr& in : lane_program.instrs) {
-    cpu::run_op_lanes<float>(in.op, interpreted[in.dst].data(), interpreted[in.args[0]].data(),
-                             interpreted[in.args[1]].data(), interpreted[in.args[2]].data(), n);
-  }
-  std::vector<float*> pointers;
-  for (std::vector<float>& lanes : fused) pointers.push_back(lanes.data());
-  reinterpret_cast<cpu::FusedStepFn>(library->symbol("step"))(pointers.data(), n);
-  for (int32_t slot : lane_program.result_slots) EXPECT_TRUE(same_values(fused[slot], interpreted[slot])) << "slot " << slot;
+  expect_fused_step_writes_the_lane_loops_results(lane_program, lanes,
+                                                  reinterpret_cast<cpu::FusedStepFn>(library->symbol("step")), n);
 }
 
 void expect_same_bits(const std::vector<Buffer>& got, const std::vector<Buffer>& want, const std::string& what) {
