@@ -379,7 +379,13 @@ inline float acosh_f32(float x) {
 // every lane, then fix those lanes; inf and NaN give NaN here).
 constexpr float kTrigFastLimit = 262144.0f;  // 2^18
 
-inline float sin_cos_reduced(float x, int quarter) {
+// x = k pi/2 + r with |r| <= pi/4: sin(r) and cos(r) in double, and k in the low bits of
+// `shifted` (see above).
+struct QuarterTurns {
+  double shifted, sine, cosine;
+};
+
+inline QuarterTurns quarter_turns(float x) {
   constexpr double kTwoOverPi = 0.63661977236758134308, kRound = 6755399441055744.0;  // 1.5 * 2^52
   constexpr double kPio2Hi = 1.57079632673412561417e+00, kPio2Lo = 6.07710050650619224932e-11;
   const double d = x;
@@ -392,22 +398,44 @@ inline float sin_cos_reduced(float x, int quarter) {
   sp = sp * r2 - 1.0 / 5040.0;
   sp = sp * r2 + 1.0 / 120.0;
   sp = sp * r2 - 1.0 / 6.0;
-  const double sine = r * (1.0 + r2 * sp);  // (a product keeps sin(-0) = -0)
   double cp = 1.0 / 479001600.0;
   cp = cp * r2 - 1.0 / 3628800.0;
   cp = cp * r2 + 1.0 / 40320.0;
   cp = cp * r2 - 1.0 / 720.0;
   cp = cp * r2 + 1.0 / 24.0;
   cp = cp * r2 - 0.5;
-  const double cosine = 1.0 + r2 * cp;
-  const uint64_t quadrant = detail::bit_copy<uint64_t>(shifted) + static_cast<uint64_t>(quarter);
+  return {shifted, r * (1.0 + r2 * sp), 1.0 + r2 * cp};  // (a product keeps sin(-0) = -0)
+}
+
+inline float sin_cos_reduced(float x, int quarter) {
+  const QuarterTurns q = quarter_turns(x);
+  const uint64_t quadrant = detail::bit_copy<uint64_t>(q.shifted) + static_cast<uint64_t>(quarter);
   const uint64_t odd = 0 - (quadrant & 1);  // all ones in quadrants 1 and 3: the cosine
-  const uint64_t value = (detail::bit_copy<uint64_t>(cosine) & odd) | (detail::bit_copy<uint64_t>(sine) & ~odd);
+  const uint64_t value = (detail::bit_copy<uint64_t>(q.cosine) & odd) | (detail::bit_copy<uint64_t>(q.sine) & ~odd);
   return static_cast<float>(detail::bit_copy<double>(value ^ ((quadrant & 2) << 62)));  // quadrants 2, 3: negated
+}
+
+// tan of x for |x| < kTrigFastLimit: sin(r) / cos(r) for even k, -cos(r) / sin(r) for odd k, one
+// division in double, rounded once to float: within 1 ulp. tan(-0) = -0.
+inline float tan_reduced(float x) {
+  const QuarterTurns q = quarter_turns(x);
+  const bool odd = (detail::bit_copy<uint64_t>(q.shifted) & 1) != 0;
+  return static_cast<float>((odd ? -q.cosine : q.sine) / (odd ? q.sine : q.cosine));
 }
 
 inline float sin_f32(float x) { return std::fabs(x) < kTrigFastLimit ? sin_cos_reduced(x, 0) : std::sin(x); }
 
 inline float cos_f32(float x) { return std::fabs(x) < kTrigFastLimit ? sin_cos_reduced(x, 1) : std::cos(x); }
+
+inline float tan_f32(float x) { return std::fabs(x) < kTrigFastLimit ? tan_reduced(x) : std::tan(x); }
+
+// hypot from the exact squares in double (a float squared has 48 bits, and double's range holds
+// them): one rounding of the sum, the square root's, and one to float; within 1 ulp, branch-free.
+// An infinite argument gives inf, also beside a NaN, as in C.
+inline float hypot_f32(float x, float y) {
+  const double dx = x, dy = y;
+  const float r = static_cast<float>(std::sqrt(dx * dx + dy * dy));
+  return (std::isinf(x) | std::isinf(y)) ? std::numeric_limits<float>::infinity() : r;
+}
 
 }  // namespace spikejit::ir

@@ -39,8 +39,8 @@ inline F sigmoid(F x) {
 // form here yet). A call inside a loop leaves the whole loop scalar.
 constexpr bool calls_libm_per_lane(Op op) {
   switch (op) {
-    case Op::Fmod: case Op::Pow: case Op::Log2: case Op::Exp2: case Op::Log10: case Op::Tan:
-    case Op::Erfc: case Op::Atan2: case Op::Hypot:
+    case Op::Fmod: case Op::Pow: case Op::Log2: case Op::Exp2: case Op::Log10: case Op::Erfc:
+    case Op::Atan2:
       return true;
     default:
       return false;
@@ -48,13 +48,14 @@ constexpr bool calls_libm_per_lane(Op op) {
 }
 
 // The ops whose apply_op<float> is a branch-free form where that form holds and a call (libm's,
-// or a float64 version) on the rest of the domain: sin and cos beyond kTrigFastLimit, ndtri in
-// its far tails. A loop over lanes runs the form for every lane (it vectorizes), then apply_op
+// or a float64 version) on the rest of the domain: sin, cos and tan beyond kTrigFastLimit, ndtri
+// in its far tails. A loop over lanes runs the form for every lane (it vectorizes), then apply_op
 // again for the rare lanes where it does not hold: the results are apply_op's.
-constexpr bool has_fast_form(Op op) { return op == Op::Sin || op == Op::Cos || op == Op::Ndtri; }
+constexpr bool has_fast_form(Op op) { return op == Op::Sin || op == Op::Cos || op == Op::Tan || op == Op::Ndtri; }
 
 inline float fast_form(Op op, float a) {
-  return op == Op::Ndtri ? ndtri_fast(a) : sin_cos_reduced(a, op == Op::Cos ? 1 : 0);
+  if (op == Op::Ndtri) return ndtri_fast(a);
+  return op == Op::Tan ? tan_reduced(a) : sin_cos_reduced(a, op == Op::Cos ? 1 : 0);
 }
 
 inline bool fast_form_holds(Op op, float a) {
@@ -99,7 +100,7 @@ inline F apply_op(Op op, F a, F b, F c) {
     case Op::Expm1: return by_precision(a, expm1_f32, [](F v) { return std::expm1(v); });
     case Op::Exp2: return std::exp2(a);
     case Op::Log10: return std::log10(a);
-    case Op::Tan: return std::tan(a);
+    case Op::Tan: return by_precision(a, tan_f32, [](F v) { return std::tan(v); });
     case Op::Atan: return by_precision(a, atan_f32, [](F v) { return std::atan(v); });
     case Op::Asin: return by_precision(a, asin_f32, [](F v) { return std::asin(v); });
     case Op::Acos: return by_precision(a, acos_f32, [](F v) { return std::acos(v); });
@@ -112,7 +113,9 @@ inline F apply_op(Op op, F a, F b, F c) {
     case Op::Erfinv: return by_precision(a, erfinv_f32, erfinv_f64);
     case Op::Ndtri: return by_precision(a, ndtri_f32, ndtri_f64);
     case Op::Atan2: return std::atan2(a, b);
-    case Op::Hypot: return std::hypot(a, b);
+    case Op::Hypot:
+      if constexpr (std::is_same_v<F, float>) return hypot_f32(a, b);
+      return std::hypot(a, b);
     case Op::Eq: return F(a == b);
     case Op::Ne: return F(a != b);
     case Op::Lt: return F(a < b);

@@ -146,9 +146,9 @@ TEST(FusedSteps, EveryVariantWritesWhatTheLaneLoopsWrite) {
   }
 }
 
-// The ops with a fast form (ir::has_fast_form: sin, cos, ndtri) where it does not hold: ndtri's
-// far tails (p below about 4.5e-8), 0, 1 and outside [0, 1], sin and cos beyond kTrigFastLimit,
-// mixed with lanes where it holds. The lane loops give apply_op's values lane by lane, and the
+// The ops with a fast form (ir::has_fast_form: sin, cos, tan, ndtri) where it does not hold:
+// ndtri's far tails (p below about 4.5e-8), 0, 1 and outside [0, 1]; sin, cos and tan beyond
+// kTrigFastLimit; mixed with lanes where it holds. The lane loops give apply_op's values lane by lane, and the
 // fused step (its second pass) the lane loops' bits.
 TEST(FusedSteps, FastFormsOutsideTheirRangeGiveApplyOpsValues) {
   const Program program = Program::from_text(R"(
@@ -156,7 +156,7 @@ neuron fast_forms
 input p
 input x
 output y
-y = ndtri(p) + sin(x) * cos(x)
+y = ndtri(p) + sin(x) * cos(x) + tan(x)
 )");
   const std::vector<float> tails = {1e-30f, 2.9e-8f, 3e-8f, 4.4e-8f, 4.5e-8f, 4.6e-8f, 1e-7f, 0.0f, -0.0f, 1.0f, 0.99999994f, -0.5f, 1.5f,
                                     std::numeric_limits<float>::quiet_NaN(), 1e-45f};
@@ -169,7 +169,7 @@ y = ndtri(p) + sin(x) * cos(x)
     p[l] = rng.bits() % 3 == 0 ? tails[rng.bits() % tails.size()] : static_cast<float>(rng.uniform(0.0, 1.0));
     x[l] = rng.bits() % 3 == 0 ? huge[rng.bits() % huge.size()] : static_cast<float>(rng.uniform(-10.0, 10.0));
   }
-  for (ir::Op op : {ir::Op::Ndtri, ir::Op::Sin, ir::Op::Cos}) {
+  for (ir::Op op : {ir::Op::Ndtri, ir::Op::Sin, ir::Op::Cos, ir::Op::Tan}) {
     const std::vector<float>& a = op == ir::Op::Ndtri ? p : x;
     std::vector<float> lanes(n), zeros(n, 0.0f);
     cpu::run_op_lanes<float>(op, lanes.data(), a.data(), zeros.data(), zeros.data(), n);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -115,6 +116,8 @@ TEST(ScalarOps, EachFunctionIsWithinItsUlpBound) {
                         Case{"acosh", ir::acosh_f32, [](double x) { return std::acosh(x); }, 1.0f, 1e30f, 3.0},
                         Case{"sin", ir::sin_f32, [](double x) { return std::sin(x); }, -1e6f, 1e6f, 1.0},
                         Case{"cos", ir::cos_f32, [](double x) { return std::cos(x); }, -1e6f, 1e6f, 1.0},
+                        // (the reduced range only: beyond, libm's tanf, 1.19 ulp at 989886)
+                        Case{"tan", ir::tan_f32, [](double x) { return std::tan(x); }, -262144.0f, 262144.0f, 1.0},
                         // against erfinv_f64 (the C library has no erfinv; its own test is below)
                         Case{"erfinv", ir::erfinv_f32, ir::erfinv_f64, -1.0f, 1.0f, 4.0},
                         // 4.8 ulp measured over every float in (0, 1), 4.5 on this stride
@@ -125,6 +128,35 @@ TEST(ScalarOps, EachFunctionIsWithinItsUlpBound) {
     EXPECT_GT(checked, 10'000'000) << c.name;
     EXPECT_LE(worst, c.bound) << c.name << " at x = " << at;
   }
+}
+
+// hypot_f32 against libm's double hypot over random pairs spanning the float range (one
+// argument up to 2^60 times the other, both signs, subnormals), and C's special values.
+TEST(ScalarOps, HypotIsWithinOneUlp) {
+  std::mt19937_64 rng(20261205);
+  std::uniform_int_distribution<uint32_t> bits(0, 0x7F7FFFFFu);  // finite, non-negative
+  double worst = 0;
+  for (int i = 0; i < 2000000; ++i) {
+    const float x = float_of_bits(bits(rng)) * (i % 2 ? 1.0f : -1.0f);
+    const float y = i % 3 == 0 ? float_of_bits(bits(rng)) : x * std::ldexp(1.0f, -static_cast<int>(rng() % 60));
+    const float got = ir::hypot_f32(x, y);
+    const double want = std::hypot(static_cast<double>(x), static_cast<double>(y));
+    if (std::isinf(want) || want > std::numeric_limits<float>::max()) {
+      EXPECT_EQ(got, std::numeric_limits<float>::infinity()) << x << ", " << y;
+      continue;
+    }
+    worst = std::max(worst, ulp_error(got, want));
+  }
+  EXPECT_LE(worst, 1.0);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(ir::hypot_f32(inf, nan), inf);
+  EXPECT_EQ(ir::hypot_f32(nan, -inf), inf);
+  EXPECT_TRUE(std::isnan(ir::hypot_f32(nan, 1.0f)));
+  EXPECT_EQ(ir::hypot_f32(-3.0f, 4.0f), 5.0f);
+  EXPECT_EQ(ir::hypot_f32(0.0f, -0.0f), 0.0f);
+  EXPECT_EQ(ir::tan_f32(-0.0f), -0.0f);
+  EXPECT_TRUE(std::signbit(ir::tan_f32(-0.0f)));
+  EXPECT_EQ(ir::tan_f32(1e30f), std::tan(1e30f));  // beyond the reduced range: libm's
 }
 
 // erfinv_f64, the reference above and the executor's float64 Erfinv, inverts libm's erf: near 0
