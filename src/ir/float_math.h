@@ -207,13 +207,20 @@ inline F horner(const double (&coefficients)[N], F x) {
   return p;
 }
 
-// erfinv by Giles' polynomials (both evaluated, one selected). Within 4 ulp of the exact value
+// erfinv(x) / x by Giles' polynomials from their w = -log((1 - x)(1 + x)), for erfinv and ndtri in
+// float and as the start of the float64 versions: both evaluated, one selected (a select, which
+// the lane loops vectorize).
+template <class F>
+inline F erfinv_over_x(F w) {
+  const F centre = horner(kErfinvCentre, w - F(2.5)), tail = horner(kErfinvTail, std::sqrt(w) - F(3));
+  return w < F(5) ? centre : tail;
+}
+
+// erfinv by Giles' polynomials. Within 4 ulp of the exact value
 // over (-1, 1) (the polynomials' own error); +-1 gives +-inf, |x| > 1 and NaN give NaN,
 // erfinv(-0) = -0.
 inline float erfinv_f32(float x) {
-  const float w = -log_f32((1.0f - x) * (1.0f + x));
-  const float p = horner(kErfinvCentre, w - 2.5f), q = horner(kErfinvTail, std::sqrt(w) - 3.0f);
-  const float out = (w < 5.0f ? p : q) * x;
+  const float out = erfinv_over_x(-log_f32((1.0f - x) * (1.0f + x))) * x;
   return std::fabs(x) == 1.0f ? std::copysign(std::numeric_limits<float>::infinity(), x) : out;
 }
 
@@ -227,8 +234,7 @@ inline double erfinv_f64(double y) {
     constexpr double kInf = std::numeric_limits<double>::infinity();
     return a == 1.0 ? std::copysign(kInf, y) : std::numeric_limits<double>::quiet_NaN();
   }
-  const double w = -std::log((1.0 - a) * (1.0 + a));
-  double x = (w < 5.0 ? horner(kErfinvCentre, w - 2.5) : horner(kErfinvTail, std::sqrt(w) - 3.0)) * a;
+  double x = erfinv_over_x(-std::log((1.0 - a) * (1.0 + a))) * a;
   constexpr double kTwoOverSqrtPi = 1.1283791670955126;
   for (int step = 0; step < 4; ++step) {
     if (a < 0.5) {
@@ -279,9 +285,7 @@ constexpr float kNdtriFastHalfWidth = 0.49999997f;  // 0.5 - 2^-25
 inline bool ndtri_fast_holds(float p) { return std::fabs(p - 0.5f) < kNdtriFastHalfWidth; }
 
 inline float ndtri_fast(float p) {
-  const float w = -log_f32((2.0f * p) * (2.0f * (1.0f - p)));
-  const float centre = horner(kErfinvCentre, w - 2.5f), tail = horner(kErfinvTail, std::sqrt(w) - 3.0f);
-  return (w < 5.0f ? centre : tail) * (1.41421356f * (2.0f * p - 1.0f));
+  return erfinv_over_x(-log_f32((2.0f * p) * (2.0f * (1.0f - p)))) * (1.41421356f * (2.0f * p - 1.0f));
 }
 
 // ndtri in float32: ndtri_fast where it holds; elsewhere (p below 4.5e-8, 1, outside [0, 1), NaN)
@@ -379,6 +383,8 @@ inline float acosh_f32(float x) {
 // every lane, then fix those lanes; inf and NaN give NaN here).
 constexpr float kTrigFastLimit = 262144.0f;  // 2^18
 
+inline bool trig_reduced_holds(float x) { return std::fabs(x) < kTrigFastLimit; }
+
 // x = k pi/2 + r with |r| <= pi/4: sin(r) and cos(r) in double, and k in the low bits of
 // `shifted` (see above).
 struct QuarterTurns {
@@ -423,11 +429,11 @@ inline float tan_reduced(float x) {
   return static_cast<float>((odd ? -q.cosine : q.sine) / (odd ? q.sine : q.cosine));
 }
 
-inline float sin_f32(float x) { return std::fabs(x) < kTrigFastLimit ? sin_cos_reduced(x, 0) : std::sin(x); }
+inline float sin_f32(float x) { return trig_reduced_holds(x) ? sin_cos_reduced(x, 0) : std::sin(x); }
 
-inline float cos_f32(float x) { return std::fabs(x) < kTrigFastLimit ? sin_cos_reduced(x, 1) : std::cos(x); }
+inline float cos_f32(float x) { return trig_reduced_holds(x) ? sin_cos_reduced(x, 1) : std::cos(x); }
 
-inline float tan_f32(float x) { return std::fabs(x) < kTrigFastLimit ? tan_reduced(x) : std::tan(x); }
+inline float tan_f32(float x) { return trig_reduced_holds(x) ? tan_reduced(x) : std::tan(x); }
 
 // hypot from the exact squares in double (a float squared has 48 bits, and double's range holds
 // them): one rounding of the sum, the square root's, and one to float; within 1 ulp, branch-free.

@@ -59,7 +59,7 @@ inline float fast_form(Op op, float a) {
 }
 
 inline bool fast_form_holds(Op op, float a) {
-  return op == Op::Ndtri ? ndtri_fast_holds(a) : std::fabs(a) < kTrigFastLimit;
+  return op == Op::Ndtri ? ndtri_fast_holds(a) : trig_reduced_holds(a);
 }
 
 // Applies `op` to a, b, c (unused ones ignored). `op` must not be a leaf or Spike's surrogate
