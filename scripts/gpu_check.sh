@@ -43,7 +43,7 @@ OUT=${OUT:-$ROOT/gpu-out}
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 JOBS=${JOBS:-$(nproc)}
 BUDGET_S=${BUDGET_S:-570}
-SANITIZER_FILTER=${SANITIZER_FILTER:-CudaKernels.MultiState*:CudaKernels.CheckpointEdges*:CudaKernels.EdgeShapes*:CudaKernels.Rejects*:CudaKernels.PackedEdge*:CudaKernels.PackedVector*:CudaKernels.PackedRejects*:CudaKernels.DrawsEqual*}
+SANITIZER_FILTER=${SANITIZER_FILTER:-CudaKernels.MultiState*:CudaKernels.CheckpointEdges*:CudaKernels.EdgeShapes*:CudaKernels.Rejects*:CudaKernels.PackedEdge*:CudaKernels.PackedVector*:CudaKernels.PackedRejects*:CudaKernels.DrawsEqual*:CudaKernels.LongSequences*}
 mkdir -p "$OUT" "$BUILD"
 # pytest-xdist, when installed, spreads the Python tests over processes.
 PYTEST_PARALLEL=()

@@ -4,7 +4,9 @@
 //   deterministic block reduction of scalar parameter gradients.
 // * The loads of step t + DEPTH are issued before step t is computed (a ring of DEPTH rows in
 //   registers, the time loop unrolled by DEPTH so the ring is indexed by constants): with small N
-//   there are few warps, and each step would otherwise wait a full memory latency.
+//   there are few warps, and each step would otherwise wait a full memory latency. Those
+//   variants also ask L2 for the rows kRingL2Ahead steps beyond the ring (no registers), so the
+//   ring's loads wait for L2, not DRAM.
 // * VEC instantiations use 16-byte accesses; the scalar ones handle unaligned buffers, N not a
 //   multiple of EPT and the last partial row. The choice is made once per thread, or once per
 //   warp in kernels that write bit-packed rows (kWritesPackedRows): there the threads of a warp
@@ -227,6 +229,13 @@ __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0
 #pragma unroll
         for (int i = 0; i < kInputs; ++i) xr[i] = ring[d][i];
         load_inputs<EPT, VEC>(a, ahead_row < last_row ? ahead_row : last_row, count, ring[d]);
+        if constexpr (DEPTH > 1 && kRingL2Ahead > 0) {
+          const long long far = ahead_row + kRingL2Ahead * N;
+          if (far <= last_row) {
+#pragma unroll
+            for (int i = 0; i < kInputs; ++i) row_prefetch_l2<storage>(a.buffers[kSlotInput + i], far);
+          }
+        }
         ahead_row += N;
         if constexpr (kCheckpointEvery > 0) {
           constexpr int K = kCheckpointEvery > 0 ? kCheckpointEvery : 1;
@@ -321,6 +330,25 @@ __device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, long long 
 #pragma unroll
     for (int i = 0; i < kStates; ++i)
       grad_row_load<EPT, VEC>(kGradStateSeqRepeat[i], a.buffers[kSlotGradStateSeq + i], t, n0, count, N, r.grad_seq[i]);
+  }
+}
+
+// Asks L2 for the full rows of step t that load_step_rows reads (not bit rows or repeated ones).
+__device__ __forceinline__ void prefetch_step_rows_l2(const SpikejitArgs& a, long long t, long long n0) {
+  const long long offset = t * a.neurons + n0;
+#pragma unroll
+  for (int i = 0; i < kSaved; ++i) {
+    if (!is_packed_saved(i)) row_prefetch_l2<storage>(a.buffers[kSlotSaved + i], offset);
+  }
+#pragma unroll
+  for (int i = 0; i < kOutputs; ++i) {
+    if (kGradOutputRepeat[i] == 0) row_prefetch_l2<storage>(a.buffers[kSlotGradOutput + i], offset);
+  }
+  if constexpr (kReadGradStateSeqs) {
+#pragma unroll
+    for (int i = 0; i < kStates; ++i) {
+      if (kGradStateSeqRepeat[i] == 0) row_prefetch_l2<storage>(a.buffers[kSlotGradStateSeq + i], offset);
+    }
   }
 }
 
@@ -424,6 +452,9 @@ __device__ __forceinline__ void backward_rows(const SpikejitArgs& a, long long n
         const long long t = t0 - d;
         const StepRows<EPT> cur = ring[d];
         load_step_rows<EPT, VEC, true>(a, ahead > 0 ? ahead : 0, n0, count, ring[d]);
+        if constexpr (DEPTH > 1 && kRingL2Ahead > 0) {
+          if (ahead >= kRingL2Ahead) prefetch_step_rows_l2(a, ahead - kRingL2Ahead, n0);
+        }
         --ahead;
         real sv[kSavedA][EPT];
 #pragma unroll

@@ -39,6 +39,9 @@ constexpr int kCheckpointPrefetchRegisters = 96;
 // k = 8 and 16 ran 4-15 % faster than without; at 256 bytes (16 steps) slower than without, the
 // rows in flight then exceed L2 (about 270K resident threads).
 constexpr int kCheckpointL2AheadBytes = 128;
+// The one-neuron-per-thread variant (few warps: small N) also asks L2 for the rows this many
+// steps beyond its register ring, so that the ring's loads find them in L2 rather than in DRAM.
+constexpr int kRingL2Ahead = 32;
 // Above this cost (step_cost) a step function is called instead of inlined.
 constexpr int kInlineStepCost = 120;
 
@@ -244,6 +247,7 @@ std::string constants(const KernelPlan& p) {
   s += "[[maybe_unused]] constexpr int kCheckpointPrefetchRegisters = " +
        std::to_string(kCheckpointPrefetchRegisters) + ";\n";
   s += "[[maybe_unused]] constexpr int kCheckpointL2AheadBytes = " + std::to_string(kCheckpointL2AheadBytes) + ";\n";
+  s += "[[maybe_unused]] constexpr int kRingL2Ahead = " + std::to_string(kRingL2Ahead) + ";\n";
   s += "[[maybe_unused]] constexpr int kReduceThreads = " + std::to_string(kReduceThreads) + ";\n";
   s += "// The values one step function takes and returns.\n";
   s += "struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA], u[kStreamsA]; };  // u: the draws\n";

@@ -1192,6 +1192,37 @@ TEST_F(CudaKernels, PackedOutputsAndSavedBitsEqualTheCpu) {
   for (const Job& j : jobs) run_job(j, rng_);
 }
 
+// Sequences longer than the one-neuron-per-thread variant's register ring plus the steps it asks
+// of L2 beyond it (kRingL2Ahead), so that rows asked of L2 are read: every kind, small N, dense
+// and repeated gradient rows, saved spikes as bits.
+TEST_F(CudaKernels, LongSequencesPastTheL2LookAhead) {
+  SCOPED_TRACE(trace());
+  const NamedProgram lif{"lif", Program(builtins::lif_neuron())};
+  const NamedProgram adaptive{"adaptive", Program::from_text(kMultiState)};
+  const std::vector<NamedProgram> packed = packed_programs();
+  std::vector<const NamedProgram*> programs = {&lif, &adaptive};
+  for (const NamedProgram& np : packed) programs.push_back(&np);
+  std::vector<Job> jobs;
+  size_t variant = 0;
+  for (size_t p = 0; p < programs.size(); ++p) {
+    for (DType d : {DType::F32, DType::F16}) {
+      for (Job j : jobs_for(*programs[p], d, variant++, 1, 3000)) {
+        if (p >= 2) make_packed(j, rng_);
+        j.steps = 49 + static_cast<int64_t>(rng_() % 160);
+        j.offset = rng_() % 4 == 0 ? 1 : 0;
+        if (j.backward && rng_() % 2 == 0) {
+          j.grad_output_layouts.assign(static_cast<size_t>(programs[p]->program.forward().num_outputs),
+                                       SequenceLayout());
+          j.grad_output_layouts[0].same_each_step = true;
+        }
+        jobs.push_back(j);
+      }
+    }
+  }
+  compile_all(jobs);
+  for (const Job& j : jobs) run_job(j, rng_);
+}
+
 // T = 0, N = 0 (nothing launched, nothing written), and N around the byte and warp sizes.
 TEST_F(CudaKernels, PackedEdgeShapes) {
   SCOPED_TRACE(trace());

@@ -224,6 +224,7 @@ __device__ __forceinline__ void real_row_store(void* base, long long offset, int
 [[maybe_unused]] constexpr int kCheckpointRegisters = 64;
 [[maybe_unused]] constexpr int kCheckpointPrefetchRegisters = 96;
 [[maybe_unused]] constexpr int kCheckpointL2AheadBytes = 128;
+[[maybe_unused]] constexpr int kRingL2Ahead = 32;
 [[maybe_unused]] constexpr int kReduceThreads = 256;
 // The values one step function takes and returns.
 struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA], u[kStreamsA]; };  // u: the draws
@@ -489,6 +490,13 @@ __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0
 #pragma unroll
         for (int i = 0; i < kInputs; ++i) xr[i] = ring[d][i];
         load_inputs<EPT, VEC>(a, ahead_row < last_row ? ahead_row : last_row, count, ring[d]);
+        if constexpr (DEPTH > 1 && kRingL2Ahead > 0) {
+          const long long far = ahead_row + kRingL2Ahead * N;
+          if (far <= last_row) {
+#pragma unroll
+            for (int i = 0; i < kInputs; ++i) row_prefetch_l2<storage>(a.buffers[kSlotInput + i], far);
+          }
+        }
         ahead_row += N;
         if constexpr (kCheckpointEvery > 0) {
           constexpr int K = kCheckpointEvery > 0 ? kCheckpointEvery : 1;

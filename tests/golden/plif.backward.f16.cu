@@ -241,6 +241,7 @@ __device__ __forceinline__ void real_row_store(void* base, long long offset, int
 [[maybe_unused]] constexpr int kCheckpointRegisters = 64;
 [[maybe_unused]] constexpr int kCheckpointPrefetchRegisters = 96;
 [[maybe_unused]] constexpr int kCheckpointL2AheadBytes = 128;
+[[maybe_unused]] constexpr int kRingL2Ahead = 32;
 [[maybe_unused]] constexpr int kReduceThreads = 256;
 // The values one step function takes and returns.
 struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA], u[kStreamsA]; };  // u: the draws
@@ -500,6 +501,25 @@ __device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, long long 
   }
 }
 
+// Asks L2 for the full rows of step t that load_step_rows reads (not bit rows or repeated ones).
+__device__ __forceinline__ void prefetch_step_rows_l2(const SpikejitArgs& a, long long t, long long n0) {
+  const long long offset = t * a.neurons + n0;
+#pragma unroll
+  for (int i = 0; i < kSaved; ++i) {
+    if (!is_packed_saved(i)) row_prefetch_l2<storage>(a.buffers[kSlotSaved + i], offset);
+  }
+#pragma unroll
+  for (int i = 0; i < kOutputs; ++i) {
+    if (kGradOutputRepeat[i] == 0) row_prefetch_l2<storage>(a.buffers[kSlotGradOutput + i], offset);
+  }
+  if constexpr (kReadGradStateSeqs) {
+#pragma unroll
+    for (int i = 0; i < kStates; ++i) {
+      if (kGradStateSeqRepeat[i] == 0) row_prefetch_l2<storage>(a.buffers[kSlotGradStateSeq + i], offset);
+    }
+  }
+}
+
 // One reverse step (when `live`): `carry` holds dL/d states[t] from later steps on entry and
 // dL/d states[t-1] on return; parameter gradients accumulate in `gacc`; grad inputs are stored
 // at `offset`.
@@ -600,6 +620,9 @@ __device__ __forceinline__ void backward_rows(const SpikejitArgs& a, long long n
         const long long t = t0 - d;
         const StepRows<EPT> cur = ring[d];
         load_step_rows<EPT, VEC, true>(a, ahead > 0 ? ahead : 0, n0, count, ring[d]);
+        if constexpr (DEPTH > 1 && kRingL2Ahead > 0) {
+          if (ahead >= kRingL2Ahead) prefetch_step_rows_l2(a, ahead - kRingL2Ahead, n0);
+        }
         --ahead;
         real sv[kSavedA][EPT];
 #pragma unroll
