@@ -1,7 +1,7 @@
 # One variant's times (ms, do_bench median with its L2 flush), as JSON on stdout.
 import json, sys, os
 import torch
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from bench_common import spikejit_node
 from bench_gpu_vs_spikingjelly import steps_for
 from triton.testing import do_bench
