@@ -112,6 +112,8 @@ class _CompiledCore:
     def runtime_params(self, x_seq: Tensor, params: Optional[Sequence[Tensor]] = None) -> List[Tensor]:
         """The parameter tensors as the ops take them: x_seq's dtype, scalars as [] or [1], per-neuron
         tensors broadcast to the neuron shape (gradients flow back through the broadcast)."""
+        if not self.param_kinds:  # (the common core: no parameters, nothing to look up per call)
+            return []
         out = []
         neuron_shape = x_seq.shape[1:]
         for i, (p, kind) in enumerate(zip(self.params if params is None else params, self.param_kinds)):
@@ -458,6 +460,7 @@ class FlexSN(StatefulModule):
         self.state_seqs = None
 
     def _current_states(self, step_shape):
+        """The states an earlier call left, when they fit steps of `step_shape`; else None."""
         states = self.states
         if states is not None and all(s.shape == step_shape for s in states):
             refuse_stale_state(self)
@@ -469,16 +472,21 @@ class FlexSN(StatefulModule):
     def _check_inputs(self, inputs):
         if len(inputs) != self.num_inputs:
             raise ValueError(f"inputs: expected {self.num_inputs} tensors, got {len(inputs)}")
-        for i, x in enumerate(inputs):
+        first = inputs[0]
+        if not isinstance(first, Tensor):
+            raise TypeError(f"inputs[0]: expected a tensor, got {type(first).__name__}")
+        for i in range(1, len(inputs)):
+            x = inputs[i]
             if not isinstance(x, Tensor):
                 raise TypeError(f"inputs[{i}]: expected a tensor, got {type(x).__name__}")
-            if x.shape != inputs[0].shape:
-                raise ValueError(f"inputs[{i}]: expected shape {list(inputs[0].shape)} (that of inputs[0]), "
+            if x.shape != first.shape:
+                raise ValueError(f"inputs[{i}]: expected shape {list(first.shape)} (that of inputs[0]), "
                                  f"got {list(x.shape)}")
-        if self.step_mode == "m" and inputs[0].dim() < 1:
+        if self.step_mode == "m" and first.dim() < 1:
             raise ValueError("inputs[0]: expected a sequence [T, *S]")
 
     def _mask(self, inputs, states):
+        """The inputs and states, detached where requires_grad says False."""
         if self.requires_grad is None:
             return list(inputs), states
         flags = self.requires_grad
@@ -539,7 +547,7 @@ class FlexSN(StatefulModule):
 
     def multi_step_forward(self, *inputs):
         self._check_inputs(inputs)
-        states = self._current_states(inputs[0].shape[1:])
+        states = None if self.states is None else self._current_states(inputs[0].shape[1:])
         outputs, finals, seqs = self._run_sequence(list(inputs), states)
         self.states = finals
         if self.store_state_seqs:
