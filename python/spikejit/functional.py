@@ -39,10 +39,11 @@ from ._layout import inverse, memory_order, neuron_order
 from . import surrogate as _surrogate
 
 __all__ = ["multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step",
-           "plif_multi_step", "builtin_handle", "run_neuron", "execute_neuron", "neuron_call_hook"]
+           "plif_multi_step", "builtin_handle", "text_handle", "run_neuron", "execute_neuron", "neuron_call_hook"]
 
 _cache_lock = threading.Lock()
 _builtin_handles = {}
+_text_handles = {}
 
 
 def _plif_r_text(v_threshold, v_reset, detach_reset, surrogate_name, surrogate_params, decay_input):
@@ -63,6 +64,20 @@ def _plif_r_text(v_threshold, v_reset, detach_reset, surrogate_name, surrogate_p
         "s_reset = where(detach_reset, detach(s), s)",
         "v = where(soft_reset, h - s_reset * v_threshold, (1 - s_reset) * h + s_reset * v_reset)",
     ])
+
+
+def text_handle(text: str, source_name: str) -> int:
+    """The registry handle of the neuron written in `text` (the neuron text format), registered
+    once per distinct text and kept for the process, like the built-ins. `source_name` names the
+    text in parse errors."""
+    handle = _text_handles.get(text)
+    if handle is not None:
+        return handle
+    with _cache_lock:
+        handle = _text_handles.get(text)
+        if handle is None:
+            handle = _text_handles[text] = registry.register(_core.Program.from_text(text, source_name))
+    return handle
 
 
 def _check_number(name, value):

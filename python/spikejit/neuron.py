@@ -64,8 +64,9 @@ class BaseNode(StatefulModule):
     """
 
     _STATE_NAMES = frozenset({"v", "v_seq"})
-    _OPTIONS = frozenset({"v_threshold", "v_reset", "detach_reset", "surrogate_function", "tau", "decay_input"})
+    _BASE_OPTIONS = frozenset({"v_threshold", "v_reset", "detach_reset", "surrogate_function"})
     _SUBCLASS_OPTIONS = frozenset({"tau", "decay_input"})  # what **options may hold
+    _OPTIONS = _BASE_OPTIONS | _SUBCLASS_OPTIONS  # the assignments that rebuild the program
 
     def __init__(self, v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, surrogate_function=None,
                  detach_reset: bool = False, step_mode: str = "s", backend: str = "spikejit",

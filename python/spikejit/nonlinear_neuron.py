@@ -1,0 +1,104 @@
+"""QIFNode and EIFNode: SpikingJelly's nonlinear integrate-and-fire neurons, with its constructor
+arguments and behaviour, on the fused kernels.
+
+    node = spikejit.QIFNode(tau=2.0, v_c=0.8, a0=1.0, v_reset=-0.1, step_mode="m")
+    s_seq = node(x_seq)
+
+QIF charges h = v + (x + a0 (v - v_rest)(v - v_c)) / tau, EIF h = v + (x + v_rest - v +
+delta_T exp((v - theta_rh) / delta_T)) / tau; both then fire and reset like LIFNode (hard reset to
+v_reset, or soft reset with v_reset=None). Each set of options is a neuron in the text format
+(docs/neuron-format.md), compiled once per process like the built-ins; everything else (single
+and multi step, `v`, `v_seq`, `store_v_seq`, `detach_reset`, surrogates, checkpoints) is
+BaseNode's. SpikingJelly 2.0 runs these neurons on its torch backend only.
+"""
+from typing import Optional, Union
+
+from . import surrogate as _surrogate
+from .functional import text_handle
+from .neuron import BaseNode
+
+__all__ = ["QIFNode", "EIFNode"]
+
+_FIRE_AND_RESET = [
+    "s_reset = where(detach_reset, detach(s), s)",
+    "v = where(soft_reset, h - s_reset * v_threshold, (1 - s_reset) * h + s_reset * v_reset)",
+]
+
+
+def _neuron_text(name: str, constants: dict, charge: str, node: BaseNode) -> str:
+    """A one-state neuron that charges by `charge` (h from x and v), then fires and resets with
+    `node`'s options (the LIF step's last lines)."""
+    soft = node.v_reset is None
+    constants = dict(constants, v_threshold=node.v_threshold, v_reset=0.0 if soft else node.v_reset)
+    return "\n".join([
+        f"neuron {name}",
+        "input x",
+        "state v = v_reset",
+        "const " + ", ".join(f"{k} = {float(v)!r}" for k, v in constants.items()),
+        f"const soft_reset = {str(soft).lower()}, detach_reset = {str(node.detach_reset).lower()}",
+        "output s",
+        f"h = {charge}",
+        f"s = spike(h - v_threshold, {_surrogate.text(*_surrogate.resolve(node.surrogate_function))})",
+        *_FIRE_AND_RESET,
+    ])
+
+
+def _check_order(node: BaseNode, positive: str) -> None:
+    """SpikingJelly's conditions on the options: `positive` > 0 and, under a hard reset,
+    v_threshold > v_reset and v_rest >= v_reset."""
+    if not getattr(node, positive) > 0:
+        raise ValueError(f"{positive}: expected a float > 0, got {getattr(node, positive)}")
+    if node.v_reset is not None:
+        if not node.v_threshold > node.v_reset:
+            raise ValueError(f"v_threshold: expected a float > v_reset = {node.v_reset}, got {node.v_threshold}")
+        if not node.v_rest >= node.v_reset:
+            raise ValueError(f"v_rest: expected a float >= v_reset = {node.v_reset}, got {node.v_rest}")
+
+
+class QIFNode(BaseNode):
+    """Quadratic integrate-and-fire: h = v + (x + a0 (v - v_rest)(v - v_c)) / tau."""
+
+    _SUBCLASS_OPTIONS = frozenset({"tau", "v_c", "a0", "v_rest"})
+    _OPTIONS = BaseNode._BASE_OPTIONS | _SUBCLASS_OPTIONS
+
+    def __init__(self, tau: float = 2.0, v_c: float = 0.8, a0: float = 1.0, v_threshold: float = 1.0,
+                 v_rest: float = 0.0, v_reset: Optional[float] = -0.1, surrogate_function=None,
+                 detach_reset: bool = False, step_mode: str = "s", store_v_seq: bool = False,
+                 backend: str = "spikejit", checkpoint_every: Union[int, str] = "auto"):
+        super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq,
+                         checkpoint_every, tau=tau, v_c=v_c, a0=a0, v_rest=v_rest)
+
+    def _make_handle(self) -> int:
+        _check_order(self, "a0")
+        text = _neuron_text("qif", dict(tau=self.tau, v_c=self.v_c, a0=self.a0, v_rest=self.v_rest),
+                            "v + (x + a0 * (v - v_rest) * (v - v_c)) / tau", self)
+        return text_handle(text, "<QIFNode>")
+
+    def extra_repr(self) -> str:
+        return f"tau={self.tau}, v_c={self.v_c}, a0={self.a0}, v_rest={self.v_rest}, " + super().extra_repr()
+
+
+class EIFNode(BaseNode):
+    """Exponential integrate-and-fire: h = v + (x + v_rest - v + delta_T exp((v - theta_rh) /
+    delta_T)) / tau."""
+
+    _SUBCLASS_OPTIONS = frozenset({"tau", "delta_T", "theta_rh", "v_rest"})
+    _OPTIONS = BaseNode._BASE_OPTIONS | _SUBCLASS_OPTIONS
+
+    def __init__(self, tau: float = 2.0, delta_T: float = 1.0, theta_rh: float = 0.8, v_threshold: float = 1.0,
+                 v_rest: float = 0.0, v_reset: Optional[float] = -0.1, surrogate_function=None,
+                 detach_reset: bool = False, step_mode: str = "s", store_v_seq: bool = False,
+                 backend: str = "spikejit", checkpoint_every: Union[int, str] = "auto"):
+        super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq,
+                         checkpoint_every, tau=tau, delta_T=delta_T, theta_rh=theta_rh, v_rest=v_rest)
+
+    def _make_handle(self) -> int:
+        _check_order(self, "delta_T")
+        text = _neuron_text("eif", dict(tau=self.tau, delta_T=self.delta_T, theta_rh=self.theta_rh,
+                                         v_rest=self.v_rest),
+                            "v + (x + v_rest - v + delta_T * exp((v - theta_rh) / delta_T)) / tau", self)
+        return text_handle(text, "<EIFNode>")
+
+    def extra_repr(self) -> str:
+        return (f"tau={self.tau}, delta_T={self.delta_T}, theta_rh={self.theta_rh}, v_rest={self.v_rest}, "
+                + super().extra_repr())

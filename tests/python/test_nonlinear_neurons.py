@@ -1,0 +1,178 @@
+"""QIFNode and EIFNode against SpikingJelly's torch reference (its per-step autograd) over an option
+grid: spikes exactly equal, potentials and gradients within rounding. EIF's exp is not bit-equal
+to PyTorch's in float32, so there a neuron whose reference charge comes within 1e-4 of the
+threshold at some step may fire differently and is left out (a handful at most; the comparison
+is exact in float64 on the CPU). Also: the modules' SpikingJelly behaviour (single and multi
+step, v / v_seq, reset), option checks and reassignment."""
+import itertools
+
+import pytest
+import torch
+
+import spikejit
+from conftest import device_params, random_input
+
+sj_surrogate = pytest.importorskip("spikingjelly.activation_based.surrogate")
+sj_neuron = pytest.importorskip("spikingjelly.activation_based.neuron")
+sj_qif = pytest.importorskip("spikingjelly._ops.qif.reference")
+sj_eif = pytest.importorskip("spikingjelly._ops.eif.reference")
+
+FP32 = dict(rtol=1e-5, atol=1e-5)
+FP64 = dict(rtol=1e-12, atol=1e-12)
+NEAR_THRESHOLD = 1e-4
+
+
+def reference(kind, x, v0, opts, surrogate):
+    """(spikes, v_seq, h_seq) of SpikingJelly's per-step torch implementation."""
+    if kind == "qif":
+        s, v_seq, h, _ = sj_qif.multi_step(x, v0, opts["tau"], opts["a0"], opts["v_rest"], opts["v_c"],
+                                           opts["v_threshold"], opts["v_reset"], surrogate, opts["detach_reset"],
+                                           True)
+    else:
+        s, v_seq, h, _ = sj_eif.multi_step(x, v0, opts["tau"], opts["v_rest"], opts["theta_rh"], opts["delta_T"],
+                                           opts["v_threshold"], opts["v_reset"], surrogate, opts["detach_reset"],
+                                           True)
+    return s, v_seq, h
+
+
+def module(kind, opts, surrogate):
+    cls = spikejit.QIFNode if kind == "qif" else spikejit.EIFNode
+    return cls(surrogate_function=surrogate, step_mode="m", store_v_seq=True, **opts)
+
+
+def grid():
+    for v_reset, detach, tau in itertools.product([-0.1, None], [False, True], [2.0, 3.0]):
+        base = dict(v_reset=v_reset, detach_reset=detach, tau=tau, v_threshold=1.0, v_rest=0.0)
+        yield "qif", dict(base, v_c=0.8, a0=1.0)
+        yield "qif", dict(base, v_c=0.5, a0=0.3, v_rest=-0.05)
+        yield "eif", dict(base, delta_T=1.0, theta_rh=0.8)
+        yield "eif", dict(base, delta_T=0.5, theta_rh=0.6, v_rest=-0.05)
+
+
+def case_id(case):
+    kind, opts = case
+    return kind + "-" + "-".join(f"{k}={v}" for k, v in opts.items())
+
+
+def compare(kind, opts, device, dtype=torch.float32, shape=(12, 3, 37), surrogate=("Sigmoid", {})):
+    x = random_input(*shape, device=device, dtype=dtype, scale=0.8)
+    v0 = random_input(*shape[1:], device=device, dtype=dtype, scale=0.3)
+    g_s, g_v = torch.randn_like(x), torch.randn_like(x)
+    results = []
+    for ours in (False, True):
+        xr, vr = x.clone().requires_grad_(), v0.clone().requires_grad_()
+        if ours:
+            node = module(kind, opts, getattr(spikejit.surrogate, surrogate[0])(**surrogate[1]))
+            node.v = vr
+            s, v_seq, h = node(xr), node.v_seq, None
+        else:
+            s, v_seq, h = reference(kind, xr, vr, opts, getattr(sj_surrogate, surrogate[0])(**surrogate[1]))
+        ((s * g_s).sum() + (v_seq * g_v).sum()).backward()
+        results.append((s.detach(), v_seq.detach(), xr.grad, vr.grad, None if h is None else h.detach()))
+
+    (s_ref, v_ref, gx_ref, gv_ref, h_ref), (s, v, gx, gv, _) = results
+    keep = torch.ones(shape[1:], dtype=torch.bool, device=device)
+    if kind == "eif" and dtype != torch.float64:
+        keep = ((h_ref - opts["v_threshold"]).abs() > NEAR_THRESHOLD).all(dim=0)
+        assert keep.float().mean() > 0.9, "too many neurons near the threshold to compare"
+    tolerance = FP64 if dtype == torch.float64 else FP32
+    assert torch.equal(s[:, keep], s_ref[:, keep]), "spikes differ"
+    assert 0 < float(s_ref.mean()) < 1, "the case should fire some spikes, not all"
+    torch.testing.assert_close(v[:, keep], v_ref[:, keep], **tolerance)
+    torch.testing.assert_close(gx[:, keep], gx_ref[:, keep], **tolerance)
+    torch.testing.assert_close(gv[keep], gv_ref[keep], **tolerance)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("case", list(grid()), ids=case_id)
+def test_option_grid_matches_spikingjelly(case, device):
+    kind, opts = case
+    compare(kind, opts, device)
+
+
+@pytest.mark.parametrize("case", list(grid()), ids=case_id)
+def test_float64_matches_spikingjelly_exactly(case):
+    kind, opts = case
+    compare(kind, opts, "cpu", dtype=torch.float64)
+
+
+@pytest.mark.parametrize("surrogate", [("ATan", {}), ("Sigmoid", {"alpha": 2.5}), ("Erf", {})],
+                         ids=lambda s: s[0] + str(s[1] or ""))
+@pytest.mark.parametrize("kind", ["qif", "eif"])
+def test_surrogates_match_spikingjelly(kind, surrogate):
+    opts = next(o for k, o in grid() if k == kind)
+    compare(kind, opts, "cpu", surrogate=surrogate)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("kind", ["qif", "eif"])
+def test_long_sequences_of_many_neurons_match_spikingjelly(kind, device):
+    opts = dict(v_reset=-0.1, detach_reset=True, tau=3.0, v_threshold=1.0, v_rest=0.0)
+    opts.update(dict(v_c=0.8, a0=1.0) if kind == "qif" else dict(delta_T=1.0, theta_rh=0.8))
+    compare(kind, opts, device, shape=(64, 4, 1001))
+
+
+@pytest.mark.parametrize("kind", ["qif", "eif"])
+def test_modules_behave_like_spikingjelly_modules(kind):
+    """Default options, single step then multi step from the state it left, v and v_seq, reset."""
+    ours = spikejit.QIFNode() if kind == "qif" else spikejit.EIFNode()
+    theirs = sj_neuron.QIFNode() if kind == "qif" else sj_neuron.EIFNode()
+    x = random_input(6, 2, 9, scale=0.8)
+    for t in range(3):
+        assert torch.equal(ours(x[t]), theirs(x[t]))
+        torch.testing.assert_close(ours.v, theirs.v, **FP32)
+    ours.step_mode = theirs.step_mode = "m"
+    assert torch.equal(ours(x[3:]), theirs(x[3:]))
+    torch.testing.assert_close(ours.v, theirs.v, **FP32)
+    ours.reset()
+    theirs.reset()
+    assert ours.v == theirs.v == -0.1
+
+
+def test_options_are_checked_and_reassignment_rebuilds_the_neuron():
+    with pytest.raises(ValueError, match="a0: expected a float > 0, got -1.0"):
+        spikejit.QIFNode(a0=-1.0)
+    with pytest.raises(ValueError, match="delta_T: expected a float > 0, got 0.0"):
+        spikejit.EIFNode(delta_T=0.0)
+    with pytest.raises(ValueError, match=r"v_threshold: expected a float > v_reset = -0.1, got -0.5"):
+        spikejit.QIFNode(v_threshold=-0.5)
+    with pytest.raises(ValueError, match=r"v_rest: expected a float >= v_reset = -0.1, got -0.2"):
+        spikejit.EIFNode(v_rest=-0.2)
+    with pytest.raises(ValueError, match="tau: expected a float > 1, got 0.5"):
+        spikejit.QIFNode(tau=0.5)
+    with pytest.raises(TypeError, match="v_c: expected a float, got str"):
+        spikejit.QIFNode(v_c="0.8")
+    node = spikejit.QIFNode(step_mode="m")
+    with pytest.raises(ValueError, match="a0: expected a float > 0"):
+        node.a0 = 0.0
+    assert node.a0 == 1.0  # a rejected value leaves the option as it was
+    x = random_input(8, 64, scale=0.8)
+    before = node(x)
+    node.reset()
+    node.a0 = 3.0
+    after = node(x)
+    node.reset()
+    assert not torch.equal(before, after)
+    assert torch.equal(after, spikejit.QIFNode(a0=3.0, step_mode="m")(x))
+
+
+@pytest.mark.parametrize("kind", ["qif", "eif"])
+def test_compiles_without_graph_breaks(kind):
+    torch._dynamo.reset()
+    node = spikejit.QIFNode(step_mode="m") if kind == "qif" else spikejit.EIFNode(step_mode="m")
+    layer = torch.nn.Linear(16, 16)
+
+    def step(x):
+        node.reset()
+        return node(layer(x))
+
+    x = random_input(8, 4, 16, scale=0.8)
+    assert torch._dynamo.explain(step)(x).graph_break_count == 0
+    compiled = torch.compile(step, fullgraph=True)(x)
+    compiled.sum().backward()
+    grad = layer.weight.grad.clone()
+    layer.weight.grad = None
+    eager = step(x)
+    eager.sum().backward()
+    assert torch.equal(compiled, eager)
+    torch.testing.assert_close(grad, layer.weight.grad, **FP32)
