@@ -35,17 +35,12 @@ inline F sigmoid(F x) {
   return F(1) / (F(1) + by_precision(-x, exp_f32, [](F v) { return std::exp(v); }));
 }
 
-// The ops apply_op<float> computes by a call to the C library for every lane (no branch-free
-// form here yet). A call inside a loop leaves the whole loop scalar.
-constexpr bool calls_libm_per_lane(Op op) {
-  switch (op) {
-    case Op::Fmod: case Op::Pow: case Op::Log2: case Op::Exp2: case Op::Log10: case Op::Erfc:
-    case Op::Atan2:
-      return true;
-    default:
-      return false;
-  }
-}
+// The ops apply_op<float> computes by a call to the C library for every lane. A call inside a
+// loop leaves the whole loop scalar. These two have no branch-free form here: fmod is exact, by a
+// reduction whose length grows with the difference of the exponents (a loop); pow within a few
+// ulp needs y log2(x) to about 32 bits (its error is multiplied by up to 88 in the result's), and
+// C's cases for a negative x and an integer y.
+constexpr bool calls_libm_per_lane(Op op) { return op == Op::Fmod || op == Op::Pow; }
 
 // The ops whose apply_op<float> is a branch-free form where that form holds and a call (libm's,
 // or a float64 version) on the rest of the domain: sin, cos and tan beyond kTrigFastLimit, ndtri
@@ -82,7 +77,7 @@ inline F apply_op(Op op, F a, F b, F c) {
     case Op::Clamp: return std::isnan(a) ? a : std::min(std::max(a, b), c);
     case Op::Exp: return by_precision(a, exp_f32, [](F v) { return std::exp(v); });
     case Op::Log: return by_precision(a, log_f32, [](F v) { return std::log(v); });
-    case Op::Log2: return std::log2(a);
+    case Op::Log2: return by_precision(a, log2_f32, [](F v) { return std::log2(v); });
     case Op::Sqrt: return std::sqrt(a);
     case Op::Rsqrt: return F(1) / std::sqrt(a);
     case Op::Sigmoid: return sigmoid(a);
@@ -98,8 +93,8 @@ inline F apply_op(Op op, F a, F b, F c) {
     case Op::Ceil: return std::ceil(a);
     case Op::Log1p: return by_precision(a, log1p_f32, [](F v) { return std::log1p(v); });
     case Op::Expm1: return by_precision(a, expm1_f32, [](F v) { return std::expm1(v); });
-    case Op::Exp2: return std::exp2(a);
-    case Op::Log10: return std::log10(a);
+    case Op::Exp2: return by_precision(a, exp2_f32, [](F v) { return std::exp2(v); });
+    case Op::Log10: return by_precision(a, log10_f32, [](F v) { return std::log10(v); });
     case Op::Tan: return by_precision(a, tan_f32, [](F v) { return std::tan(v); });
     case Op::Atan: return by_precision(a, atan_f32, [](F v) { return std::atan(v); });
     case Op::Asin: return by_precision(a, asin_f32, [](F v) { return std::asin(v); });
@@ -109,10 +104,12 @@ inline F apply_op(Op op, F a, F b, F c) {
     case Op::Asinh: return by_precision(a, asinh_f32, [](F v) { return std::asinh(v); });
     case Op::Acosh: return by_precision(a, acosh_f32, [](F v) { return std::acosh(v); });
     case Op::Atanh: return by_precision(a, atanh_f32, [](F v) { return std::atanh(v); });
-    case Op::Erfc: return std::erfc(a);
+    case Op::Erfc: return by_precision(a, erfc_f32, [](F v) { return std::erfc(v); });
     case Op::Erfinv: return by_precision(a, erfinv_f32, erfinv_f64);
     case Op::Ndtri: return by_precision(a, ndtri_f32, ndtri_f64);
-    case Op::Atan2: return std::atan2(a, b);
+    case Op::Atan2:
+      if constexpr (std::is_same_v<F, float>) return atan2_f32(a, b);
+      return std::atan2(a, b);
     case Op::Hypot:
       if constexpr (std::is_same_v<F, float>) return hypot_f32(a, b);
       return std::hypot(a, b);

@@ -1,7 +1,7 @@
 // The branch-free float32 transcendentals of ir/float_math.h (what the CPU executor's Exp,
-// Sigmoid, Expm1, Tanh, Log, Log1p, Erf, Erfinv, Ndtri, Atan, Asin, Acos, Sinh, Cosh, Atanh, Asinh
-// and Acosh use) against libm's double precision, over their ranges (a stride through every float),
-// and their special values.
+// Sigmoid, Expm1, Tanh, Log, Log2, Log10, Log1p, Exp2, Erf, Erfc, Erfinv, Ndtri, Atan, Atan2, Asin,
+// Acos, Sinh, Cosh, Atanh, Asinh and Acosh use) against libm's double precision, over their ranges
+// (a stride through every float), and their special values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,7 +83,7 @@ double worst_ulp_error(float (*f)(float), double (*exact)(double), float lo, flo
     const float x = float_of_bits(static_cast<uint32_t>(bits));
     if (!(x > lo && x < hi)) continue;
     const double error = ulp_error(f(x), exact(static_cast<double>(x)));
-    if (error > worst) {
+    if (!(error <= worst)) {  // a NaN result counts as the worst
       worst = error;
       *worst_x = x;
     }
@@ -104,8 +104,15 @@ TEST(ScalarOps, EachFunctionIsWithinItsUlpBound) {
   for (const Case& c : {Case{"expm1", ir::expm1_f32, [](double x) { return std::expm1(x); }, -120.0f, 88.7f, 2.0},
                         Case{"tanh", ir::tanh_f32, [](double x) { return std::tanh(x); }, -50.0f, 50.0f, 3.0},
                         Case{"log", ir::log_f32, [](double x) { return std::log(x); }, 0.0f, kMax, 2.0},
+                        Case{"log2", ir::log2_f32, [](double x) { return std::log2(x); }, 0.0f, kMax, 1.0},
+                        Case{"log10", ir::log10_f32, [](double x) { return std::log10(x); }, 0.0f, kMax, 1.0},
+                        // (below 128: above, inf, checked below)
+                        Case{"exp2", ir::exp2_f32, [](double x) { return std::exp2(x); }, -160.0f, 128.0f, 1.5},
                         Case{"log1p", ir::log1p_f32, [](double x) { return std::log1p(x); }, -1.0f, kMax, 2.0},
                         Case{"erf", ir::erf_f32, [](double x) { return std::erf(x); }, -10.0f, 10.0f, 3.0},
+                        // relative in the tail too (ulp_error's spacing is the result's), to
+                        // the subnormal results from 9.19 and 0 from 10.06
+                        Case{"erfc", ir::erfc_f32, [](double x) { return std::erfc(x); }, -11.0f, 11.0f, 1.0},
                         Case{"atan", ir::atan_f32, [](double x) { return std::atan(x); }, -1e30f, 1e30f, 2.5},
                         Case{"asin", ir::asin_f32, [](double x) { return std::asin(x); }, -1.0f, 1.0f, 3.5},
                         Case{"acos", ir::acos_f32, [](double x) { return std::acos(x); }, -1.0f, 1.0f, 3.0},
@@ -128,6 +135,35 @@ TEST(ScalarOps, EachFunctionIsWithinItsUlpBound) {
     EXPECT_GT(checked, 10'000'000) << c.name;
     EXPECT_LE(worst, c.bound) << c.name << " at x = " << at;
   }
+}
+
+// exp2 is exact at the integers (subnormal results too) and inf from 128 on; log2 is exact at the
+// powers of two (subnormal ones too), log10 at the powers of ten that a float holds.
+TEST(ScalarOps, Exp2Log2AndLog10AreExactWhereTheyShouldBe) {
+  for (int n = -149; n <= 127; ++n) {
+    const float power = std::ldexp(1.0f, n);
+    EXPECT_EQ(ir::exp2_f32(static_cast<float>(n)), power) << "n = " << n;
+    EXPECT_EQ(ir::log2_f32(power), static_cast<float>(n)) << "n = " << n;
+  }
+  for (int k = 0; k <= 10; ++k) EXPECT_EQ(ir::log10_f32(static_cast<float>(std::pow(10.0, k))), k) << "k = " << k;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float x = 128.0f; x < 130.0f; x = std::nextafter(x, inf)) ASSERT_EQ(ir::exp2_f32(x), inf) << "x = " << x;
+  for (float x = -150.0f; x > -160.0f; x = std::nextafter(x, -inf)) ASSERT_EQ(ir::exp2_f32(x), 0.0f) << "x = " << x;
+}
+
+// erfc's tail, every float from 4 to 10.1 (the table above takes a stride): relative accuracy
+// down to erfc(9.19), the smallest normal float, then the subnormals, then 0.
+TEST(ScalarOps, ErfcKeepsItsAccuracyInTheTail) {
+  double worst = 0;
+  float worst_x = 0;
+  for (float x = 4.0f; x < 10.1f; x = std::nextafter(x, 11.0f)) {
+    const double error = ulp_error(ir::erfc_f32(x), std::erfc(static_cast<double>(x)));
+    if (!(error <= worst)) worst = error, worst_x = x;
+  }
+  EXPECT_LE(worst, 1.0) << "at x = " << worst_x;
+  EXPECT_GT(ir::erfc_f32(9.0f), std::numeric_limits<float>::min());
+  EXPECT_EQ(ir::erfc_f32(10.05f), std::numeric_limits<float>::denorm_min());
+  EXPECT_EQ(ir::erfc_f32(10.06f), 0.0f);
 }
 
 // hypot_f32 against libm's double hypot over random pairs spanning the float range (one
@@ -157,6 +193,86 @@ TEST(ScalarOps, HypotIsWithinOneUlp) {
   EXPECT_EQ(ir::tan_f32(-0.0f), -0.0f);
   EXPECT_TRUE(std::signbit(ir::tan_f32(-0.0f)));
   EXPECT_EQ(ir::tan_f32(1e30f), std::tan(1e30f));  // beyond the reduced range: libm's
+}
+
+// atan2_f32 against libm's double atan2 over random pairs of both signs (all four quadrants):
+// both arguments uniform over the finite floats' bits (ratios that overflow and underflow a
+// float), ratios from 2^-30 to 2^30, and ratios from 0.3 to 2.8 (the octants' and its reduction's
+// boundaries at 1/2, 1 and 2); then C's special values.
+TEST(ScalarOps, Atan2IsWithinOneUlp) {
+  std::mt19937_64 rng(20261206);
+  std::uniform_int_distribution<uint32_t> bits(0, 0x7F7FFFFFu);  // finite, non-negative
+  double worst = 0;
+  float worst_y = 0, worst_x = 0;
+  for (int i = 0; i < 3000000; ++i) {
+    const float x = float_of_bits(bits(rng)) * (rng() % 2 ? 1.0f : -1.0f);
+    const float u = static_cast<float>(rng() % 1000000) / 1000000.0f;
+    const int k = static_cast<int>(rng() % 31);
+    float y = x;
+    switch (i % 4) {
+      case 0: y = float_of_bits(bits(rng)); break;
+      case 1: y = x * std::ldexp(1.0f + u, -k); break;
+      case 2: y = x * std::ldexp(1.0f + u, k); break;
+      default: y = x * (0.3f + 2.5f * u); break;
+    }
+    y = rng() % 2 ? y : -y;
+    const double error = ulp_error(ir::atan2_f32(y, x), std::atan2(static_cast<double>(y), static_cast<double>(x)));
+    if (!(error <= worst)) worst = error, worst_y = y, worst_x = x;
+  }
+  EXPECT_LE(worst, 1.0) << "at y = " << worst_y << ", x = " << worst_x;
+
+  // Signed zeros, infinities, NaN, the extremes: as C's atan2 (in double, rounded).
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float tiny = std::numeric_limits<float>::denorm_min(), big = std::numeric_limits<float>::max();
+  for (float y : {0.0f, -0.0f, 1.0f, -1.0f, tiny, -tiny, big, -big, inf, -inf, nan}) {
+    for (float x : {0.0f, -0.0f, 1.0f, -1.0f, tiny, -tiny, big, -big, inf, -inf, nan}) {
+      const float got = ir::atan2_f32(y, x);
+      const float want = static_cast<float>(std::atan2(static_cast<double>(y), static_cast<double>(x)));
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got)) << "atan2(" << y << ", " << x << ") = " << got;
+      } else {
+        EXPECT_TRUE(got == want && std::signbit(got) == std::signbit(want))
+            << "atan2(" << y << ", " << x << ") = " << got << ", not " << want;
+      }
+    }
+  }
+  const float pi = static_cast<float>(M_PI);
+  EXPECT_EQ(ir::atan2_f32(0.0f, -0.0f), pi);
+  EXPECT_EQ(ir::atan2_f32(-0.0f, -0.0f), -pi);
+  EXPECT_TRUE(std::signbit(ir::atan2_f32(-0.0f, 0.0f)) && ir::atan2_f32(-0.0f, 0.0f) == 0.0f);
+  EXPECT_EQ(ir::atan2_f32(inf, inf), static_cast<float>(M_PI / 4));
+  EXPECT_EQ(ir::atan2_f32(-inf, -inf), static_cast<float>(-3 * M_PI / 4));
+  EXPECT_EQ(ir::atan2_f32(1e-30f, 1e30f), 0.0f);  // 1e-60 underflows
+  EXPECT_EQ(ir::atan2_f32(1e30f, 1e-30f), static_cast<float>(M_PI / 2));
+  EXPECT_EQ(ir::atan2_f32(1e-30f, -1e30f), pi);
+  EXPECT_EQ(ir::atan2_f32(-1e-40f, 1.0f), -1e-40f);  // a subnormal result, rounded once
+}
+
+// apply_op<float> takes the branch-free forms, apply_op<double> libm's; only fmod and pow are
+// left calling the C library per lane.
+TEST(ScalarOps, ApplyOpTakesTheBranchFreeFormsInFloat32) {
+  using ir::Op;
+  for (float a : {-12.5f, -1.5f, -0.25f, 0.0f, 0.3f, 1.0f, 3.7f, 9.5f, 100.0f, 1e30f}) {
+    const float b = 0.75f - a;
+    const double da = a, db = b;
+    EXPECT_EQ(ir::apply_op<float>(Op::Exp2, a, 0, 0), ir::exp2_f32(a));
+    EXPECT_EQ(ir::apply_op<float>(Op::Erfc, a, 0, 0), ir::erfc_f32(a));
+    EXPECT_EQ(ir::apply_op<float>(Op::Atan2, a, b, 0), ir::atan2_f32(a, b));
+    EXPECT_EQ(ir::apply_op<double>(Op::Exp2, da, 0, 0), std::exp2(da));
+    EXPECT_EQ(ir::apply_op<double>(Op::Erfc, da, 0, 0), std::erfc(da));
+    EXPECT_EQ(ir::apply_op<double>(Op::Atan2, da, db, 0), std::atan2(da, db));
+    if (a > 0) {
+      EXPECT_EQ(ir::apply_op<float>(Op::Log2, a, 0, 0), ir::log2_f32(a));
+      EXPECT_EQ(ir::apply_op<float>(Op::Log10, a, 0, 0), ir::log10_f32(a));
+      EXPECT_EQ(ir::apply_op<double>(Op::Log2, da, 0, 0), std::log2(da));
+      EXPECT_EQ(ir::apply_op<double>(Op::Log10, da, 0, 0), std::log10(da));
+    }
+  }
+  for (Op op : {Op::Exp2, Op::Log2, Op::Log10, Op::Erfc, Op::Atan2, Op::Exp, Op::Hypot}) {
+    EXPECT_FALSE(ir::calls_libm_per_lane(op)) << ir::op_info(op).name;
+  }
+  EXPECT_TRUE(ir::calls_libm_per_lane(Op::Fmod));
+  EXPECT_TRUE(ir::calls_libm_per_lane(Op::Pow));
 }
 
 // erfinv_f64, the reference above and the executor's float64 Erfinv, inverts libm's erf: near 0
@@ -231,9 +347,31 @@ TEST(ScalarOps, NdtriF64InvertsPhi) {
 
 TEST(ScalarOps, SpecialValuesOfTheOtherFunctions) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  for (auto f : {ir::expm1_f32, ir::tanh_f32, ir::log_f32, ir::log1p_f32, ir::erf_f32}) {
+  for (auto f : {ir::expm1_f32, ir::tanh_f32, ir::log_f32, ir::log1p_f32, ir::erf_f32, ir::exp2_f32, ir::log2_f32,
+                 ir::log10_f32, ir::erfc_f32}) {
     EXPECT_TRUE(std::isnan(f(nan)));
   }
+  EXPECT_EQ(ir::exp2_f32(inf), inf);
+  EXPECT_EQ(ir::exp2_f32(-inf), 0.0f);
+  EXPECT_EQ(ir::exp2_f32(-0.0f), 1.0f);
+  EXPECT_EQ(ir::exp2_f32(-149.5f), std::numeric_limits<float>::denorm_min());  // 2^-149.5 rounded once
+  EXPECT_EQ(ir::exp2_f32(0.5f), static_cast<float>(M_SQRT2));
+  for (auto f : {ir::log2_f32, ir::log10_f32}) {
+    EXPECT_EQ(f(0.0f), -inf);
+    EXPECT_EQ(f(-0.0f), -inf);
+    EXPECT_EQ(f(inf), inf);
+    EXPECT_TRUE(std::isnan(f(-1.0f)) && std::isnan(f(-inf)));
+    EXPECT_TRUE(std::isnan(f(-std::numeric_limits<float>::denorm_min())));
+    EXPECT_EQ(f(1.0f), 0.0f);
+  }
+  EXPECT_EQ(ir::log2_f32(std::numeric_limits<float>::denorm_min()), -149.0f);
+  EXPECT_EQ(ir::log10_f32(std::numeric_limits<float>::max()), static_cast<float>(std::log10(3.4028234663852886e38)));
+  EXPECT_EQ(ir::erfc_f32(0.0f), 1.0f);
+  EXPECT_EQ(ir::erfc_f32(-0.0f), 1.0f);
+  EXPECT_EQ(ir::erfc_f32(inf), 0.0f);
+  EXPECT_EQ(ir::erfc_f32(-inf), 2.0f);
+  EXPECT_EQ(ir::erfc_f32(-11.0f), 2.0f);
+  EXPECT_EQ(ir::erfc_f32(1e-30f), 1.0f);
   for (auto f : {ir::atan_f32, ir::asin_f32, ir::acos_f32}) EXPECT_TRUE(std::isnan(f(nan)));
   EXPECT_EQ(ir::atan_f32(inf), static_cast<float>(M_PI / 2));
   EXPECT_EQ(ir::atan_f32(-inf), static_cast<float>(-M_PI / 2));
