@@ -148,22 +148,31 @@ class BaseNode(StatefulModule):
         if isinstance(self.v_seq, Tensor):
             self.v_seq = self.v_seq.detach()
 
-    def _initial_v(self, x_seq: Tensor) -> Optional[Tensor]:
-        """The state to start from for inputs [T, *S]: None means the kernel's default (v_reset);
-        a stored state of another shape is dropped, as SpikingJelly does."""
-        v = self.v
+    def _initial_state(self, name: str, default: float, x_seq: Tensor) -> Optional[Tensor]:
+        """The value of state attribute `name` to start from for inputs [T, *S]: None means the
+        kernel's default (`default`); a stored state of another shape is dropped, as SpikingJelly
+        does."""
+        value = getattr(self, name)
         shape = x_seq.shape[1:]
-        if isinstance(v, Tensor) and v.shape == shape:
+        if isinstance(value, Tensor) and value.shape == shape:
             refuse_stale_state(self)
-            return v.to(device=x_seq.device, dtype=x_seq.dtype)
-        if isinstance(v, Tensor):
+            return value.to(device=x_seq.device, dtype=x_seq.dtype)
+        if isinstance(value, Tensor):
             return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TypeError(f"v: expected a tensor or a float (the state), got {type(v).__name__}")
-        if v == self._v_default():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name}: expected a tensor or a float (the state), got {type(value).__name__}")
+        if value == default:
             return None
         refuse_stale_state(self)
-        return torch.full(shape, float(v), dtype=x_seq.dtype, device=x_seq.device)
+        return torch.full(shape, float(value), dtype=x_seq.dtype, device=x_seq.device)
+
+    def _initial_states(self, x_seq: Tensor) -> list:
+        """The states a call starts from, v first (a neuron with more states extends this and
+        _keep_final_states)."""
+        return [self._initial_state("v", self._v_default(), x_seq)]
+
+    def _keep_final_states(self, finals) -> None:
+        self.v = finals[0]
 
     # -- subclasses ----------------------------------------------------------------------------
 
@@ -183,9 +192,10 @@ class BaseNode(StatefulModule):
 
     def multi_step_forward(self, x_seq: Tensor) -> Tensor:
         self._check_input(x_seq, "x_seq", 1)
-        outputs, finals, seqs = run_neuron(self._program_handle, 1, 1, [x_seq], [self._initial_v(x_seq)],
+        states = self._initial_states(x_seq)
+        outputs, finals, seqs = run_neuron(self._program_handle, 1, len(states), [x_seq], states,
                                            self._params(x_seq), self.store_v_seq, self.checkpoint_every)
-        self.v = finals[0]
+        self._keep_final_states(finals)
         if self.store_v_seq:
             self.v_seq = seqs[0]
         return outputs[0]
@@ -193,9 +203,10 @@ class BaseNode(StatefulModule):
     def single_step_forward(self, x: Tensor) -> Tensor:
         self._check_input(x, "x", 0)
         x_seq = x.unsqueeze(0)
-        outputs, finals, _ = run_neuron(self._program_handle, 1, 1, [x_seq], [self._initial_v(x_seq)],
+        states = self._initial_states(x_seq)
+        outputs, finals, _ = run_neuron(self._program_handle, 1, len(states), [x_seq], states,
                                         self._params(x_seq), False, self.checkpoint_every)
-        self.v = finals[0]
+        self._keep_final_states(finals)
         if self.store_v_seq:
             step = self.v.unsqueeze(0)
             v_seq = self.v_seq

@@ -1,23 +1,26 @@
-"""QIFNode and EIFNode: SpikingJelly's nonlinear integrate-and-fire neurons, with its constructor
-arguments and behaviour, on the fused kernels.
+"""QIFNode, EIFNode and IzhikevichNode: SpikingJelly's nonlinear integrate-and-fire neurons, with
+its constructor arguments and behaviour, on the fused kernels.
 
     node = spikejit.QIFNode(tau=2.0, v_c=0.8, a0=1.0, v_reset=-0.1, step_mode="m")
     s_seq = node(x_seq)
 
 QIF charges h = v + (x + a0 (v - v_rest)(v - v_c)) / tau, EIF h = v + (x + v_rest - v +
-delta_T exp((v - theta_rh) / delta_T)) / tau; both then fire and reset like LIFNode (hard reset to
-v_reset, or soft reset with v_reset=None). Each set of options is a neuron in the text format
+delta_T exp((v - theta_rh) / delta_T)) / tau, Izhikevich QIF's charge minus an adaptation current
+w, which decays towards a (h - v_rest) with time constant tau_w and jumps by b at each spike; all
+then fire and reset like LIFNode (hard reset to v_reset, or soft reset with v_reset=None). Each set of options is a neuron in the text format
 (docs/neuron-format.md), compiled once per process like the built-ins; everything else (single
 and multi step, `v`, `v_seq`, `store_v_seq`, `detach_reset`, surrogates, checkpoints) is
 BaseNode's. SpikingJelly 2.0 runs these neurons on its torch backend only.
 """
 from typing import Optional, Union
 
+from torch import Tensor
+
 from . import surrogate as _surrogate
 from .functional import text_handle
 from .neuron import BaseNode
 
-__all__ = ["QIFNode", "EIFNode"]
+__all__ = ["QIFNode", "EIFNode", "IzhikevichNode"]
 
 _FIRE_AND_RESET = [
     "s_reset = where(detach_reset, detach(s), s)",
@@ -25,30 +28,33 @@ _FIRE_AND_RESET = [
 ]
 
 
-def _neuron_text(name: str, constants: dict, charge: str, node: BaseNode) -> str:
-    """A one-state neuron that charges by `charge` (h from x and v), then fires and resets with
-    `node`'s options (the LIF step's last lines)."""
+def _neuron_text(name: str, constants: dict, charge: str, node: BaseNode, adaptation=()) -> str:
+    """A neuron that charges by `charge` (h from x and v), then fires and resets with `node`'s
+    options (the LIF step's last lines). `adaptation`: (declaration, update) of a second state."""
     soft = node.v_reset is None
     constants = dict(constants, v_threshold=node.v_threshold, v_reset=0.0 if soft else node.v_reset)
+    declaration, update = adaptation or ((), ())
     return "\n".join([
         f"neuron {name}",
         "input x",
         "state v = v_reset",
+        *declaration,
         "const " + ", ".join(f"{k} = {float(v)!r}" for k, v in constants.items()),
         f"const soft_reset = {str(soft).lower()}, detach_reset = {str(node.detach_reset).lower()}",
         "output s",
         f"h = {charge}",
         f"s = spike(h - v_threshold, {_surrogate.text(*_surrogate.resolve(node.surrogate_function))})",
+        *update,
         *_FIRE_AND_RESET,
     ])
 
 
-def _check_order(node: BaseNode, positive: str) -> None:
+def _check_order(node: BaseNode, positive: str, resting_above_reset: bool = True) -> None:
     """SpikingJelly's conditions on the options: `positive` > 0 and, under a hard reset,
-    v_threshold > v_reset and v_rest >= v_reset."""
+    v_threshold > v_reset and (QIF, EIF) v_rest >= v_reset."""
     if not getattr(node, positive) > 0:
         raise ValueError(f"{positive}: expected a float > 0, got {getattr(node, positive)}")
-    if node.v_reset is not None:
+    if node.v_reset is not None and resting_above_reset:
         if not node.v_threshold > node.v_reset:
             raise ValueError(f"v_threshold: expected a float > v_reset = {node.v_reset}, got {node.v_threshold}")
         if not node.v_rest >= node.v_reset:
@@ -102,3 +108,53 @@ class EIFNode(BaseNode):
     def extra_repr(self) -> str:
         return (f"tau={self.tau}, delta_T={self.delta_T}, theta_rh={self.theta_rh}, v_rest={self.v_rest}, "
                 + super().extra_repr())
+
+
+class IzhikevichNode(BaseNode):
+    """QIF with an adaptation current w: h = v + (x + a0 (v - v_rest)(v - v_c) - w) / tau, then
+    w <- w + (a (h - v_rest) - w) / tau_w + b s. `node.w` is its state (w_rest after reset)."""
+
+    _STATE_NAMES = BaseNode._STATE_NAMES | {"w"}
+    _SUBCLASS_OPTIONS = frozenset({"tau", "v_c", "a0", "v_rest", "w_rest", "tau_w", "a", "b"})
+    _OPTIONS = BaseNode._BASE_OPTIONS | _SUBCLASS_OPTIONS
+
+    def __init__(self, tau: float = 2.0, v_c: float = 0.8, a0: float = 1.0, v_threshold: float = 1.0,
+                 v_reset: Optional[float] = 0.0, v_rest: float = -0.1, w_rest: float = 0.0, tau_w: float = 2.0,
+                 a: float = 0.0, b: float = 0.0, surrogate_function=None, detach_reset: bool = False,
+                 step_mode: str = "s", store_v_seq: bool = False, backend: str = "spikejit",
+                 checkpoint_every: Union[int, str] = "auto"):
+        super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq,
+                         checkpoint_every, tau=tau, v_c=v_c, a0=a0, v_rest=v_rest, w_rest=w_rest, tau_w=tau_w,
+                         a=a, b=b)
+        self.w = self.w_rest
+
+    def _make_handle(self) -> int:
+        _check_order(self, "a0", resting_above_reset=False)
+        if not self.tau_w > 0:
+            raise ValueError(f"tau_w: expected a float > 0, got {self.tau_w}")
+        constants = dict(tau=self.tau, v_c=self.v_c, a0=self.a0, v_rest=self.v_rest, w_rest=self.w_rest,
+                         tau_w=self.tau_w, a=self.a, b=self.b)
+        adaptation = (["state w = w_rest"], ["w = w + (a * (h - v_rest) - w) / tau_w + b * s"])
+        text = _neuron_text("izhikevich", constants, "v + (x + a0 * (v - v_rest) * (v - v_c) - w) / tau", self,
+                            adaptation)
+        return text_handle(text, "<IzhikevichNode>")
+
+    def _initial_states(self, x_seq):
+        return super()._initial_states(x_seq) + [self._initial_state("w", self.w_rest, x_seq)]
+
+    def _keep_final_states(self, finals) -> None:
+        self.v, self.w = finals
+
+    def reset(self) -> None:
+        """Forgets the state: v back to v_reset (0 under soft reset), w to w_rest, v_seq to None."""
+        super().reset()
+        self.w = self.w_rest
+
+    def detach(self) -> None:
+        super().detach()
+        if isinstance(self.w, Tensor):
+            self.w = self.w.detach()
+
+    def extra_repr(self) -> str:
+        return (f"tau={self.tau}, v_c={self.v_c}, a0={self.a0}, v_rest={self.v_rest}, w_rest={self.w_rest}, "
+                f"tau_w={self.tau_w}, a={self.a}, b={self.b}, " + super().extra_repr())

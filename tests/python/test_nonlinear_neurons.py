@@ -1,4 +1,4 @@
-"""QIFNode and EIFNode against SpikingJelly's torch reference (its per-step autograd) over an option
+"""QIFNode, EIFNode and IzhikevichNode against SpikingJelly's torch reference (its per-step autograd) over an option
 grid: spikes exactly equal, potentials and gradients within rounding. EIF's exp is not bit-equal
 to PyTorch's in float32, so there a neuron whose reference charge comes within 1e-4 of the
 threshold at some step may fire differently and is left out (a handful at most; the comparison
@@ -16,15 +16,20 @@ sj_surrogate = pytest.importorskip("spikingjelly.activation_based.surrogate")
 sj_neuron = pytest.importorskip("spikingjelly.activation_based.neuron")
 sj_qif = pytest.importorskip("spikingjelly._ops.qif.reference")
 sj_eif = pytest.importorskip("spikingjelly._ops.eif.reference")
+sj_izhikevich = pytest.importorskip("spikingjelly._ops.izhikevich.reference")
 
 FP32 = dict(rtol=1e-5, atol=1e-5)
 FP64 = dict(rtol=1e-12, atol=1e-12)
 NEAR_THRESHOLD = 1e-4
 
 
-def reference(kind, x, v0, opts, surrogate):
+def reference(kind, x, v0, w0, opts, surrogate):
     """(spikes, v_seq, h_seq) of SpikingJelly's per-step torch implementation."""
-    if kind == "qif":
+    if kind == "izhikevich":
+        s, v_seq, _, h, _ = sj_izhikevich.multi_step(x, v0, w0, opts["tau"], opts["v_rest"], opts["v_c"], opts["a0"],
+                                                     opts["a"], opts["b"], opts["tau_w"], opts["v_threshold"],
+                                                     opts["v_reset"], surrogate, opts["detach_reset"], True)
+    elif kind == "qif":
         s, v_seq, h, _ = sj_qif.multi_step(x, v0, opts["tau"], opts["a0"], opts["v_rest"], opts["v_c"],
                                            opts["v_threshold"], opts["v_reset"], surrogate, opts["detach_reset"],
                                            True)
@@ -36,7 +41,7 @@ def reference(kind, x, v0, opts, surrogate):
 
 
 def module(kind, opts, surrogate):
-    cls = spikejit.QIFNode if kind == "qif" else spikejit.EIFNode
+    cls = dict(qif=spikejit.QIFNode, eif=spikejit.EIFNode, izhikevich=spikejit.IzhikevichNode)[kind]
     return cls(surrogate_function=surrogate, step_mode="m", store_v_seq=True, **opts)
 
 
@@ -47,6 +52,7 @@ def grid():
         yield "qif", dict(base, v_c=0.5, a0=0.3, v_rest=-0.05)
         yield "eif", dict(base, delta_T=1.0, theta_rh=0.8)
         yield "eif", dict(base, delta_T=0.5, theta_rh=0.6, v_rest=-0.05)
+        yield "izhikevich", dict(base, v_c=0.8, a0=1.0, v_rest=-0.1, w_rest=0.05, tau_w=2.0, a=0.2, b=0.3)
 
 
 def case_id(case):
@@ -57,20 +63,25 @@ def case_id(case):
 def compare(kind, opts, device, dtype=torch.float32, shape=(12, 3, 37), surrogate=("Sigmoid", {})):
     x = random_input(*shape, device=device, dtype=dtype, scale=0.8)
     v0 = random_input(*shape[1:], device=device, dtype=dtype, scale=0.3)
+    w0 = random_input(*shape[1:], device=device, dtype=dtype, scale=0.1) if kind == "izhikevich" else None
     g_s, g_v = torch.randn_like(x), torch.randn_like(x)
     results = []
     for ours in (False, True):
         xr, vr = x.clone().requires_grad_(), v0.clone().requires_grad_()
+        wr = None if w0 is None else w0.clone().requires_grad_()
         if ours:
             node = module(kind, opts, getattr(spikejit.surrogate, surrogate[0])(**surrogate[1]))
             node.v = vr
+            if wr is not None:
+                node.w = wr
             s, v_seq, h = node(xr), node.v_seq, None
         else:
-            s, v_seq, h = reference(kind, xr, vr, opts, getattr(sj_surrogate, surrogate[0])(**surrogate[1]))
+            s, v_seq, h = reference(kind, xr, vr, wr, opts, getattr(sj_surrogate, surrogate[0])(**surrogate[1]))
         ((s * g_s).sum() + (v_seq * g_v).sum()).backward()
-        results.append((s.detach(), v_seq.detach(), xr.grad, vr.grad, None if h is None else h.detach()))
+        results.append((s.detach(), v_seq.detach(), xr.grad, vr.grad, None if wr is None else wr.grad,
+                        None if h is None else h.detach()))
 
-    (s_ref, v_ref, gx_ref, gv_ref, h_ref), (s, v, gx, gv, _) = results
+    (s_ref, v_ref, gx_ref, gv_ref, gw_ref, h_ref), (s, v, gx, gv, gw, _) = results
     keep = torch.ones(shape[1:], dtype=torch.bool, device=device)
     if kind == "eif" and dtype != torch.float64:
         keep = ((h_ref - opts["v_threshold"]).abs() > NEAR_THRESHOLD).all(dim=0)
@@ -81,6 +92,8 @@ def compare(kind, opts, device, dtype=torch.float32, shape=(12, 3, 37), surrogat
     torch.testing.assert_close(v[:, keep], v_ref[:, keep], **tolerance)
     torch.testing.assert_close(gx[:, keep], gx_ref[:, keep], **tolerance)
     torch.testing.assert_close(gv[keep], gv_ref[keep], **tolerance)
+    if w0 is not None:
+        torch.testing.assert_close(gw[keep], gw_ref[keep], **tolerance)
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
@@ -98,35 +111,40 @@ def test_float64_matches_spikingjelly_exactly(case):
 
 @pytest.mark.parametrize("surrogate", [("ATan", {}), ("Sigmoid", {"alpha": 2.5}), ("Erf", {})],
                          ids=lambda s: s[0] + str(s[1] or ""))
-@pytest.mark.parametrize("kind", ["qif", "eif"])
+@pytest.mark.parametrize("kind", ["qif", "eif", "izhikevich"])
 def test_surrogates_match_spikingjelly(kind, surrogate):
     opts = next(o for k, o in grid() if k == kind)
     compare(kind, opts, "cpu", surrogate=surrogate)
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
-@pytest.mark.parametrize("kind", ["qif", "eif"])
+@pytest.mark.parametrize("kind", ["qif", "eif", "izhikevich"])
 def test_long_sequences_of_many_neurons_match_spikingjelly(kind, device):
-    opts = dict(v_reset=-0.1, detach_reset=True, tau=3.0, v_threshold=1.0, v_rest=0.0)
-    opts.update(dict(v_c=0.8, a0=1.0) if kind == "qif" else dict(delta_T=1.0, theta_rh=0.8))
+    opts = dict(next(o for k, o in grid() if k == kind), detach_reset=True, tau=3.0)
     compare(kind, opts, device, shape=(64, 4, 1001))
 
 
-@pytest.mark.parametrize("kind", ["qif", "eif"])
+@pytest.mark.parametrize("kind", ["qif", "eif", "izhikevich"])
 def test_modules_behave_like_spikingjelly_modules(kind):
-    """Default options, single step then multi step from the state it left, v and v_seq, reset."""
-    ours = spikejit.QIFNode() if kind == "qif" else spikejit.EIFNode()
-    theirs = sj_neuron.QIFNode() if kind == "qif" else sj_neuron.EIFNode()
+    """Default options (Izhikevich: with adaptation), single step then multi step from the state
+    it left, v and w, reset."""
+    options = dict(a=0.2, b=0.3, w_rest=0.05) if kind == "izhikevich" else {}
+    ours = getattr(spikejit, dict(qif="QIFNode", eif="EIFNode", izhikevich="IzhikevichNode")[kind])(**options)
+    theirs = getattr(sj_neuron, type(ours).__name__)(**options)
     x = random_input(6, 2, 9, scale=0.8)
+    states = ("v", "w") if kind == "izhikevich" else ("v",)
     for t in range(3):
         assert torch.equal(ours(x[t]), theirs(x[t]))
-        torch.testing.assert_close(ours.v, theirs.v, **FP32)
+        for name in states:
+            torch.testing.assert_close(getattr(ours, name), getattr(theirs, name), **FP32)
     ours.step_mode = theirs.step_mode = "m"
     assert torch.equal(ours(x[3:]), theirs(x[3:]))
-    torch.testing.assert_close(ours.v, theirs.v, **FP32)
+    for name in states:
+        torch.testing.assert_close(getattr(ours, name), getattr(theirs, name), **FP32)
     ours.reset()
     theirs.reset()
-    assert ours.v == theirs.v == -0.1
+    for name in states:
+        assert getattr(ours, name) == getattr(theirs, name)
 
 
 def test_options_are_checked_and_reassignment_rebuilds_the_neuron():
@@ -140,6 +158,8 @@ def test_options_are_checked_and_reassignment_rebuilds_the_neuron():
         spikejit.EIFNode(v_rest=-0.2)
     with pytest.raises(ValueError, match="tau: expected a float > 1, got 0.5"):
         spikejit.QIFNode(tau=0.5)
+    with pytest.raises(ValueError, match="tau_w: expected a float > 0, got -2.0"):
+        spikejit.IzhikevichNode(tau_w=-2.0)
     with pytest.raises(TypeError, match="v_c: expected a float, got str"):
         spikejit.QIFNode(v_c="0.8")
     node = spikejit.QIFNode(step_mode="m")
@@ -156,10 +176,10 @@ def test_options_are_checked_and_reassignment_rebuilds_the_neuron():
     assert torch.equal(after, spikejit.QIFNode(a0=3.0, step_mode="m")(x))
 
 
-@pytest.mark.parametrize("kind", ["qif", "eif"])
+@pytest.mark.parametrize("kind", ["qif", "eif", "izhikevich"])
 def test_compiles_without_graph_breaks(kind):
     torch._dynamo.reset()
-    node = spikejit.QIFNode(step_mode="m") if kind == "qif" else spikejit.EIFNode(step_mode="m")
+    node = module(kind, {}, None)
     layer = torch.nn.Linear(16, 16)
 
     def step(x):

@@ -1,0 +1,80 @@
+"""QIF, EIF and Izhikevich through the modules: spikejit against SpikingJelly's (its torch
+backend, the only one it has for them), side by side in one run.
+
+    python3 bench/python/bench_nonlinear_neurons.py [--device cuda] [--steps 32] [--neurons 1048576]
+
+fp32, multi-step modules with their default options (Izhikevich with a = 0.2, b = 0.3, so that
+its adaptation current works). Milliseconds per inference call (no autograd, then reset) and per
+training step (forward, backward against a gradient, reset), median of bursts; spikejit's
+speed-up; on CUDA the inference's fraction of the copy bandwidth (8 bytes per neuron-step: x
+read, s written). Also the count of spikes that differ between the two on the measured input: 0
+expected, but for a few of EIF's, whose exp is not bit-equal to PyTorch's in float32.
+"""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import (cuda_copy_bandwidth, device_name, flexsn_bench_args, fmt, markdown_table,  # noqa: E402
+                          median_ms, training_step_ms)
+
+import spikejit  # noqa: E402
+
+NEURONS = {"QIF": ("QIFNode", {}), "EIF": ("EIFNode", {}), "Izhikevich": ("IzhikevichNode", dict(a=0.2, b=0.3))}
+
+
+def inference_ms(node, x, args, device):
+    def call():
+        node.reset()
+        with torch.no_grad():
+            node(x)
+
+    return median_ms(call, device, args.calls, args.bursts)
+
+
+def differing_spikes(ours, theirs, x):
+    with torch.no_grad():
+        ours.reset()
+        theirs.reset()
+        count = int((ours(x) != theirs(x)).sum())
+    ours.reset()
+    theirs.reset()
+    return count
+
+
+def main(argv=None):
+    args = flexsn_bench_args(__doc__.splitlines()[0], argv)
+    device = torch.device(args.device)
+    try:
+        from spikingjelly.activation_based import neuron as sj_neuron
+    except ImportError:
+        sj_neuron = None
+    print(f"# QIF, EIF, Izhikevich modules, fp32, T = {args.steps}, N = {args.neurons}, {device_name(device)}, "
+          f"torch {torch.__version__}")
+    print(f"ms per call, median of {args.bursts} bursts of {args.calls} calls; SpikingJelly: "
+          f"{'its torch backend' if sj_neuron else 'not installed'}\n")
+    torch.manual_seed(0)
+    x = torch.randn(args.steps, args.neurons, device=device) * 0.8 + 0.3
+    grad = torch.randn_like(x)
+    bandwidth = cuda_copy_bandwidth(device, 1 << 26)
+    rows = []
+    for label, (class_name, options) in NEURONS.items():
+        ours = getattr(spikejit, class_name)(step_mode="m", **options).to(device)
+        infer, train = inference_ms(ours, x, args, device), training_step_ms(ours, x, grad, args, device)
+        copy = "–" if bandwidth is None else f"{100 * 8 * x.numel() / (infer * 1e-3) / bandwidth:.0f} %"
+        row = [label, fmt(infer), copy, fmt(train)]
+        if sj_neuron is not None:
+            theirs = getattr(sj_neuron, class_name)(step_mode="m", **options).to(device)
+            differ = differing_spikes(ours, theirs, x)
+            sj_infer, sj_train = inference_ms(theirs, x, args, device), training_step_ms(theirs, x, grad, args, device)
+            row += [fmt(sj_infer), f"{sj_infer / infer:.1f}x", fmt(sj_train), f"{sj_train / train:.1f}x", str(differ)]
+        else:
+            row += ["–"] * 5
+        rows.append(row)
+    print(markdown_table(["neuron", "inference ms", "% of copy BW", "training ms", "SJ inference ms", "speed-up",
+                          "SJ training ms", "speed-up", "differing spikes"], rows))
+
+
+if __name__ == "__main__":
+    main()
