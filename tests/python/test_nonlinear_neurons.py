@@ -196,3 +196,37 @@ def test_compiles_without_graph_breaks(kind):
     eager.sum().backward()
     assert torch.equal(compiled, eager)
     torch.testing.assert_close(grad, layer.weight.grad, **FP32)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("kind", ["qif", "eif", "izhikevich"])
+def test_checkpoints_give_the_per_step_gradients(kind, device):
+    """Saving the states every 4 steps and recomputing between (the checkpointed backward) gives
+    the gradients of saving every step."""
+    opts = next(o for k, o in grid() if k == kind)
+    x = random_input(13, 2, 50, device=device, scale=0.8)
+    grads = []
+    for checkpoint_every in (0, 4):
+        node = module(kind, opts, None)
+        node.store_v_seq = False  # (a stored v_seq would be saved whole anyway)
+        node.checkpoint_every = checkpoint_every
+        xr = x.clone().requires_grad_()
+        s = node(xr)
+        ((s + node.v.unsqueeze(0)) * torch.linspace(-1, 1, 50, device=device)).sum().backward()
+        grads.append((s.detach(), xr.grad))
+    assert torch.equal(grads[0][0], grads[1][0])
+    torch.testing.assert_close(grads[1][1], grads[0][1], **FP32)
+
+
+@pytest.mark.parametrize("kind", ["qif", "eif", "izhikevich"])
+def test_a_pickled_module_runs_where_it_is_loaded(kind):
+    import io
+    node = module(kind, {}, spikejit.surrogate.ATan())
+    x = random_input(6, 3, 8, scale=0.8)
+    node(x)
+    buffer = io.BytesIO()
+    torch.save(node, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert torch.equal(loaded.v, node.v)
+    assert torch.equal(loaded(x), node(x))
