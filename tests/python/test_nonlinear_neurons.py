@@ -2,7 +2,11 @@
 grid: spikes exactly equal, potentials and gradients within rounding. EIF's exp is not bit-equal
 to PyTorch's in float32, so there a neuron whose reference charge comes within 1e-4 of the
 threshold at some step may fire differently and is left out (a handful at most; the comparison
-is exact in float64 on the CPU). Also: the modules' SpikingJelly behaviour (single and multi
+is exact in float64 on the CPU). On CUDA the surrogate's exp in the backward (and EIF's in the
+forward) is CUDA's, and an ulp of difference grows along the sequence where a step multiplies
+it by more than 1 (QIF's quadratic term: 1 + a0 (2v - v_rest - v_c) / tau): there potentials and
+gradients are compared within 1e-4 of the largest value (float32 against float64 differs by up to
+1.4x FP32's tolerance in the long case). Also: the modules' SpikingJelly behaviour (single and multi
 step, v / v_seq, reset), option checks and reassignment."""
 import itertools
 
@@ -86,14 +90,18 @@ def compare(kind, opts, device, dtype=torch.float32, shape=(12, 3, 37), surrogat
     if kind == "eif" and dtype != torch.float64:
         keep = ((h_ref - opts["v_threshold"]).abs() > NEAR_THRESHOLD).all(dim=0)
         assert keep.float().mean() > 0.9, "too many neurons near the threshold to compare"
-    tolerance = FP64 if dtype == torch.float64 else FP32
     assert torch.equal(s[:, keep], s_ref[:, keep]), "spikes differ"
     assert 0 < float(s_ref.mean()) < 1, "the case should fire some spikes, not all"
-    torch.testing.assert_close(v[:, keep], v_ref[:, keep], **tolerance)
-    torch.testing.assert_close(gx[:, keep], gx_ref[:, keep], **tolerance)
-    torch.testing.assert_close(gv[keep], gv_ref[keep], **tolerance)
+    pairs = [(v[:, keep], v_ref[:, keep]), (gx[:, keep], gx_ref[:, keep]), (gv[keep], gv_ref[keep])]
     if w0 is not None:
-        torch.testing.assert_close(gw[keep], gw_ref[keep], **tolerance)
+        pairs.append((gw[keep], gw_ref[keep]))
+    for ours, theirs in pairs:
+        if dtype == torch.float64:
+            torch.testing.assert_close(ours, theirs, **FP64)
+        elif x.device.type == "cuda":
+            torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4 * float(theirs.abs().max()))
+        else:
+            torch.testing.assert_close(ours, theirs, **FP32)
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
