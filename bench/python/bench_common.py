@@ -127,6 +127,18 @@ def flexsn_bench_args(description, argv=None):
     return args
 
 
+def inference_ms(node, x, args, device):
+    """Median ms of an inference call of a neuron module: reset, forward under no_grad."""
+    import torch
+
+    def call():
+        node.reset()
+        with torch.no_grad():
+            node(x)
+
+    return median_ms(call, device, args.calls, args.bursts)
+
+
 def training_step_ms(node, x, grad, args, device):
     """Median ms of a training step of a neuron module: forward, backward against `grad`, reset."""
     xt = x.clone().requires_grad_()

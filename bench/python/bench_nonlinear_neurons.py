@@ -17,20 +17,12 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_common import (cuda_copy_bandwidth, device_name, flexsn_bench_args, fmt, markdown_table,  # noqa: E402
-                          median_ms, training_step_ms)
+                          inference_ms, training_step_ms)
 
 import spikejit  # noqa: E402
 
 NEURONS = {"QIF": ("QIFNode", {}), "EIF": ("EIFNode", {}), "Izhikevich": ("IzhikevichNode", dict(a=0.2, b=0.3))}
 
-
-def inference_ms(node, x, args, device):
-    def call():
-        node.reset()
-        with torch.no_grad():
-            node(x)
-
-    return median_ms(call, device, args.calls, args.bursts)
 
 
 def differing_spikes(ours, theirs, x):

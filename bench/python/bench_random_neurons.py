@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_common import (cuda_copy_bandwidth, device_name, flexsn_bench_args, fmt, markdown_table,  # noqa: E402
-                          median_ms, training_step_ms)
+                          inference_ms, training_step_ms)
 
 import spikejit  # noqa: E402
 
@@ -77,14 +77,6 @@ CORES = {"LIF (no noise)": lif, "noisy threshold (1 draw)": noisy_threshold,
 def parse_args(argv=None):
     return flexsn_bench_args(__doc__.splitlines()[0], argv)
 
-
-def inference_ms(node, x, args, device):
-    def call():
-        node.reset()
-        with torch.no_grad():
-            node(x)
-
-    return median_ms(call, device, args.calls, args.bursts)
 
 
 def main(argv=None):

@@ -66,18 +66,24 @@ def _plif_r_text(v_threshold, v_reset, detach_reset, surrogate_name, surrogate_p
     ])
 
 
+def _cached_handle(cache: dict, key, make_program) -> int:
+    """The handle cached under `key`, else that of make_program() registered (once, under the
+    lock); the cache owns the program for the process."""
+    handle = cache.get(key)
+    if handle is not None:
+        return handle
+    with _cache_lock:
+        handle = cache.get(key)
+        if handle is None:
+            handle = cache[key] = registry.register(make_program())
+    return handle
+
+
 def text_handle(text: str, source_name: str) -> int:
     """The registry handle of the neuron written in `text` (the neuron text format), registered
     once per distinct text and kept for the process, like the built-ins. `source_name` names the
     text in parse errors."""
-    handle = _text_handles.get(text)
-    if handle is not None:
-        return handle
-    with _cache_lock:
-        handle = _text_handles.get(text)
-        if handle is None:
-            handle = _text_handles[text] = registry.register(_core.Program.from_text(text, source_name))
-    return handle
+    return _cached_handle(_text_handles, text, lambda: _core.Program.from_text(text, source_name))
 
 
 def _check_number(name, value):
@@ -115,28 +121,19 @@ def _builtin_handle(kind: str, v_threshold: float, v_reset: Optional[float], det
                     surrogate_name: str, surrogate_params: tuple, decay_input: bool, tau: float) -> int:
     key = (kind, v_threshold, v_reset, detach_reset, surrogate_name, tuple(surrogate_params),
            decay_input, tau if kind == "lif" else None)
-    handle = _builtin_handles.get(key)
-    if handle is not None:
-        return handle
-    with _cache_lock:
-        handle = _builtin_handles.get(key)
-        if handle is None:
-            v_threshold = _check_number("v_threshold", v_threshold)
-            if v_reset is not None:
-                v_reset = _check_number("v_reset", v_reset)
-            if kind == "plif_r":
-                program = _core.Program.from_text(
-                    _plif_r_text(v_threshold, v_reset, detach_reset, surrogate_name, surrogate_params,
-                                 decay_input), "<plif_r>")
-            else:
-                program = _core.builtin(kind, v_threshold=v_threshold, v_reset=v_reset,
-                                        detach_reset=bool(detach_reset), surrogate=surrogate_name,
-                                        surrogate_params=list(surrogate_params),
-                                        decay_input=bool(decay_input),
-                                        tau=_check_number("tau", tau) if kind == "lif" else 2.0)
-            handle = registry.register(program)  # the cache is its owner, for the process
-            _builtin_handles[key] = handle
-    return handle
+
+    def make_program():
+        threshold = _check_number("v_threshold", v_threshold)
+        reset = None if v_reset is None else _check_number("v_reset", v_reset)
+        if kind == "plif_r":
+            return _core.Program.from_text(
+                _plif_r_text(threshold, reset, detach_reset, surrogate_name, surrogate_params, decay_input),
+                "<plif_r>")
+        return _core.builtin(kind, v_threshold=threshold, v_reset=reset, detach_reset=bool(detach_reset),
+                             surrogate=surrogate_name, surrogate_params=list(surrogate_params),
+                             decay_input=bool(decay_input), tau=_check_number("tau", tau) if kind == "lif" else 2.0)
+
+    return _cached_handle(_builtin_handles, key, make_program)
 
 
 def needs_grad(*groups) -> bool:
