@@ -7,10 +7,11 @@ its constructor arguments and behaviour, on the fused kernels.
 QIF charges h = v + (x + a0 (v - v_rest)(v - v_c)) / tau, EIF h = v + (x + v_rest - v +
 delta_T exp((v - theta_rh) / delta_T)) / tau, Izhikevich QIF's charge minus an adaptation current
 w, which decays towards a (h - v_rest) with time constant tau_w and jumps by b at each spike; all
-then fire and reset like LIFNode (hard reset to v_reset, or soft reset with v_reset=None). Each set of options is a neuron in the text format
-(docs/neuron-format.md), compiled once per process like the built-ins; everything else (single
-and multi step, `v`, `v_seq`, `store_v_seq`, `detach_reset`, surrogates, checkpoints) is
-BaseNode's. SpikingJelly 2.0 runs these neurons on its torch backend only.
+then fire and reset like LIFNode (hard reset to v_reset, or soft reset with v_reset=None). Each
+set of options is a neuron in the text format (docs/neuron-format.md), compiled once per process
+like the built-ins; everything else (single and multi step, `v`, `v_seq`, `store_v_seq`,
+`detach_reset`, surrogates, checkpoints) is BaseNode's. SpikingJelly 2.0 runs these neurons on
+its torch backend only.
 """
 from typing import Optional, Union
 
