@@ -459,10 +459,14 @@ class FlexSN(StatefulModule):
         self.states = None
         self.state_seqs = None
 
-    def _current_states(self, step_shape):
-        """The states an earlier call left, when they fit steps of `step_shape`; else None."""
+    def _current_states(self, x, sequence: bool):
+        """The states an earlier call left, when they fit the steps of input x (a sequence [T, *S]
+        or one step); else None."""
         states = self.states
-        if states is not None and all(s.shape == step_shape for s in states):
+        if states is None:
+            return None
+        step_shape = x.shape[1:] if sequence else x.shape
+        if all(s.shape == step_shape for s in states):
             refuse_stale_state(self)
             return list(states)
         return None
@@ -497,7 +501,7 @@ class FlexSN(StatefulModule):
 
     def single_step_forward(self, *inputs):
         self._check_inputs(inputs)
-        states = self._current_states(inputs[0].shape)
+        states = self._current_states(inputs[0], sequence=False)
         if states is None:
             states = self.init_states(self.num_states, "s", *inputs)
         inputs, states = self._mask(inputs, states)
@@ -547,7 +551,7 @@ class FlexSN(StatefulModule):
 
     def multi_step_forward(self, *inputs):
         self._check_inputs(inputs)
-        states = None if self.states is None else self._current_states(inputs[0].shape[1:])
+        states = self._current_states(inputs[0], sequence=True)
         outputs, finals, seqs = self._run_sequence(list(inputs), states)
         self.states = finals
         if self.store_state_seqs:

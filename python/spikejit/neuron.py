@@ -148,11 +148,10 @@ class BaseNode(StatefulModule):
         if isinstance(self.v_seq, Tensor):
             self.v_seq = self.v_seq.detach()
 
-    def _initial_state(self, name: str, default: float, x_seq: Tensor) -> Optional[Tensor]:
-        """The value of state attribute `name` to start from for inputs [T, *S]: None means the
+    def _initial_state(self, value, name: str, default: float, x_seq: Tensor) -> Optional[Tensor]:
+        """The state `value` (attribute `name`) to start from for inputs [T, *S]: None means the
         kernel's default (`default`); a stored state of another shape is dropped, as SpikingJelly
         does."""
-        value = getattr(self, name)
         shape = x_seq.shape[1:]
         if isinstance(value, Tensor) and value.shape == shape:
             refuse_stale_state(self)
@@ -169,7 +168,7 @@ class BaseNode(StatefulModule):
     def _initial_states(self, x_seq: Tensor) -> list:
         """The states a call starts from, v first (a neuron with more states extends this and
         _keep_final_states)."""
-        return [self._initial_state("v", self._v_default(), x_seq)]
+        return [self._initial_state(self.v, "v", self._v_default(), x_seq)]
 
     def _keep_final_states(self, finals) -> None:
         self.v = finals[0]

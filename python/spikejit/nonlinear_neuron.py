@@ -29,33 +29,37 @@ _FIRE_AND_RESET = [
 ]
 
 
-def _neuron_text(name: str, constants: dict, charge: str, node: BaseNode, adaptation=()) -> str:
+def _neuron_text(name: str, constants: dict, charge: str, node: BaseNode, states=(), updates=()) -> str:
     """A neuron that charges by `charge` (h from x and v), then fires and resets with `node`'s
-    options (the LIF step's last lines). `adaptation`: (declaration, update) of a second state."""
+    options (the LIF step's last lines). `states` declares more states than v, `updates` (lines
+    after the spike s) gives them their next values."""
     soft = node.v_reset is None
     constants = dict(constants, v_threshold=node.v_threshold, v_reset=0.0 if soft else node.v_reset)
-    declaration, update = adaptation or ((), ())
     return "\n".join([
         f"neuron {name}",
         "input x",
         "state v = v_reset",
-        *declaration,
+        *states,
         "const " + ", ".join(f"{k} = {float(v)!r}" for k, v in constants.items()),
         f"const soft_reset = {str(soft).lower()}, detach_reset = {str(node.detach_reset).lower()}",
         "output s",
         f"h = {charge}",
         f"s = spike(h - v_threshold, {_surrogate.text(*_surrogate.resolve(node.surrogate_function))})",
-        *update,
+        *updates,
         *_FIRE_AND_RESET,
     ])
 
 
-def _check_order(node: BaseNode, positive: str, resting_above_reset: bool = True) -> None:
-    """SpikingJelly's conditions on the options: `positive` > 0 and, under a hard reset,
-    v_threshold > v_reset and (QIF, EIF) v_rest >= v_reset."""
-    if not getattr(node, positive) > 0:
-        raise ValueError(f"{positive}: expected a float > 0, got {getattr(node, positive)}")
-    if node.v_reset is not None and resting_above_reset:
+def _check_positive(node: BaseNode, *names: str) -> None:
+    for name in names:
+        if not getattr(node, name) > 0:
+            raise ValueError(f"{name}: expected a float > 0, got {getattr(node, name)}")
+
+
+def _check_order(node: BaseNode) -> None:
+    """SpikingJelly's conditions on QIF's and EIF's options under a hard reset: v_threshold >
+    v_reset and v_rest >= v_reset."""
+    if node.v_reset is not None:
         if not node.v_threshold > node.v_reset:
             raise ValueError(f"v_threshold: expected a float > v_reset = {node.v_reset}, got {node.v_threshold}")
         if not node.v_rest >= node.v_reset:
@@ -76,7 +80,8 @@ class QIFNode(BaseNode):
                          checkpoint_every, tau=tau, v_c=v_c, a0=a0, v_rest=v_rest)
 
     def _make_handle(self) -> int:
-        _check_order(self, "a0")
+        _check_positive(self, "a0")
+        _check_order(self)
         text = _neuron_text("qif", dict(tau=self.tau, v_c=self.v_c, a0=self.a0, v_rest=self.v_rest),
                             "v + (x + a0 * (v - v_rest) * (v - v_c)) / tau", self)
         return text_handle(text, "<QIFNode>")
@@ -100,7 +105,8 @@ class EIFNode(BaseNode):
                          checkpoint_every, tau=tau, delta_T=delta_T, theta_rh=theta_rh, v_rest=v_rest)
 
     def _make_handle(self) -> int:
-        _check_order(self, "delta_T")
+        _check_positive(self, "delta_T")
+        _check_order(self)
         text = _neuron_text("eif", dict(tau=self.tau, delta_T=self.delta_T, theta_rh=self.theta_rh,
                                          v_rest=self.v_rest),
                             "v + (x + v_rest - v + delta_T * exp((v - theta_rh) / delta_T)) / tau", self)
@@ -130,18 +136,15 @@ class IzhikevichNode(BaseNode):
         self.w = self.w_rest
 
     def _make_handle(self) -> int:
-        _check_order(self, "a0", resting_above_reset=False)
-        if not self.tau_w > 0:
-            raise ValueError(f"tau_w: expected a float > 0, got {self.tau_w}")
+        _check_positive(self, "a0", "tau_w")
         constants = dict(tau=self.tau, v_c=self.v_c, a0=self.a0, v_rest=self.v_rest, w_rest=self.w_rest,
                          tau_w=self.tau_w, a=self.a, b=self.b)
-        adaptation = (["state w = w_rest"], ["w = w + (a * (h - v_rest) - w) / tau_w + b * s"])
         text = _neuron_text("izhikevich", constants, "v + (x + a0 * (v - v_rest) * (v - v_c) - w) / tau", self,
-                            adaptation)
+                            states=["state w = w_rest"], updates=["w = w + (a * (h - v_rest) - w) / tau_w + b * s"])
         return text_handle(text, "<IzhikevichNode>")
 
     def _initial_states(self, x_seq):
-        return super()._initial_states(x_seq) + [self._initial_state("w", self.w_rest, x_seq)]
+        return super()._initial_states(x_seq) + [self._initial_state(self.w, "w", self.w_rest, x_seq)]
 
     def _keep_final_states(self, finals) -> None:
         self.v, self.w = finals

@@ -266,6 +266,22 @@ inline float erf_f32(float x) {
   return x != x ? x : r;
 }
 
+// The polynomial with `coefficients` (highest degree first) at x, by Horner's rule in F.
+template <class F, size_t N>
+inline F horner(const double (&coefficients)[N], F x) {
+  F p = static_cast<F>(coefficients[0]);
+  for (size_t i = 1; i < N; ++i) p = p * x + static_cast<F>(coefficients[i]);
+  return p;
+}
+
+// erfc's P (see erfc_f32), and the Taylor polynomial of exp of degree 8, highest degree first.
+constexpr double kErfcP[] = {8.00341815964795e-05,  0.00017085901599753553, -0.0004002467879261783,
+                             -0.0014219693625555608, 0.0012518846291028145, 0.008709364672968683,
+                             -0.008030582362063075,  -0.054217839440674404, 0.16405100577145246,
+                             -0.1660305227278468,   -0.09276381959555112,  0.27697838270336816};
+constexpr double kExpTaylor8[] = {1.0 / 40320.0, 1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0,
+                                  1.0 / 6.0,     0.5,          1.0,         1.0};
+
 // erfc(a), a = |x| up to 10.5, in double and rounded once to float (in float the roundings of its
 // parts added up to 4 ulp): exp(-a^2), a^2 exact in double, reduced as in reduce_by_ln2, by its
 // Taylor polynomial of degree 8 (truncation below 2^-32 relative) and 2^n from n's bits; times
@@ -277,32 +293,13 @@ inline float erfc_f32(float x) {
   const double abs_x = std::fabs(static_cast<double>(x));
   const double a = abs_x < 10.5 ? abs_x : 10.5;  // NaN compares false: 10.5, fixed below
   const double q = (a - 2.0) / (a + 2.0);
-  double p = 8.00341815964795e-05;
-  p = p * q + 0.00017085901599753553;
-  p = p * q - 0.0004002467879261783;
-  p = p * q - 0.0014219693625555608;
-  p = p * q + 0.0012518846291028145;
-  p = p * q + 0.008709364672968683;
-  p = p * q - 0.008030582362063075;
-  p = p * q - 0.054217839440674404;
-  p = p * q + 0.16405100577145246;
-  p = p * q - 0.1660305227278468;
-  p = p * q - 0.09276381959555112;
-  p = p * q + 0.27697838270336816;
+  const double p = horner(kErfcP, q);
   constexpr double kLog2e = 1.4426950408889634, kLn2 = 0.6931471805599453, kRound = 6755399441055744.0;  // 1.5 * 2^52
   const double c = -(a * a);
   const double shifted = c * kLog2e + kRound;  // n + 1.5 * 2^52: n in the low bits
   const double n = shifted - kRound;
   const double r = c - n * kLn2;
-  double e = 1.0 / 40320.0;
-  e = e * r + 1.0 / 5040.0;
-  e = e * r + 1.0 / 720.0;
-  e = e * r + 1.0 / 120.0;
-  e = e * r + 1.0 / 24.0;
-  e = e * r + 1.0 / 6.0;
-  e = e * r + 0.5;
-  e = e * r + 1.0;
-  e = e * r + 1.0;
+  const double e = horner(kExpTaylor8, r);
   const uint64_t n_bits = detail::bit_copy<uint64_t>(shifted) - detail::bit_copy<uint64_t>(kRound);
   const double scale = detail::bit_copy<double>((n_bits + 1023) << 52);  // 2^n, n in [-160, 0]
   const double tail = (e * scale) * ((p + 1.0) / (2.0 * a + 1.0));
@@ -319,14 +316,6 @@ constexpr double kErfinvCentre[] = {2.81022636e-08,  3.43273939e-07, -3.5233877e
 constexpr double kErfinvTail[] = {-0.000200214257, 0.000100950558, 0.00134934322,
                                   -0.00367342844,  0.00573950773,  -0.0076224613,
                                   0.00943887047,   1.00167406,     2.83297682};
-
-// The polynomial with `coefficients` (highest degree first) at x, by Horner's rule in F.
-template <class F, size_t N>
-inline F horner(const double (&coefficients)[N], F x) {
-  F p = static_cast<F>(coefficients[0]);
-  for (size_t i = 1; i < N; ++i) p = p * x + static_cast<F>(coefficients[i]);
-  return p;
-}
 
 // erfinv(x) / x by Giles' polynomials from their w = -log((1 - x)(1 + x)), for erfinv and ndtri in
 // float and as the start of the float64 versions: both evaluated, one selected (a select, which
