@@ -499,6 +499,13 @@ def split_inference_results(results, num_outputs: int, num_states: int, store_st
     return list(results[:num_outputs]), list(results[len(results) - num_states:]), seqs
 
 
+def split_training_results(results, num_outputs: int, num_states: int, store_state_seqs: bool):
+    """(outputs, final_states, state_seqs or None) of a training forward's results, [*outputs,
+    *final_states, *state_seqs (if stored), ...]."""
+    seqs = list(results[num_outputs + num_states:num_outputs + 2 * num_states]) if store_state_seqs else None
+    return list(results[:num_outputs]), list(results[num_outputs:num_outputs + num_states]), seqs
+
+
 def inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool,
               packed_outputs: int = 0, seed=None):
     """[*outputs, *state_seqs (if store_state_seqs), *final_states (if final_state)]."""

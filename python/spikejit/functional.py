@@ -34,7 +34,8 @@ from . import _core, ops, registry
 from ._forward_mode import has_tangents, run_with_tangents
 from ._func_transforms import transforms_active
 from ._kernel_calls import (check_checkpoint_every, check_pack_spikes, check_seed, initial_states, program_counts,
-                            resolve_checkpoint_every, scalar_param, split_inference_results, uses_random)
+                            resolve_checkpoint_every, scalar_param, split_inference_results, split_training_results,
+                            uses_random)
 from ._layout import inverse, memory_order, neuron_order
 from . import surrogate as _surrogate
 
@@ -212,6 +213,11 @@ def run_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_stat
     the outputs returned as uint8 bit rows (see spikejit.ops). `seed`: the draws of a neuron with
     random numbers (see call_seed; None draws one)."""
     seed = call_seed(handle, inputs, seed)
+    if (type(packed_outputs) is int and packed_outputs == 0 and pack_spikes is False
+            and getattr(_call_hooks, "hook", None) is None and ops.is_plain_eager(inputs, init_states, params)):
+        check_checkpoint_every(checkpoint_every)
+        return ops.run_plain(handle, num_outputs, num_states, inputs, initial_states(handle, init_states, inputs[0]),
+                             params, store_state_seqs, checkpoint_every, seed)
     hook = None
     if not torch.compiler.is_compiling():
         if has_tangents(inputs, init_states, params):
@@ -253,16 +259,13 @@ def _execute(handle, num_outputs, num_states, inputs, init_states, params, store
                                                     packed_outputs, pack_spikes)
         results = ops.run_training(handle, inputs, init_states, params, store_state_seqs, checkpoint_every,
                                    packed_outputs, pack_spikes, carriers, seed)
-        outputs = results[:num_outputs]
-        finals = results[num_outputs:num_outputs + num_states]
-        seqs = results[num_outputs + num_states:num_outputs + 2 * num_states] if store_state_seqs else None
+        outputs, finals, seqs = split_training_results(results, num_outputs, num_states, store_state_seqs)
         if carriers:
             outputs = ops.with_carriers(outputs, results[num_outputs + num_states * (2 if store_state_seqs else 1):],
                                         packed_outputs)
-    else:
-        results = ops.run_inference(handle, inputs, init_states, params, store_state_seqs, True, packed_outputs, seed)
-        outputs, finals, seqs = split_inference_results(results, num_outputs, num_states, store_state_seqs)
-    return outputs, finals, seqs
+        return outputs, finals, seqs
+    results = ops.run_inference(handle, inputs, init_states, params, store_state_seqs, True, packed_outputs, seed)
+    return split_inference_results(results, num_outputs, num_states, store_state_seqs)
 
 
 def _call_memory_order(handle, inputs, init_states, params):

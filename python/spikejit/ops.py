@@ -45,13 +45,15 @@ implementations without the dispatcher for plain tensors in eager mode.
 from typing import List, Optional
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
 from . import _core, _kernel_calls
 from ._func_transforms import FuncInference, FuncTraining, refuse_second_derivative, transforms_active
 from ._kernel_calls import (ActiveReference, check_call, check_strided, current_stream, describe, inference,
                             inference_buffers, keep_for_backward, neurons_of, output_gradients, program_counts,
-                            row_bytes, saved_for_backward, seed_for_backward, seed_tensors, training_call)
+                            resolve_checkpoint_every, row_bytes, saved_for_backward, seed_for_backward, seed_tensors,
+                            split_inference_results, split_training_results, training_call)
 from ._surrogate_grads import SURROGATE_GRADIENTS, surrogate_gradient
 
 
@@ -318,6 +320,40 @@ def _without_dead_wrappers(inputs, init_states, params, seed):
     def unwrap(tensors):
         return [_unwrap_if_dead(t) for t in tensors]
     return unwrap(inputs), unwrap(init_states), unwrap(params), None if seed is None else _unwrap_if_dead(seed)
+
+
+_PLAIN_TYPES = (Tensor, torch.nn.Parameter)
+
+
+def is_plain_eager(inputs, init_states, params) -> bool:
+    """Whether a call can go straight to the C++ calls (run_plain): plain tensors (None states
+    too), none left over from a finished torch.func transform, inputs[0] contiguous; outside
+    torch.compile, tensor subclasses and modes, torch.func transforms and forward-mode AD. The
+    layers of run_neuron each ask part of this; asking once saves 5-7 µs of a small call, which is
+    bound by the host (docs/benchmarks.md)."""
+    if (not _kernel_calls.CPP_CALLS or torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+            or transforms_active() or _forward_ad._current_level >= 0):
+        return False
+    for group in (inputs, init_states, params):
+        for t in group:
+            if t is not None and (type(t) not in _PLAIN_TYPES or _is_functorch_wrapped(t)):
+                return False
+    x = inputs[0] if len(inputs) > 0 else None
+    return x is not None and x.layout is torch.strided and x.is_contiguous()
+
+
+def run_plain(handle: int, num_outputs: int, num_states: int, inputs, init_states, params, store_state_seqs: bool,
+              checkpoint_every, seed=None):
+    """A call that is_plain_eager, on the states initial_states gave: (outputs, final_states,
+    state_seqs or None), through the training forward (with autograd) when a gradient is needed,
+    else inference. `checkpoint_every`: checked, "auto" not yet resolved."""
+    if torch.is_grad_enabled() and any(t.requires_grad for group in (inputs, init_states, params) for t in group):
+        checkpoint_every = resolve_checkpoint_every(checkpoint_every, handle, inputs[0], store_state_seqs, 0, False)
+        results = _train_in_cpp(training_call(handle, store_state_seqs, checkpoint_every), inputs, init_states,
+                                params, seed)
+        return split_training_results(results, num_outputs, num_states, store_state_seqs)
+    results = inference(handle, inputs, init_states, params, store_state_seqs, True, 0, seed)
+    return split_inference_results(results, num_outputs, num_states, store_state_seqs)
 
 
 def run_inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool,

@@ -238,3 +238,54 @@ def test_an_error_in_the_backward_keeps_its_type_and_message(cpp, node_in):
                                                      r"\[4, 64\], got float32\[2, 64\]") as info:
         y.sum().backward()
     assert info.value.argument == "saved[0]"
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_plain_eager_calls_skip_the_layers_with_the_same_results(device, monkeypatch):
+    """run_neuron takes a plain eager call (ops.is_plain_eager) straight to the C++ calls; with
+    that gate closed the same call goes through the layers (hooks, forward mode, memory order,
+    the op dispatch) to the same C++ calls: the same results, states and gradients bit for bit."""
+    def step(x, w):
+        node = spikejit.ParametricLIFNode(step_mode="m", store_v_seq=True)
+        with torch.no_grad():
+            node.w.copy_(w)
+        node.v = v0
+        xr = x.clone().requires_grad_()
+        y = node(xr)
+        (y.sum() + node.v_seq.square().sum()).backward()
+        with torch.no_grad():
+            inferred = node(x)
+        return [y.detach(), node.v_seq.detach(), node.v, xr.grad, node.w.grad, inferred]
+
+    x, v0 = random_input(6, 3, 17, device=device), random_input(3, 17, device=device, scale=0.3)
+    w = torch.tensor(0.4, device=device)
+    taken = []
+    monkeypatch.setattr(ops, "run_plain", lambda *args, real=ops.run_plain: taken.append(1) or real(*args))
+    plain = step(x, w)
+    assert len(taken) == 2, "the plain path was not taken"
+    monkeypatch.setattr(ops, "is_plain_eager", lambda *args: False)
+    layered = step(x, w)
+    assert len(taken) == 2
+    for a, b in zip(plain, layered):
+        assert torch.equal(a, b)
+
+
+def test_calls_the_layers_must_see_are_not_plain():
+    """The gate of the plain path closes for what only the layers handle."""
+    x, v = random_input(4, 8), random_input(8)
+    assert ops.is_plain_eager([x], [v, None], [torch.nn.Parameter(torch.ones(()))])
+    assert not ops.is_plain_eager([x.t()], [], [])                       # memory order: permuted views
+    assert not ops.is_plain_eager([x.to_sparse()], [], [])               # the layers name the bad layout
+    assert not ops.is_plain_eager([x], [[0.0]], [])                      # not a tensor: the checks name it
+    with torch.autograd.forward_ad.dual_level():                          # forward-mode tangents
+        assert not ops.is_plain_eager([x], [], [])
+    seen = []
+    torch.func.vmap(lambda t: seen.append(ops.is_plain_eager([t], [], [])) or t)(x.unsqueeze(0))
+    assert seen == [False]                                                # torch.func transforms
+
+    class Mode(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+    with Mode():                                                          # tensor modes (fake tensors, ...)
+        assert not ops.is_plain_eager([x], [], [])
+    assert ops.is_plain_eager([x], [], [])
