@@ -38,21 +38,6 @@ def _check_float(name, value, allow_none=False):
     return float(value)
 
 
-def _checked_option(name: str, value):
-    """An option's value as the module keeps it, after its checks (constructor and assignment)."""
-    if name in ("detach_reset", "decay_input"):
-        return check_flag(name, value)
-    if name == "surrogate_function":
-        _surrogate.resolve(value)  # rejects unsupported surrogates now
-        return _surrogate.Sigmoid() if value is None else value
-    if name == "v_reset":
-        return _check_float(name, value, allow_none=True)
-    value = _check_float(name, value)
-    if name == "tau" and not value > 1.0:
-        raise ValueError(f"tau: expected a float > 1, got {value}")
-    return value
-
-
 class BaseNode(StatefulModule):
     """Common state handling of the built-in neurons (one state `v`).
 
@@ -82,7 +67,7 @@ class BaseNode(StatefulModule):
         options = dict(v_threshold=v_threshold, v_reset=v_reset, surrogate_function=surrogate_function,
                        detach_reset=detach_reset, **options)
         for name, value in options.items():
-            setattr(self, name, _checked_option(name, value))
+            setattr(self, name, self._checked_option(name, value))
         self.step_mode = step_mode
         self.backend = backend
         self.store_v_seq = check_flag("store_v_seq", store_v_seq)
@@ -92,11 +77,26 @@ class BaseNode(StatefulModule):
         self._options_ready = True
         self._refresh_program()
 
+    def _checked_option(self, name: str, value):
+        """An option's value as the module keeps it, after its checks (constructor and assignment;
+        a subclass with options of its own checks them here)."""
+        if name in ("detach_reset", "decay_input"):
+            return check_flag(name, value)
+        if name == "surrogate_function":
+            _surrogate.resolve(value)  # rejects unsupported surrogates now
+            return _surrogate.Sigmoid() if value is None else value
+        if name == "v_reset":
+            return _check_float(name, value, allow_none=True)
+        value = _check_float(name, value)
+        if name == "tau" and not value > 1.0:
+            raise ValueError(f"tau: expected a float > 1, got {value}")
+        return value
+
     def _set_attribute(self, name, value):
         if not self.__dict__.get("_options_ready", False):
             super()._set_attribute(name, value)
         elif name in self._OPTIONS:
-            self._assign_option(name, _checked_option(name, value))
+            self._assign_option(name, self._checked_option(name, value))
         elif name == "store_v_seq":
             super()._set_attribute(name, check_flag(name, value))
             self.v_seq = None

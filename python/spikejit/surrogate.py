@@ -8,6 +8,7 @@ also accept SpikingJelly's own surrogate objects (matched by exact class name, p
 from their attributes), names ("sigmoid", "ATan") and None (Sigmoid(alpha=4)).
 """
 import math
+import numbers
 from typing import Sequence, Tuple
 
 import torch
@@ -16,7 +17,7 @@ from torch import nn
 from . import _core
 from .ops import SURROGATE_INFO, run_spike
 
-__all__ = ["SurrogateFunction", "spike", "heaviside", "resolve"]
+__all__ = ["SurrogateFunction", "spike", "heaviside", "resolve", "MultiLevelSpikeCount", "multi_level_spike_count"]
 
 _BY_CLASS_NAME = {class_name: name for name, (class_name, _, _) in SURROGATE_INFO.items()}
 
@@ -129,6 +130,72 @@ def _finite_number(name: str, value) -> float:
 def heaviside(x: torch.Tensor) -> torch.Tensor:
     """(x >= 0) in x's dtype, without a gradient."""
     return (x >= 0).to(x.dtype)
+
+
+class MultiLevelSpikeCount(nn.Module):
+    """SpikingJelly's multi-level spike count, the firing of I-LIF (spikejit.ILIFNode):
+    round(clamp(x, 0, max_spike_count)) forward (half to even), and a straight-through gradient
+    inside `grad_window` (default [0, max_spike_count]), 0 outside. Plain torch ops
+    (multi_level_spike_count), so a FlexSN core that calls it traces to the IR."""
+
+    def __init__(self, max_spike_count: int, spiking: bool = True, grad_window=None):
+        super().__init__()
+        if isinstance(max_spike_count, bool) or not isinstance(max_spike_count, numbers.Integral):
+            raise TypeError(f"max_spike_count: expected an int >= 1, got {type(max_spike_count).__name__}")
+        if max_spike_count < 1:
+            raise ValueError(f"max_spike_count: expected an int >= 1, got {max_spike_count}")
+        if spiking is not True:
+            raise ValueError(f"spiking: spikejit's MultiLevelSpikeCount fires spike counts; spiking={spiking!r} "
+                             "is not supported")
+        self.max_spike_count = int(max_spike_count)
+        self.grad_min, self.grad_max = _grad_window(grad_window, self.max_spike_count)
+        self.spiking = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return multi_level_spike_count(x, self.max_spike_count, (self.grad_min, self.grad_max))
+
+    def extra_repr(self) -> str:
+        return f"max_spike_count={self.max_spike_count}, grad_window=({self.grad_min}, {self.grad_max})"
+
+
+def multi_level_spike_count(x: torch.Tensor, max_spike_count: int, grad_window=None) -> torch.Tensor:
+    """round(clamp(x, 0, max_spike_count)), with gradient 1 where grad_min <= x <= grad_max (the
+    window, default [0, max_spike_count]) and 0 elsewhere. The gradient rides on x - x.detach(),
+    which is exactly 0 for finite x, so the values are the counts themselves."""
+    grad_min, grad_max = _grad_window(grad_window, max_spike_count)
+    count = torch.clamp(x, 0.0, float(max_spike_count)).round()
+    window = ((x >= grad_min) & (x <= grad_max)).to(x.dtype)
+    return count + window * (x - x.detach())
+
+
+def _grad_window(grad_window, max_spike_count) -> Tuple[float, float]:
+    if grad_window is None:
+        return 0.0, float(max_spike_count)
+    if isinstance(grad_window, (str, bytes)) or not isinstance(grad_window, Sequence) or len(grad_window) != 2:
+        raise TypeError(f"grad_window: expected None or (grad_min, grad_max), got {grad_window!r}")
+    grad_min, grad_max = (_finite_number(f"grad_window[{i}]", v) for i, v in enumerate(grad_window))
+    if not grad_min <= grad_max:
+        raise ValueError(f"grad_window: expected grad_min <= grad_max, got {tuple(grad_window)}")
+    return grad_min, grad_max
+
+
+def resolve_multi_level(surrogate_function, argument: str = "surrogate_function") -> Tuple[int, float, float]:
+    """(max_spike_count, grad_min, grad_max) of spikejit's or SpikingJelly's MultiLevelSpikeCount
+    (None: MultiLevelSpikeCount(4)); ValueError for anything else, as SpikingJelly's I-LIF."""
+    if surrogate_function is None:
+        return 4, 0.0, 4.0
+    if type(surrogate_function).__name__ != "MultiLevelSpikeCount":
+        raise ValueError(f"{argument}: expected a MultiLevelSpikeCount (spikejit.surrogate's or SpikingJelly's), "
+                         f"got {type(surrogate_function).__name__}")
+    if getattr(surrogate_function, "spiking", True) is not True:
+        raise ValueError(f"{argument}: expected MultiLevelSpikeCount(spiking=True), got spiking=False")
+    try:
+        count = MultiLevelSpikeCount(getattr(surrogate_function, "max_spike_count", None),
+                                     grad_window=(getattr(surrogate_function, "grad_min", None),
+                                                  getattr(surrogate_function, "grad_max", None)))
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{argument}: {error}") from None
+    return count.max_spike_count, count.grad_min, count.grad_max
 
 
 def text(name: str, params: Sequence[float]) -> str:
