@@ -1,6 +1,7 @@
-"""QIF, EIF, Izhikevich and I-LIF through the modules: spikejit against SpikingJelly's, side by
-side in one run (its torch backend for the first three, the only one it has for them; for I-LIF
-its registered op, a per-step torch loop on the CPU and its own kernel on CUDA).
+"""QIF, EIF, Izhikevich, I-LIF and CLIF through the modules: spikejit against SpikingJelly's, side
+by side in one run (its torch backend for the first three, the only one it has for them; for I-LIF
+its registered op, a per-step torch loop on the CPU and its own kernel on CUDA; for CLIF a
+per-step torch loop on the CPU and one fused kernel per step on CUDA).
 
     python3 bench/python/bench_nonlinear_neurons.py [--device cuda] [--steps 32] [--neurons 1048576]
 
@@ -23,7 +24,7 @@ from bench_common import (cuda_copy_bandwidth, device_name, flexsn_bench_args, f
 import spikejit  # noqa: E402
 
 NEURONS = {"QIF": ("QIFNode", {}), "EIF": ("EIFNode", {}), "Izhikevich": ("IzhikevichNode", dict(a=0.2, b=0.3)),
-           "I-LIF": ("ILIFNode", {})}
+           "I-LIF": ("ILIFNode", {}), "CLIF": ("ComplementaryLIFNode", {})}
 
 
 def differing_spikes(ours, theirs, x):
@@ -43,7 +44,7 @@ def main(argv=None):
         from spikingjelly.activation_based import neuron as sj_neuron
     except ImportError:
         sj_neuron = None
-    print(f"# QIF, EIF, Izhikevich, I-LIF modules, fp32, T = {args.steps}, N = {args.neurons}, {device_name(device)}, "
+    print(f"# QIF, EIF, Izhikevich, I-LIF, CLIF modules, fp32, T = {args.steps}, N = {args.neurons}, {device_name(device)}, "
           f"torch {torch.__version__}")
     print(f"ms per call, median of {args.bursts} bursts of {args.calls} calls; SpikingJelly: "
           f"{'installed' if sj_neuron else 'not installed'}\n")

@@ -173,6 +173,14 @@ class BaseNode(StatefulModule):
     def _keep_final_states(self, finals) -> None:
         self.v = finals[0]
 
+    def _stores_state_seqs(self) -> bool:
+        """Whether a multi-step call keeps its state sequences (_keep_state_seqs): v's with
+        store_v_seq."""
+        return self.store_v_seq
+
+    def _keep_state_seqs(self, seqs) -> None:
+        self.v_seq = seqs[0]
+
     # -- subclasses ----------------------------------------------------------------------------
 
     def _make_handle(self) -> int:
@@ -192,11 +200,12 @@ class BaseNode(StatefulModule):
     def multi_step_forward(self, x_seq: Tensor) -> Tensor:
         self._check_input(x_seq, "x_seq", 1)
         states = self._initial_states(x_seq)
+        stores = self._stores_state_seqs()
         outputs, finals, seqs = run_neuron(self._program_handle, 1, len(states), [x_seq], states,
-                                           self._params(x_seq), self.store_v_seq, self.checkpoint_every)
+                                           self._params(x_seq), stores, self.checkpoint_every)
         self._keep_final_states(finals)
-        if self.store_v_seq:
-            self.v_seq = seqs[0]
+        if stores:
+            self._keep_state_seqs(seqs)
         return outputs[0]
 
     def single_step_forward(self, x: Tensor) -> Tensor:

@@ -160,10 +160,10 @@ def test_random_neurons_bench_dry_run_measures_every_core():
 def test_nonlinear_neurons_bench_dry_run_compares_every_neuron_with_spikingjelly():
     out = run_bench("bench_nonlinear_neurons.py", "--dry-run", "--device", "cpu")
     assert "SpikingJelly: installed" in out, out
-    for name in ("QIF", "EIF", "Izhikevich", "I-LIF"):
+    for name in ("QIF", "EIF", "Izhikevich", "I-LIF", "CLIF"):
         row = next(line for line in out.splitlines() if line.startswith(f"| {name} |"))
         assert "–" not in row.split("|", 4)[4], row  # both sides measured (the copy bandwidth is CUDA's)
-        assert row.rstrip(" |").endswith(" 0") or name == "EIF", row  # the same spikes
+        assert row.rstrip(" |").endswith(" 0") or name in ("EIF", "CLIF"), row  # the same spikes
 
 
 def test_flexsn_ops_bench_dry_run_measures_every_core():
