@@ -6,7 +6,6 @@ threshold at some step may fire differently and is left out (float64 compares ev
 CUDA, whose sigmoid differs by an ulp more, within 1e-4 of the largest value. Also: single and
 multi step from the state a call left, state_seqs, reset, option checks, torch.compile without
 graph breaks, checkpoints, pickling."""
-import io
 import itertools
 
 import pytest
@@ -14,6 +13,8 @@ import torch
 
 import spikejit
 from conftest import device_params, random_input
+from module_checks import (assert_close_to_reference, check_checkpoints_give_per_step_gradients, check_compiles_like_eager,
+                           check_pickled_module_runs)
 
 # SpikingJelly is a pinned test requirement: imported, not skipped.
 from spikingjelly.activation_based import neuron as sj_neuron
@@ -71,12 +72,7 @@ def compare(opts, device, dtype=torch.float32, shape=(14, 3, 37)):
     pairs = [(v[:, keep], v_ref[:, keep]), (m[:, keep], m_ref[:, keep]), (gx[:, keep], gx_ref[:, keep]),
              (gv[keep], gv_ref[keep]), (gm[keep], gm_ref[keep])]
     for a, b in pairs:
-        if dtype == torch.float64:
-            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
-        elif device.type == "cuda":
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max()))
-        else:
-            torch.testing.assert_close(a, b, **FP32)
+        assert_close_to_reference(a, b)
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
@@ -132,47 +128,17 @@ def test_options_are_checked():
 
 
 def test_compiles_without_graph_breaks():
-    torch._dynamo.reset()
-    node = spikejit.ComplementaryLIFNode(step_mode="m")
-    layer = torch.nn.Linear(16, 16)
-
-    def step(x):
-        node.reset()
-        return node(layer(x))
-
-    x = random_input(8, 4, 16, scale=1.0)
-    assert torch._dynamo.explain(step)(x).graph_break_count == 0
-    compiled = torch.compile(step, fullgraph=True)(x)
-    compiled.sum().backward()
-    grad = layer.weight.grad.clone()
-    layer.weight.grad = None
-    eager = step(x)
-    eager.sum().backward()
-    assert torch.equal(compiled, eager)
-    torch.testing.assert_close(grad, layer.weight.grad, **FP32)
+    check_compiles_like_eager(spikejit.ComplementaryLIFNode(step_mode="m"), random_input(8, 4, 16, scale=1.0))
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 def test_checkpoints_give_the_per_step_gradients(device):
-    x = random_input(13, 2, 50, device=device, scale=1.0)
-    grads = []
-    for checkpoint_every in (0, 4):
-        node = spikejit.ComplementaryLIFNode(step_mode="m", checkpoint_every=checkpoint_every)
-        xr = x.clone().requires_grad_()
-        s = node(xr)
-        ((s + node.v.unsqueeze(0) + node.m.unsqueeze(0)) * torch.linspace(-1, 1, 50, device=device)).sum().backward()
-        grads.append((s.detach(), xr.grad))
-    assert torch.equal(grads[0][0], grads[1][0])
-    torch.testing.assert_close(grads[1][1], grads[0][1], **FP32)
+    check_checkpoints_give_per_step_gradients(
+        lambda k: spikejit.ComplementaryLIFNode(step_mode="m", checkpoint_every=k),
+        random_input(13, 2, 50, device=device, scale=1.0), states=("v", "m"))
 
 
 def test_a_pickled_module_runs_where_it_is_loaded():
-    node = spikejit.ComplementaryLIFNode(surrogate_function=spikejit.surrogate.ATan(), step_mode="m")
-    x = random_input(6, 3, 8, scale=1.0)
-    node(x)
-    buffer = io.BytesIO()
-    torch.save(node, buffer)
-    buffer.seek(0)
-    loaded = torch.load(buffer, weights_only=False)
-    assert torch.equal(loaded.v, node.v) and torch.equal(loaded.m, node.m)
-    assert torch.equal(loaded(x), node(x))
+    check_pickled_module_runs(spikejit.ComplementaryLIFNode(surrogate_function=spikejit.surrogate.ATan(),
+                                                            step_mode="m"),
+                              random_input(6, 3, 8, scale=1.0), states=("v", "m"))

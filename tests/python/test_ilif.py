@@ -11,6 +11,8 @@ import torch
 
 import spikejit
 from conftest import device_params, random_input
+from module_checks import (check_checkpoints_give_per_step_gradients, check_compiles_like_eager,
+                           check_pickled_module_runs)
 
 # SpikingJelly is a pinned test requirement: imported, not skipped.
 import spikingjelly._ops.ilif.reference as sj_ilif
@@ -140,38 +142,13 @@ def test_options_are_checked():
 
 
 def test_compiles_without_graph_breaks():
-    torch._dynamo.reset()
-    node = spikejit.ILIFNode(step_mode="m")
-    layer = torch.nn.Linear(16, 16)
-
-    def step(x):
-        node.reset()
-        return node(layer(x))
-
-    x = random_input(8, 4, 16, scale=1.5)
-    assert torch._dynamo.explain(step)(x).graph_break_count == 0
-    compiled = torch.compile(step, fullgraph=True)(x)
-    compiled.sum().backward()
-    grad = layer.weight.grad.clone()
-    layer.weight.grad = None
-    eager = step(x)
-    eager.sum().backward()
-    assert torch.equal(compiled, eager)
-    torch.testing.assert_close(grad, layer.weight.grad, **FP32)
+    check_compiles_like_eager(spikejit.ILIFNode(step_mode="m"), random_input(8, 4, 16, scale=1.5))
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 def test_checkpoints_give_the_per_step_gradients(device):
-    x = random_input(13, 2, 50, device=device, scale=1.5)
-    grads = []
-    for checkpoint_every in (0, 4):
-        node = spikejit.ILIFNode(step_mode="m", checkpoint_every=checkpoint_every)
-        xr = x.clone().requires_grad_()
-        c = node(xr)
-        ((c + node.v.unsqueeze(0)) * torch.linspace(-1, 1, 50, device=device)).sum().backward()
-        grads.append((c.detach(), xr.grad))
-    assert torch.equal(grads[0][0], grads[1][0])
-    torch.testing.assert_close(grads[1][1], grads[0][1], **FP32)
+    check_checkpoints_give_per_step_gradients(lambda k: spikejit.ILIFNode(step_mode="m", checkpoint_every=k),
+                                              random_input(13, 2, 50, device=device, scale=1.5))
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
@@ -199,14 +176,6 @@ def test_a_flexsn_core_with_the_surrogate_is_the_same_neuron(device):
 
 
 def test_a_pickled_module_runs_where_it_is_loaded():
-    import io
-    node = spikejit.ILIFNode(surrogate_function=spikejit.surrogate.MultiLevelSpikeCount(3, grad_window=(0.5, 3.0)),
-                             step_mode="m")
-    x = random_input(6, 3, 8, scale=1.5)
-    node(x)
-    buffer = io.BytesIO()
-    torch.save(node, buffer)
-    buffer.seek(0)
-    loaded = torch.load(buffer, weights_only=False)
-    assert torch.equal(loaded.v, node.v)
-    assert torch.equal(loaded(x), node(x))
+    count = spikejit.surrogate.MultiLevelSpikeCount(3, grad_window=(0.5, 3.0))
+    check_pickled_module_runs(spikejit.ILIFNode(surrogate_function=count, step_mode="m"),
+                              random_input(6, 3, 8, scale=1.5))

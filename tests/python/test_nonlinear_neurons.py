@@ -15,6 +15,8 @@ import torch
 
 import spikejit
 from conftest import device_params, random_input
+from module_checks import (assert_close_to_reference, check_checkpoints_give_per_step_gradients, check_compiles_like_eager,
+                           check_pickled_module_runs)
 
 # SpikingJelly is a pinned test requirement (tests/python/requirements.txt, and a wheel on the GPU
 # machine): imported, not skipped, so that a missing install fails.
@@ -25,7 +27,6 @@ from spikingjelly.activation_based import neuron as sj_neuron
 from spikingjelly.activation_based import surrogate as sj_surrogate
 
 FP32 = dict(rtol=1e-5, atol=1e-5)
-FP64 = dict(rtol=1e-12, atol=1e-12)
 NEAR_THRESHOLD = 1e-4
 
 
@@ -98,12 +99,7 @@ def compare(kind, opts, device, dtype=torch.float32, shape=(12, 3, 37), surrogat
     if w0 is not None:
         pairs.append((gw[keep], gw_ref[keep]))
     for ours, theirs in pairs:
-        if dtype == torch.float64:
-            torch.testing.assert_close(ours, theirs, **FP64)
-        elif x.device.type == "cuda":
-            torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4 * float(theirs.abs().max()))
-        else:
-            torch.testing.assert_close(ours, theirs, **FP32)
+        assert_close_to_reference(ours, theirs)
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
@@ -188,24 +184,7 @@ def test_options_are_checked_and_reassignment_rebuilds_the_neuron():
 
 @pytest.mark.parametrize("kind", ["qif", "eif", "izhikevich"])
 def test_compiles_without_graph_breaks(kind):
-    torch._dynamo.reset()
-    node = module(kind, {}, None)
-    layer = torch.nn.Linear(16, 16)
-
-    def step(x):
-        node.reset()
-        return node(layer(x))
-
-    x = random_input(8, 4, 16, scale=0.8)
-    assert torch._dynamo.explain(step)(x).graph_break_count == 0
-    compiled = torch.compile(step, fullgraph=True)(x)
-    compiled.sum().backward()
-    grad = layer.weight.grad.clone()
-    layer.weight.grad = None
-    eager = step(x)
-    eager.sum().backward()
-    assert torch.equal(compiled, eager)
-    torch.testing.assert_close(grad, layer.weight.grad, **FP32)
+    check_compiles_like_eager(module(kind, {}, None), random_input(8, 4, 16, scale=0.8))
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
@@ -214,29 +193,15 @@ def test_checkpoints_give_the_per_step_gradients(kind, device):
     """Saving the states every 4 steps and recomputing between (the checkpointed backward) gives
     the gradients of saving every step."""
     opts = next(o for k, o in grid() if k == kind)
-    x = random_input(13, 2, 50, device=device, scale=0.8)
-    grads = []
-    for checkpoint_every in (0, 4):
+
+    def make(checkpoint_every):
         node = module(kind, opts, None)
         node.store_v_seq = False  # (a stored v_seq would be saved whole anyway)
         node.checkpoint_every = checkpoint_every
-        xr = x.clone().requires_grad_()
-        s = node(xr)
-        ((s + node.v.unsqueeze(0)) * torch.linspace(-1, 1, 50, device=device)).sum().backward()
-        grads.append((s.detach(), xr.grad))
-    assert torch.equal(grads[0][0], grads[1][0])
-    torch.testing.assert_close(grads[1][1], grads[0][1], **FP32)
+        return node
+    check_checkpoints_give_per_step_gradients(make, random_input(13, 2, 50, device=device, scale=0.8))
 
 
 @pytest.mark.parametrize("kind", ["qif", "eif", "izhikevich"])
 def test_a_pickled_module_runs_where_it_is_loaded(kind):
-    import io
-    node = module(kind, {}, spikejit.surrogate.ATan())
-    x = random_input(6, 3, 8, scale=0.8)
-    node(x)
-    buffer = io.BytesIO()
-    torch.save(node, buffer)
-    buffer.seek(0)
-    loaded = torch.load(buffer, weights_only=False)
-    assert torch.equal(loaded.v, node.v)
-    assert torch.equal(loaded(x), node(x))
+    check_pickled_module_runs(module(kind, {}, spikejit.surrogate.ATan()), random_input(6, 3, 8, scale=0.8))

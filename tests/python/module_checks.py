@@ -1,0 +1,71 @@
+"""Checks every neuron module of the SpikingJelly family passes the same way (its tests pass
+their module and input): torch.compile without graph breaks, pickling, checkpoints; and the
+tolerance of a comparison with SpikingJelly's torch reference where the step has
+transcendentals."""
+import io
+
+import torch
+
+FP32 = dict(rtol=1e-5, atol=1e-5)
+
+
+def assert_close_to_reference(ours, theirs):
+    """Potentials or gradients against SpikingJelly's: float64 within 1e-12; float32 within its
+    rounding on the CPU; on CUDA, whose exp and sigmoid differ from PyTorch's by an ulp that a
+    recurrence may grow along the sequence, within 1e-4 of the largest value."""
+    if theirs.dtype == torch.float64:
+        torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    elif theirs.device.type == "cuda":
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4 * float(theirs.abs().max()))
+    else:
+        torch.testing.assert_close(ours, theirs, **FP32)
+
+
+def check_compiles_like_eager(node, x):
+    """Linear -> node, reset first: no graph break under torch.compile(fullgraph=True), and the
+    compiled step's outputs and weight gradient equal eager's."""
+    torch._dynamo.reset()
+    layer = torch.nn.Linear(x.shape[-1], x.shape[-1])
+
+    def step(x):
+        node.reset()
+        return node(layer(x))
+
+    assert torch._dynamo.explain(step)(x).graph_break_count == 0
+    compiled = torch.compile(step, fullgraph=True)(x)
+    compiled.sum().backward()
+    grad = layer.weight.grad.clone()
+    layer.weight.grad = None
+    eager = step(x)
+    eager.sum().backward()
+    assert torch.equal(compiled, eager)
+    torch.testing.assert_close(grad, layer.weight.grad, **FP32)
+
+
+def check_pickled_module_runs(node, x, states=("v",)):
+    """torch.save / torch.load of a module that has run: its states come along, and it runs on
+    as the original does."""
+    node(x)
+    buffer = io.BytesIO()
+    torch.save(node, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    for name in states:
+        assert torch.equal(getattr(loaded, name), getattr(node, name)), name
+    assert torch.equal(loaded(x), node(x))
+
+
+def check_checkpoints_give_per_step_gradients(make_node, x, states=("v",)):
+    """Saving the states every 4 steps and recomputing between (the checkpointed backward) gives
+    the outputs and input gradients of saving every step; make_node(checkpoint_every) makes a
+    multi-step module."""
+    weights = torch.linspace(-1, 1, x.shape[-1], device=x.device)
+    results = []
+    for checkpoint_every in (0, 4):
+        node = make_node(checkpoint_every)
+        xr = x.clone().requires_grad_()
+        y = node(xr)
+        ((y + sum(getattr(node, name).unsqueeze(0) for name in states)) * weights).sum().backward()
+        results.append((y.detach(), xr.grad))
+    assert torch.equal(results[0][0], results[1][0])
+    torch.testing.assert_close(results[1][1], results[0][1], **FP32)
