@@ -1,9 +1,12 @@
-// The built-in neurons (IF, LIF, PLIF with SpikingJelly's options) and the surrogate table.
+// The shipped neurons (IF, LIF, PLIF with SpikingJelly's options; any of them by its constants)
+// and the surrogate table.
+#include <map>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -63,6 +66,15 @@ Program make_builtin(const std::string& name, double v_threshold, std::optional<
   throw ArgumentError("name", "'if', 'lif' or 'plif'", "'" + name + "'");
 }
 
+Program make_shipped(const std::string& name, const std::map<std::string, double>& constants,
+                     const std::optional<std::string>& surrogate, const std::vector<double>& surrogate_params) {
+  std::vector<ir::ConstantOverride> overrides;
+  for (const auto& [constant, value] : constants) overrides.push_back({constant, value});
+  std::optional<ir::Surrogate> s;
+  if (surrogate) s = make_surrogate(*surrogate, surrogate_params);
+  return Program(builtins::shipped_neuron(name, overrides, s));
+}
+
 }  // namespace
 
 void bind_builtins(nb::module_& m) {
@@ -72,8 +84,13 @@ void bind_builtins(nb::module_& m) {
         "init_tau"_a = 2.0,
         "A built-in neuron ('if', 'lif', 'plif') with SpikingJelly's options; v_reset=None is a "
         "soft reset.");
+  m.def("shipped", &make_shipped, "name"_a, "constants"_a = std::map<std::string, double>{},
+        "surrogate"_a.none() = nb::none(), "surrogate_params"_a = std::vector<double>{},
+        "A shipped neuron (shipped_names()) with constants overridden ({name: value}, a bool as 0 or "
+        "1) and, when given, the surrogate of its spikes replaced.");
+  m.def("shipped_names", &builtins::shipped_names, "The names of the shipped neurons (neurons/*.sj).");
   m.def("definition_text", [](const std::string& name) { return std::string(builtins::definition_text(name)); },
-        "name"_a, "The shipped definition of a built-in neuron.");
+        "name"_a, "The shipped definition of a neuron (one of shipped_names()).");
   m.def(
       "surrogates",
       [] {

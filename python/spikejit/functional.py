@@ -40,11 +40,12 @@ from ._layout import inverse, memory_order, neuron_order
 from . import surrogate as _surrogate
 
 __all__ = ["multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step",
-           "plif_multi_step", "builtin_handle", "text_handle", "run_neuron", "execute_neuron", "neuron_call_hook"]
+           "plif_multi_step", "builtin_handle", "shipped_handle", "run_neuron", "execute_neuron",
+           "neuron_call_hook"]
 
 _cache_lock = threading.Lock()
 _builtin_handles = {}
-_text_handles = {}
+_shipped_handles = {}
 
 
 def _plif_r_text(v_threshold, v_reset, detach_reset, surrogate_name, surrogate_params, decay_input):
@@ -80,11 +81,16 @@ def _cached_handle(cache: dict, key, make_program) -> int:
     return handle
 
 
-def text_handle(text: str, source_name: str) -> int:
-    """The registry handle of the neuron written in `text` (the neuron text format), registered
-    once per distinct text and kept for the process, like the built-ins. `source_name` names the
-    text in parse errors."""
-    return _cached_handle(_text_handles, text, lambda: _core.Program.from_text(text, source_name))
+def shipped_handle(name: str, constants: dict, surrogate_function=None) -> int:
+    """The registry handle of the shipped neuron `name` (neurons/<name>.sj; _core.shipped_names())
+    with `constants` overridden ({name: number or bool}) and, unless None, the surrogate of its
+    spikes replaced (any form surrogate.resolve takes); built once per distinct arguments and
+    kept for the process, like the built-ins."""
+    values = {key: float(value) for key, value in constants.items()}
+    surrogate = None if surrogate_function is None else _surrogate.resolve(surrogate_function)
+    key = (name, tuple(sorted(values.items())), surrogate)
+    return _cached_handle(_shipped_handles, key,
+                          lambda: _core.shipped(name, values, *(surrogate or (None, ()))))
 
 
 def _check_number(name, value):

@@ -9,14 +9,14 @@ the fused kernels.
 Per step: h = (1 - 1/tau) v + x; c = round(clamp(h / v_threshold, 0, D)); v = h - c v_threshold
 (always a soft reset; `detach_reset` cuts c out of the reset's gradient). The gradient of c is
 1 / v_threshold where grad_min <= h / v_threshold <= grad_max, else 0 (the surrogate's
-rectangular window, straight through). Each set of options is a neuron in the text format
-(docs/neuron-format.md), compiled once per process like the built-ins; everything else (single and
-multi step, `v`, `v_seq`, `store_v_seq`, checkpoints) is BaseNode's.
+rectangular window, straight through). It is the shipped neuron neurons/ilif.sj with the options
+as constants, compiled once per set of options and process like the built-ins; everything else
+(single and multi step, `v`, `v_seq`, `store_v_seq`, checkpoints) is BaseNode's.
 """
 from typing import Union
 
 from . import surrogate as _surrogate
-from .functional import text_handle
+from .functional import shipped_handle
 from .neuron import BaseNode
 
 __all__ = ["ILIFNode"]
@@ -45,23 +45,8 @@ class ILIFNode(BaseNode):
 
     def _make_handle(self) -> int:
         count, grad_min, grad_max = _surrogate.resolve_multi_level(self.surrogate_function)
-        constants = dict(decay=1.0 - 1.0 / self.tau, v_threshold=self.v_threshold, count=count, grad_min=grad_min,
-                         grad_max=grad_max)
-        text = "\n".join([
-            "neuron ilif",
-            "input x",
-            "state v = 0.0",
-            "const " + ", ".join(f"{k} = {float(v)!r}" for k, v in constants.items()),
-            f"const detach_reset = {str(self.detach_reset).lower()}",
-            "output c",
-            "h = decay * v + x",
-            "u = h / v_threshold",
-            # the counts, and a gradient of 1 inside the window on u - detach(u) (exactly 0)
-            "c = round(clamp(u, 0.0, count)) + float(u >= grad_min and u <= grad_max) * (u - detach(u))",
-            "c_reset = where(detach_reset, detach(c), c)",
-            "v = h - c_reset * v_threshold",
-        ])
-        return text_handle(text, "<ILIFNode>")
+        return shipped_handle("ilif", dict(tau=self.tau, v_threshold=self.v_threshold, count=count,
+                                           grad_min=grad_min, grad_max=grad_max, detach_reset=self.detach_reset))
 
     def extra_repr(self) -> str:
         return f"tau={self.tau}, " + super().extra_repr()

@@ -9,9 +9,9 @@ the fused kernels.
 Per step, with a complementary potential m beside v: h = v - v / tau + x; s = spike(h -
 v_threshold); m = m sigmoid(h / tau) + s; v = h - s (v_threshold + sigmoid(m)). The surrogate
 defaults to Rect(alpha=1) as there; the reset is always CLIF's own (no v_reset, no
-detach_reset). Each set of options is a neuron in the text format (docs/neuron-format.md),
-compiled once per process like the built-ins; single and multi step, checkpoints and the state
-handling are BaseNode's, with `m` a second state and `state_seqs` ([v_seq, m_seq], multi step
+detach_reset). It is the shipped neuron neurons/clif.sj with the options as constants, compiled
+once per set of options and process like the built-ins; single and multi step, checkpoints and
+the state handling are BaseNode's, with `m` a second state and `state_seqs` ([v_seq, m_seq], multi step
 with store_state_seqs) in place of v_seq. SpikingJelly runs it as one fused kernel per step on
 CUDA and a per-step torch loop elsewhere.
 """
@@ -20,7 +20,7 @@ from typing import Union
 from torch import Tensor
 
 from . import surrogate as _surrogate
-from .functional import check_flag, text_handle
+from .functional import check_flag, shipped_handle
 from .neuron import BaseNode
 
 __all__ = ["ComplementaryLIFNode"]
@@ -59,20 +59,7 @@ class ComplementaryLIFNode(BaseNode):
             super()._set_attribute(name, value)
 
     def _make_handle(self) -> int:
-        name, params = _surrogate.resolve(self.surrogate_function)
-        text = "\n".join([
-            "neuron clif",
-            "input x",
-            "state v = 0.0",
-            "state m = 0.0",
-            f"const tau = {self.tau!r}, v_threshold = {self.v_threshold!r}",
-            "output s",
-            "h = v - v / tau + x",
-            f"s = spike(h - v_threshold, {_surrogate.text(name, params)})",
-            "m = m * sigmoid(h / tau) + s",
-            "v = h - s * (v_threshold + sigmoid(m))",
-        ])
-        return text_handle(text, "<ComplementaryLIFNode>")
+        return shipped_handle("clif", dict(tau=self.tau, v_threshold=self.v_threshold), self.surrogate_function)
 
     def _initial_states(self, x_seq: Tensor) -> list:
         return super()._initial_states(x_seq) + [self._initial_state(self.m, "m", 0.0, x_seq)]

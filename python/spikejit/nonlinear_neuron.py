@@ -7,9 +7,9 @@ its constructor arguments and behaviour, on the fused kernels.
 QIF charges h = v + (x + a0 (v - v_rest)(v - v_c)) / tau, EIF h = v + (x + v_rest - v +
 delta_T exp((v - theta_rh) / delta_T)) / tau, Izhikevich QIF's charge minus an adaptation current
 w, which decays towards a (h - v_rest) with time constant tau_w and jumps by b at each spike; all
-then fire and reset like LIFNode (hard reset to v_reset, or soft reset with v_reset=None). Each
-set of options is a neuron in the text format (docs/neuron-format.md), compiled once per process
-like the built-ins; everything else (single and multi step, `v`, `v_seq`, `store_v_seq`,
+then fire and reset like LIFNode (hard reset to v_reset, or soft reset with v_reset=None). They
+are the shipped neurons neurons/qif.sj, eif.sj and izhikevich.sj with the options as constants,
+compiled once per set of options and process like the built-ins; everything else (single and multi step, `v`, `v_seq`, `store_v_seq`,
 `detach_reset`, surrogates, checkpoints) is BaseNode's. SpikingJelly 2.0 runs these neurons on
 its torch backend only.
 """
@@ -17,37 +17,17 @@ from typing import Optional, Union
 
 from torch import Tensor
 
-from . import surrogate as _surrogate
-from .functional import text_handle
+from .functional import shipped_handle
 from .neuron import BaseNode
 
 __all__ = ["QIFNode", "EIFNode", "IzhikevichNode"]
 
-_FIRE_AND_RESET = [
-    "s_reset = where(detach_reset, detach(s), s)",
-    "v = where(soft_reset, h - s_reset * v_threshold, (1 - s_reset) * h + s_reset * v_reset)",
-]
 
-
-def _neuron_text(name: str, constants: dict, charge: str, node: BaseNode, states=(), updates=()) -> str:
-    """A neuron that charges by `charge` (h from x and v), then fires and resets with `node`'s
-    options (the LIF step's last lines). `states` declares more states than v, `updates` (lines
-    after the spike s) gives them their next values."""
+def _handle(name: str, node: BaseNode, constants: dict) -> int:
+    """The shipped neuron `name` with `constants` and `node`'s threshold, reset and surrogate."""
     soft = node.v_reset is None
-    constants = dict(constants, v_threshold=node.v_threshold, v_reset=0.0 if soft else node.v_reset)
-    return "\n".join([
-        f"neuron {name}",
-        "input x",
-        "state v = v_reset",
-        *states,
-        "const " + ", ".join(f"{k} = {float(v)!r}" for k, v in constants.items()),
-        f"const soft_reset = {str(soft).lower()}, detach_reset = {str(node.detach_reset).lower()}",
-        "output s",
-        f"h = {charge}",
-        f"s = spike(h - v_threshold, {_surrogate.text(*_surrogate.resolve(node.surrogate_function))})",
-        *updates,
-        *_FIRE_AND_RESET,
-    ])
+    return shipped_handle(name, dict(constants, v_threshold=node.v_threshold, v_reset=0.0 if soft else node.v_reset,
+                                     soft_reset=soft, detach_reset=node.detach_reset), node.surrogate_function)
 
 
 def _check_positive(node: BaseNode, *names: str) -> None:
@@ -82,9 +62,7 @@ class QIFNode(BaseNode):
     def _make_handle(self) -> int:
         _check_positive(self, "a0")
         _check_order(self)
-        text = _neuron_text("qif", dict(tau=self.tau, v_c=self.v_c, a0=self.a0, v_rest=self.v_rest),
-                            "v + (x + a0 * (v - v_rest) * (v - v_c)) / tau", self)
-        return text_handle(text, "<QIFNode>")
+        return _handle("qif", self, dict(tau=self.tau, v_c=self.v_c, a0=self.a0, v_rest=self.v_rest))
 
     def extra_repr(self) -> str:
         return f"tau={self.tau}, v_c={self.v_c}, a0={self.a0}, v_rest={self.v_rest}, " + super().extra_repr()
@@ -107,10 +85,8 @@ class EIFNode(BaseNode):
     def _make_handle(self) -> int:
         _check_positive(self, "delta_T")
         _check_order(self)
-        text = _neuron_text("eif", dict(tau=self.tau, delta_T=self.delta_T, theta_rh=self.theta_rh,
-                                         v_rest=self.v_rest),
-                            "v + (x + v_rest - v + delta_T * exp((v - theta_rh) / delta_T)) / tau", self)
-        return text_handle(text, "<EIFNode>")
+        return _handle("eif", self, dict(tau=self.tau, delta_T=self.delta_T, theta_rh=self.theta_rh,
+                                         v_rest=self.v_rest))
 
     def extra_repr(self) -> str:
         return (f"tau={self.tau}, delta_T={self.delta_T}, theta_rh={self.theta_rh}, v_rest={self.v_rest}, "
@@ -137,11 +113,8 @@ class IzhikevichNode(BaseNode):
 
     def _make_handle(self) -> int:
         _check_positive(self, "a0", "tau_w")
-        constants = dict(tau=self.tau, v_c=self.v_c, a0=self.a0, v_rest=self.v_rest, w_rest=self.w_rest,
-                         tau_w=self.tau_w, a=self.a, b=self.b)
-        text = _neuron_text("izhikevich", constants, "v + (x + a0 * (v - v_rest) * (v - v_c) - w) / tau", self,
-                            states=["state w = w_rest"], updates=["w = w + (a * (h - v_rest) - w) / tau_w + b * s"])
-        return text_handle(text, "<IzhikevichNode>")
+        return _handle("izhikevich", self, dict(tau=self.tau, v_c=self.v_c, a0=self.a0, v_rest=self.v_rest,
+                                                w_rest=self.w_rest, tau_w=self.tau_w, a=self.a, b=self.b))
 
     def _initial_states(self, x_seq):
         return super()._initial_states(x_seq) + [self._initial_state(self.w, "w", self.w_rest, x_seq)]

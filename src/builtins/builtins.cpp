@@ -1,5 +1,5 @@
-// IF / LIF / PLIF: the shipped definitions specialised by SpikingJelly's options through their
-// constants; constant folding then removes the branches not taken.
+// The shipped definitions specialised through their constants (IF / LIF / PLIF by SpikingJelly's
+// options); constant folding then removes the branches not taken.
 #include "spikejit/builtins.h"
 
 #include <cmath>
@@ -33,23 +33,20 @@ void require_finite(const char* argument, double v) {
   if (!std::isfinite(v)) throw ArgumentError(argument, "a finite number", number(v));
 }
 
-void validate_common(const Options& o) {
-  require_finite("v_threshold", o.v_threshold);
-  if (o.v_reset) require_finite("v_reset", *o.v_reset);
-  const ir::SurrogateInfo& info = ir::surrogate_info(o.surrogate.kind);
-  if (o.surrogate.params.size() != info.param_names.size()) {
+void validate_surrogate(const ir::Surrogate& surrogate) {
+  const ir::SurrogateInfo& info = ir::surrogate_info(surrogate.kind);
+  if (surrogate.params.size() != info.param_names.size()) {
     throw ArgumentError("surrogate", std::to_string(info.param_names.size()) + " parameters for " +
                                          info.class_name,
-                        std::to_string(o.surrogate.params.size()));
+                        std::to_string(surrogate.params.size()));
   }
-  for (double p : o.surrogate.params) require_finite("surrogate", p);
+  for (double p : surrogate.params) require_finite("surrogate", p);
 }
 
-// The shipped neuron `name` with the options shared by all three applied.
-ir::Neuron specialise(const std::string& name, const Options& o,
-                      std::vector<ir::ConstantOverride> extra) {
-  validate_common(o);
-  ir::Neuron parsed = frontend::parse(definition_text(name), "neurons/" + name + ".sj");
+// The shipped neuron `name` with the options shared by IF, LIF and PLIF applied.
+ir::Neuron specialise(const std::string& name, const Options& o, std::vector<ir::ConstantOverride> extra) {
+  require_finite("v_threshold", o.v_threshold);
+  if (o.v_reset) require_finite("v_reset", *o.v_reset);
   const bool soft_reset = !o.v_reset.has_value();
   std::vector<ir::ConstantOverride> overrides = {
       {"v_threshold", o.v_threshold},
@@ -58,11 +55,7 @@ ir::Neuron specialise(const std::string& name, const Options& o,
       {"detach_reset", o.detach_reset ? 1.0 : 0.0},
   };
   overrides.insert(overrides.end(), extra.begin(), extra.end());
-  ir::Neuron n = ir::with_constants(parsed, overrides);
-  for (ir::Node& node : n.nodes) {
-    if (node.op == ir::Op::Spike) node.surrogate = o.surrogate;
-  }
-  return n;
+  return shipped_neuron(name, overrides, o.surrogate);
 }
 
 }  // namespace
@@ -71,7 +64,25 @@ const char* definition_text(const std::string& name) {
   for (const NeuronFile* f = kNeuronFiles; f->name != nullptr; ++f) {
     if (name == f->name) return f->text;
   }
-  throw ArgumentError("name", "a built-in neuron (" + known_names() + ")", name);
+  throw ArgumentError("name", "a shipped neuron (" + known_names() + ")", "'" + name + "'");
+}
+
+std::vector<std::string> shipped_names() {
+  std::vector<std::string> names;
+  for (const NeuronFile* f = kNeuronFiles; f->name != nullptr; ++f) names.emplace_back(f->name);
+  return names;
+}
+
+ir::Neuron shipped_neuron(const std::string& name, const std::vector<ir::ConstantOverride>& constants,
+                          const std::optional<ir::Surrogate>& surrogate) {
+  if (surrogate) validate_surrogate(*surrogate);
+  ir::Neuron n = ir::with_constants(frontend::parse(definition_text(name), "neurons/" + name + ".sj"), constants);
+  if (surrogate) {
+    for (ir::Node& node : n.nodes) {
+      if (node.op == ir::Op::Spike) node.surrogate = *surrogate;
+    }
+  }
+  return n;
 }
 
 ir::Neuron if_neuron(const Options& o) { return specialise("if", o, {}); }

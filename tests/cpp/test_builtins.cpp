@@ -514,5 +514,45 @@ TEST(Builtins, DefaultInitialStateIsVReset) {
   }
 }
 
+// SpikingJelly's other neurons ship too; any shipped neuron takes its options as constants.
+TEST(Builtins, EveryShippedNeuronIsListedAndVerifies) {
+  const std::vector<std::string> names = builtins::shipped_names();
+  EXPECT_EQ(names, (std::vector<std::string>{"clif", "eif", "if", "ilif", "izhikevich", "lif", "plif", "qif"}));
+  for (const std::string& name : names) {
+    SCOPED_TRACE(name);
+    const ir::Neuron n = builtins::shipped_neuron(name);
+    EXPECT_EQ(n.name, name);
+    EXPECT_EQ(frontend::print(n), canonical_of_file(name));
+    EXPECT_NO_THROW(Program{n});
+  }
+}
+
+TEST(Builtins, ShippedNeuronsTakeConstantsAndASurrogate) {
+  const ir::Surrogate atan{SurrogateKind::ATan, {3.0}};
+  const ir::Neuron n = builtins::shipped_neuron("izhikevich", {{"a", 0.2}, {"soft_reset", 1}, {"v_reset", 0}}, atan);
+  for (const ir::ConstDecl& c : n.constants) {
+    if (c.name == "a") EXPECT_EQ(c.value, 0.2);
+    if (c.name == "soft_reset") EXPECT_EQ(c.value, 1.0);
+  }
+  for (const ir::Node& node : n.nodes) {
+    if (node.op == ir::Op::Spike) EXPECT_TRUE(node.surrogate == atan);
+  }
+  // The same options through the LIF builtin and through its constants: the same neuron.
+  Options o;
+  o.tau = 3.0;
+  o.v_reset.reset();
+  o.surrogate = atan;
+  EXPECT_EQ(frontend::print(builtins::lif_neuron(o)),
+            frontend::print(builtins::shipped_neuron(
+                "lif", {{"tau", 3.0}, {"v_reset", 0.0}, {"soft_reset", 1}, {"decay_input", 1}, {"detach_reset", 0},
+                        {"v_threshold", 1.0}}, atan)));
+  expect_argument_error("constants", [] { builtins::shipped_neuron("clif", {{"v_reset", 0.0}}); });
+  expect_argument_error("detach_reset", [] { builtins::shipped_neuron("ilif", {{"detach_reset", 0.5}}); });
+  expect_argument_error("surrogate", [] {
+    builtins::shipped_neuron("qif", {}, ir::Surrogate{SurrogateKind::Sigmoid, {}});
+  });
+  expect_argument_error("name", [] { builtins::shipped_neuron("alif"); });
+}
+
 }  // namespace
 }  // namespace spikejit

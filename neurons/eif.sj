@@ -1,0 +1,13 @@
+# Exponential integrate-and-fire, SpikingJelly's EIFNode (its defaults). Soft reset when the
+# builtins set soft_reset (then v_reset = 0).
+neuron eif
+input x
+state v = v_reset
+const tau = 2.0, delta_T = 1.0, theta_rh = 0.8, v_rest = 0.0, v_threshold = 1.0, v_reset = -0.1
+const soft_reset = false, detach_reset = false
+output s
+
+h = v + (x + v_rest - v + delta_T * exp((v - theta_rh) / delta_T)) / tau
+s = spike(h - v_threshold, sigmoid(alpha = 4))
+s_reset = where(detach_reset, detach(s), s)
+v = where(soft_reset, h - s_reset * v_threshold, (1 - s_reset) * h + s_reset * v_reset)
