@@ -531,11 +531,16 @@ TEST(Builtins, ShippedNeuronsTakeConstantsAndASurrogate) {
   const ir::Surrogate atan{SurrogateKind::ATan, {3.0}};
   const ir::Neuron n = builtins::shipped_neuron("izhikevich", {{"a", 0.2}, {"soft_reset", 1}, {"v_reset", 0}}, atan);
   for (const ir::ConstDecl& c : n.constants) {
-    if (c.name == "a") EXPECT_EQ(c.value, 0.2);
-    if (c.name == "soft_reset") EXPECT_EQ(c.value, 1.0);
+    if (c.name == "a") {
+      EXPECT_EQ(c.value, 0.2);
+    } else if (c.name == "soft_reset") {
+      EXPECT_EQ(c.value, 1.0);
+    }
   }
   for (const ir::Node& node : n.nodes) {
-    if (node.op == ir::Op::Spike) EXPECT_TRUE(node.surrogate == atan);
+    if (node.op == ir::Op::Spike) {
+      EXPECT_TRUE(node.surrogate == atan);
+    }
   }
   // The same options through the LIF builtin and through its constants: the same neuron.
   Options o;
