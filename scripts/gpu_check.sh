@@ -167,7 +167,7 @@ if [[ $built -eq 0 && $ONLY != tests ]]; then
   bench_step 60 layoutbench bench.txt python3 "$ROOT/bench/python/bench_layouts.py"
   bench_step 40 fwdbench bench.txt python3 "$ROOT/bench/python/bench_forward_mode.py"
   bench_step 40 randbench bench.txt python3 "$ROOT/bench/python/bench_random_neurons.py"
-  bench_step 30 nonlinearbench bench.txt python3 "$ROOT/bench/python/bench_nonlinear_neurons.py"
+  bench_step 45 nonlinearbench bench.txt python3 "$ROOT/bench/python/bench_nonlinear_neurons.py"
   # The host CPU as a 2-core machine (two cores, two threads), like the machines CI runs on.
   bench_step 40 cpubench bench.txt taskset -c 0,1 python3 "$ROOT/bench/python/bench_cpu_vs_spikingjelly.py" \
     --threads 2 --reps 20
