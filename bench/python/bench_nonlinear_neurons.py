@@ -1,7 +1,6 @@
 """QIF, EIF, Izhikevich, I-LIF and CLIF through the modules: spikejit against SpikingJelly's, side
-by side in one run (its torch backend for the first three, the only one it has for them; for I-LIF
-its registered op, a per-step torch loop on the CPU and its own kernel on CUDA; for CLIF a
-per-step torch loop on the CPU and one fused kernel per step on CUDA).
+by side in one run (its registered ops: a per-step torch loop on the CPU; on CUDA its own
+multi-step kernels, except CLIF's, one fused kernel per step).
 
     python3 bench/python/bench_nonlinear_neurons.py [--device cuda] [--steps 32] [--neurons 1048576]
 

@@ -9,9 +9,9 @@ delta_T exp((v - theta_rh) / delta_T)) / tau, Izhikevich QIF's charge minus an a
 w, which decays towards a (h - v_rest) with time constant tau_w and jumps by b at each spike; all
 then fire and reset like LIFNode (hard reset to v_reset, or soft reset with v_reset=None). They
 are the shipped neurons neurons/qif.sj, eif.sj and izhikevich.sj with the options as constants,
-compiled once per set of options and process like the built-ins; everything else (single and multi step, `v`, `v_seq`, `store_v_seq`,
-`detach_reset`, surrogates, checkpoints) is BaseNode's. SpikingJelly 2.0 runs these neurons on
-its torch backend only.
+compiled once per set of options and process like the built-ins; everything else (single and
+multi step, `v`, `v_seq`, `store_v_seq`, `detach_reset`, surrogates, checkpoints) is BaseNode's.
+SpikingJelly 2.0 runs these neurons by a torch loop on the CPU and by its own kernels on CUDA.
 """
 from typing import Optional, Union
 

@@ -246,7 +246,7 @@ def test_plain_eager_calls_skip_the_layers_with_the_same_results(device, monkeyp
     that gate closed the same call goes through the layers (hooks, forward mode, memory order,
     the op dispatch) to the same C++ calls: the same results, states and gradients bit for bit."""
     def step(x, w):
-        node = spikejit.ParametricLIFNode(step_mode="m", store_v_seq=True)
+        node = spikejit.ParametricLIFNode(step_mode="m", store_v_seq=True).to(device)
         with torch.no_grad():
             node.w.copy_(w)
         node.v = v0
