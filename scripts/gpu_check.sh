@@ -13,12 +13,17 @@
 # in build-deps/ (made on a machine with apt by `scripts/gpu_check.sh --fetch-deps`) are unpacked
 # into the build folder and used.
 #
-# `--only tests` or `--only bench` runs the build and one half (the halves fit separate calls on
-# a machine that limits a command's time).
-#
-# The whole run is meant to take under 11 minutes on one H200 host (16 cores): the tests about 4.6,
-# the benchmarks about 5.5. BUDGET_S (default 570) guards that: a benchmark step that would start
-# with less time left than it needs is not run, and the summary says so (the run then FAILs).
+# `--only PARTS` runs the build and the comma-separated parts named, for machines that limit a
+# command's time. Parts, with their time on one H100 host (16 cores) at 52c9862:
+#   cpp          ctest and compute-sanitizer                       about 3.5 min
+#   python       pip install and the Python tests on CUDA          about 7 min
+#   bench        the kernels, the modules against SpikingJelly,
+#                the host time of a call, training memory          about 5 min
+#   bench-extra  FlexSN, CUDA graphs, layouts, forward mode, stochastic and nonlinear
+#                neurons, the host CPU, compression                about 4.5 min
+# `tests` is cpp,python. Without --only, everything runs (about 20 minutes).
+# BUDGET_S (default 570) guards a call: a benchmark step that would start with less time left than
+# it needs is not run, and the summary says so (the run then FAILs).
 #
 # Environment: OUT, BUILD_DIR (default ./build-gpu), JOBS (default: all cores), BUDGET_S,
 # SANITIZER_FILTER (gtest filter for compute-sanitizer), SPIKEJIT_CACHE_DIR (default: in the build).
@@ -34,11 +39,19 @@ if [[ "${1:-}" == "--fetch-deps" ]]; then
   exit 0
 fi
 
-ONLY=all
+PARTS=(cpp python bench bench-extra)
 if [[ "${1:-}" == "--only" ]]; then
-  ONLY=${2:-}
-  [[ "$ONLY" == tests || "$ONLY" == bench ]] || { echo "usage: gpu_check.sh [--only tests|bench]" >&2; exit 2; }
+  IFS=, read -r -a PARTS <<< "${2:-}"
+  for i in "${!PARTS[@]}"; do [[ ${PARTS[$i]} == tests ]] && PARTS[$i]="cpp python"; done
+  read -r -a PARTS <<< "${PARTS[*]}"
+  for part in "${PARTS[@]}"; do
+    [[ " cpp python bench bench-extra " == *" $part "* ]] ||
+      { echo "gpu_check.sh --only: expected parts from cpp,python,tests,bench,bench-extra, got '$part'" >&2; exit 2; }
+  done
+  (( ${#PARTS[@]} > 0 )) || { echo "gpu_check.sh --only: expected at least one part, got none" >&2; exit 2; }
 fi
+# wanted PART: whether PART is to run.
+wanted() { [[ " ${PARTS[*]} " == *" $1 "* ]]; }
 OUT=${OUT:-$ROOT/gpu-out}
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 JOBS=${JOBS:-$(nproc)}
@@ -117,11 +130,16 @@ built=$?
 
 # The Python package on CUDA. No network there: SpikingJelly (the conformance reference) and
 # its small dependencies travel as wheels in .whl/ (see docs/python.md).
-if [[ $built -eq 0 ]] && compgen -G "$ROOT/.whl/*.whl" > /dev/null; then
-  step wheels pytest.log python3 -m pip install -q --no-build-isolation --no-deps "$ROOT"/.whl/*.whl
+installed=1  # the package, for the Python parts
+if [[ $built -eq 0 ]] && { wanted python || wanted bench || wanted bench-extra; }; then
+  if compgen -G "$ROOT/.whl/*.whl" > /dev/null; then
+    step wheels pytest.log python3 -m pip install -q --no-build-isolation --no-deps "$ROOT"/.whl/*.whl
+  fi
+  step pip pytest.log python3 -m pip install -q --no-build-isolation --no-deps "$ROOT"
+  installed=$?
 fi
 
-if [[ $built -eq 0 && $ONLY != bench ]]; then
+if [[ $built -eq 0 ]] && wanted cpp; then
   step ctest ctest.log ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" --timeout 400
   # The bit-spike kernels under memcheck (a missing compute-sanitizer is reported below).
   sanitizer=$(find_sanitizer) && step memcheck-bits ctest.log "$sanitizer" --tool memcheck --error-exitcode 1 \
@@ -139,18 +157,15 @@ if [[ $built -eq 0 && $ONLY != bench ]]; then
     echo "compute-sanitizer not found" | tee -a "$SUMMARY" >> "$OUT/ctest.log"
     status=1
   fi
+fi
 
-  step pip pytest.log python3 -m pip install -q --no-build-isolation --no-deps "$ROOT" &&
+if [[ $installed -eq 0 ]] && wanted python; then
   step pytest pytest.log python3 -m pytest -q -rs "${PYTEST_PARALLEL[@]}" "$ROOT/tests/python"
 fi
 
-if [[ $built -eq 0 && $ONLY != tests ]]; then
-  if ! python3 -c "import spikejit" > /dev/null 2>&1; then
-    step pip pytest.log python3 -m pip install -q --no-build-isolation --no-deps "$ROOT"
-  fi
-  # Bit-spike compression against the copy bandwidth; training memory against SpikingJelly.
-  # Most telling first: the kernels against the copy bandwidth, then through PyTorch against
-  # SpikingJelly (installed above), memory, FlexSN, compression, the host CPU.
+# Most telling first: the kernels against the copy bandwidth, then through PyTorch against
+# SpikingJelly (installed above), the host time of a call, training memory.
+if [[ $installed -eq 0 ]] && wanted bench; then
   bench_step 90 bench bench.txt "$BUILD/bench_cuda_neurons" --csv "$OUT/bench_cuda_neurons.csv"
   bench_step 100 pybench bench.txt python3 "$ROOT/bench/python/bench_gpu_vs_spikingjelly.py" \
     --budget-s 75 --rep-ms 10 --csv "$OUT/bench_python_gpu.csv"
@@ -161,7 +176,10 @@ if [[ $built -eq 0 && $ONLY != tests ]]; then
   # The C++ and the Python path of small eager calls side by side (host µs per call).
   bench_step 25 hostpaths bench.txt python3 "$ROOT/bench/python/bench_host_paths.py" --device cuda --neurons 1024 \
     --steps 8 --calls 300 --bursts 3
-  bench_step 150 bench-memory bench.txt python3 "$ROOT/bench/python/bench_memory.py"
+  bench_step 180 bench-memory bench.txt python3 "$ROOT/bench/python/bench_memory.py"
+fi
+
+if [[ $installed -eq 0 ]] && wanted bench-extra; then
   bench_step 40 flexbench bench.txt python3 "$ROOT/bench/python/bench_flexsn_vs_builtin.py"
   bench_step 90 graphbench bench.txt python3 "$ROOT/bench/python/bench_cuda_graphs.py"
   bench_step 60 layoutbench bench.txt python3 "$ROOT/bench/python/bench_layouts.py"
