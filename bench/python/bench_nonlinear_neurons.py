@@ -1,6 +1,7 @@
-"""QIF, EIF, Izhikevich, I-LIF and CLIF through the modules: spikejit against SpikingJelly's, side
-by side in one run (its registered ops: a per-step torch loop on the CPU; on CUDA its own
-multi-step kernels, except CLIF's, one fused kernel per step).
+"""QIF, EIF, Izhikevich, I-LIF, CLIF, KLIF and CUBA LIF through the modules: spikejit against
+SpikingJelly's, side by side in one run (its registered ops: a per-step torch loop on the CPU; on
+CUDA its own multi-step kernels for the first four, one fused kernel per step for CLIF, a per-step
+torch loop for KLIF and CUBA LIF).
 
     python3 bench/python/bench_nonlinear_neurons.py [--device cuda] [--steps 32] [--neurons 1048576]
 
@@ -23,7 +24,15 @@ from bench_common import (cuda_copy_bandwidth, device_name, flexsn_bench_args, f
 import spikejit  # noqa: E402
 
 NEURONS = {"QIF": ("QIFNode", {}), "EIF": ("EIFNode", {}), "Izhikevich": ("IzhikevichNode", dict(a=0.2, b=0.3)),
-           "I-LIF": ("ILIFNode", {}), "CLIF": ("ComplementaryLIFNode", {})}
+           "I-LIF": ("ILIFNode", {}), "CLIF": ("ComplementaryLIFNode", {}), "KLIF": ("KLIFNode", {}),
+           "CUBA LIF": ("CUBALIFNode", {})}
+
+
+def multi_step(module, class_name, options, device):
+    """The module, multi step (set after: SpikingJelly's CUBALIFNode takes no step_mode)."""
+    node = getattr(module, class_name)(**options).to(device)
+    node.step_mode = "m"
+    return node
 
 
 def differing_spikes(ours, theirs, x):
@@ -43,7 +52,7 @@ def main(argv=None):
         from spikingjelly.activation_based import neuron as sj_neuron
     except ImportError:
         sj_neuron = None
-    print(f"# QIF, EIF, Izhikevich, I-LIF, CLIF modules, fp32, T = {args.steps}, N = {args.neurons}, {device_name(device)}, "
+    print(f"# QIF, EIF, Izhikevich, I-LIF, CLIF, KLIF, CUBA LIF modules, fp32, T = {args.steps}, N = {args.neurons}, {device_name(device)}, "
           f"torch {torch.__version__}")
     print(f"ms per call, median of {args.bursts} bursts of {args.calls} calls; SpikingJelly: "
           f"{'installed' if sj_neuron else 'not installed'}\n")
@@ -53,12 +62,12 @@ def main(argv=None):
     bandwidth = cuda_copy_bandwidth(device, 1 << 26)
     rows = []
     for label, (class_name, options) in NEURONS.items():
-        ours = getattr(spikejit, class_name)(step_mode="m", **options).to(device)
+        ours = multi_step(spikejit, class_name, options, device)
         infer, train = inference_ms(ours, x, args, device), training_step_ms(ours, x, grad, args, device)
         copy = "–" if bandwidth is None else f"{100 * 8 * x.numel() / (infer * 1e-3) / bandwidth:.0f} %"
         row = [label, fmt(infer), copy, fmt(train)]
         if sj_neuron is not None:
-            theirs = getattr(sj_neuron, class_name)(step_mode="m", **options).to(device)
+            theirs = multi_step(sj_neuron, class_name, options, device)
             differ = differing_spikes(ours, theirs, x)
             sj_infer, sj_train = inference_ms(theirs, x, args, device), training_step_ms(theirs, x, grad, args, device)
             row += [fmt(sj_infer), f"{sj_infer / infer:.1f}x", fmt(sj_train), f"{sj_train / train:.1f}x", str(differ)]

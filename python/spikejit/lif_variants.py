@@ -1,29 +1,37 @@
-"""ComplementaryLIFNode: SpikingJelly's CLIF ("CLIF: Complementary Leaky Integrate-and-Fire
-Neuron for Spiking Neural Networks", ICML 2024), with its constructor arguments and behaviour, on
-the fused kernels.
+"""SpikingJelly's LIF variants with its constructor arguments and behaviour, on the fused kernels:
+ComplementaryLIFNode (CLIF, ICML 2024), KLIFNode (KLIF, a learnable scale k) and CUBALIFNode
+(current-based LIF, a synaptic current c).
 
     node = spikejit.ComplementaryLIFNode(tau=2.0, step_mode="m", store_state_seqs=True)
     s_seq = node(x_seq)
     v_seq, m_seq = node.state_seqs
 
-Per step, with a complementary potential m beside v: h = v - v / tau + x; s = spike(h -
+CLIF, per step, with a complementary potential m beside v: h = v - v / tau + x; s = spike(h -
 v_threshold); m = m sigmoid(h / tau) + s; v = h - s (v_threshold + sigmoid(m)). The surrogate
 defaults to Rect(alpha=1) as there; the reset is always CLIF's own (no v_reset, no
-detach_reset). It is the shipped neuron neurons/clif.sj with the options as constants, compiled
-once per set of options and process like the built-ins; single and multi step, checkpoints and
-the state handling are BaseNode's, with `m` a second state and `state_seqs` ([v_seq, m_seq], multi step
-with store_state_seqs) in place of v_seq. SpikingJelly runs it as one fused kernel per step on
+detach_reset). `m` is a second state and `state_seqs` ([v_seq, m_seq], multi step with
+store_state_seqs) stands in place of v_seq. SpikingJelly runs it as one fused kernel per step on
 CUDA and a per-step torch loop elsewhere.
-"""
-from typing import Union
 
-from torch import Tensor
+KLIF charges like LIFNode, then fires on f = relu(k h) with k a learnable scalar (`node.k`, 1
+at first); the reset acts on f, or with scale_reset on f / k (a soft reset then subtracts
+v_threshold / k). CUBA LIF: c = c c_decay + x, h = v v_decay + c, then LIFNode's reset; `c` is
+a second state. SpikingJelly 2.0 runs both by a per-step torch loop.
+
+Each is a shipped neuron (neurons/clif.sj, klif.sj, cubalif.sj) with the options as constants,
+compiled once per set of options and process like the built-ins; single and multi step,
+checkpoints and the state handling are BaseNode's.
+"""
+from typing import Optional, Union
+
+import torch
+from torch import Tensor, nn
 
 from . import surrogate as _surrogate
 from .functional import check_flag, shipped_handle
-from .neuron import BaseNode
+from .neuron import BaseNode, learnable_scalar
 
-__all__ = ["ComplementaryLIFNode"]
+__all__ = ["ComplementaryLIFNode", "KLIFNode", "CUBALIFNode"]
 
 
 class ComplementaryLIFNode(BaseNode):
@@ -88,3 +96,77 @@ class ComplementaryLIFNode(BaseNode):
 
     def extra_repr(self) -> str:
         return f"tau={self.tau}, store_state_seqs={self.store_state_seqs}, " + super().extra_repr()
+
+
+class KLIFNode(BaseNode):
+    """KLIF: LIF firing on relu(k h) with a learnable scalar k (see the module's docstring)."""
+
+    _SUBCLASS_OPTIONS = frozenset({"tau", "decay_input", "scale_reset"})
+    _OPTIONS = BaseNode._BASE_OPTIONS | _SUBCLASS_OPTIONS
+
+    def __init__(self, scale_reset: bool = False, tau: float = 2.0, decay_input: bool = True,
+                 v_threshold: float = 1.0, v_reset: Optional[float] = 0.0, surrogate_function=None,
+                 detach_reset: bool = False, step_mode: str = "s", store_v_seq: bool = False,
+                 backend: str = "spikejit", checkpoint_every: Union[int, str] = "auto"):
+        super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq,
+                         checkpoint_every, tau=tau, decay_input=decay_input, scale_reset=scale_reset)
+        self.k = nn.Parameter(torch.as_tensor(1.0))
+
+    def _checked_option(self, name: str, value):
+        if name == "scale_reset":
+            return check_flag(name, value)
+        return super()._checked_option(name, value)
+
+    def _make_handle(self) -> int:
+        return self._shipped_handle("klif")
+
+    def _params(self, x_seq: Tensor):
+        return [learnable_scalar("k", self.k, "f = relu(k h)", x_seq.dtype)]
+
+    def extra_repr(self) -> str:
+        return (f"scale_reset={self.scale_reset}, tau={self.tau}, decay_input={self.decay_input}, "
+                + super().extra_repr())
+
+
+class CUBALIFNode(BaseNode):
+    """Current-based LIF: a synaptic current c = c c_decay + x charges v = v v_decay + c.
+    `node.c` is its state (0 after reset)."""
+
+    _STATE_NAMES = BaseNode._STATE_NAMES | {"c"}
+    _SUBCLASS_OPTIONS = frozenset({"c_decay", "v_decay"})
+    _OPTIONS = BaseNode._BASE_OPTIONS | _SUBCLASS_OPTIONS
+
+    def __init__(self, c_decay: float = 0.5, v_decay: float = 0.75, v_threshold: float = 0.5,
+                 v_reset: Optional[float] = 0.0, surrogate_function=None, detach_reset: bool = False,
+                 step_mode: str = "s", store_v_seq: bool = False, backend: str = "spikejit",
+                 checkpoint_every: Union[int, str] = "auto"):
+        super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq,
+                         checkpoint_every, c_decay=c_decay, v_decay=v_decay)
+        self.c = 0.0
+
+    def _checked_option(self, name: str, value):
+        if name == "surrogate_function" and value is None:
+            return _surrogate.Rect(alpha=1.0)
+        return super()._checked_option(name, value)
+
+    def _make_handle(self) -> int:
+        return self._shipped_handle("cubalif")
+
+    def _initial_states(self, x_seq: Tensor) -> list:
+        return super()._initial_states(x_seq) + [self._initial_state(self.c, "c", 0.0, x_seq)]
+
+    def _keep_final_states(self, finals) -> None:
+        self.v, self.c = finals
+
+    def reset(self) -> None:
+        """Forgets the state: v back to v_reset (0 under soft reset), c to 0, v_seq to None."""
+        super().reset()
+        self.c = 0.0
+
+    def detach(self) -> None:
+        super().detach()
+        if isinstance(self.c, Tensor):
+            self.c = self.c.detach()
+
+    def extra_repr(self) -> str:
+        return f"c_decay={self.c_decay}, v_decay={self.v_decay}, " + super().extra_repr()

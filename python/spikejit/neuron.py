@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from . import surrogate as _surrogate
-from .functional import builtin_handle, check_flag, refuse_stale_state, run_neuron
+from .functional import builtin_handle, check_flag, refuse_stale_state, run_neuron, shipped_handle
 from ._kernel_calls import AUTO, check_checkpoint_every, scalar_param
 from ._stateful_module import StatefulModule
 
@@ -36,6 +36,14 @@ def _check_float(name, value, allow_none=False):
         expected = "a float or None" if allow_none else "a float"
         raise TypeError(f"{name}: expected {expected}, got {type(value).__name__}")
     return float(value)
+
+
+def learnable_scalar(name: str, value, meaning: str, dtype) -> Tensor:
+    """A module's learnable scalar (PLIF's w, KLIF's k) as the ops take it, in `dtype`."""
+    if not isinstance(value, Tensor) or value.numel() != 1:
+        got = "shape " + str(list(value.shape)) if isinstance(value, Tensor) else type(value).__name__
+        raise ValueError(f"{name}: expected a one-element tensor ({meaning}), got {got}")
+    return scalar_param(value, dtype)
 
 
 class BaseNode(StatefulModule):
@@ -186,6 +194,15 @@ class BaseNode(StatefulModule):
     def _make_handle(self) -> int:
         raise NotImplementedError
 
+    def _shipped_handle(self, name: str) -> int:
+        """The shipped neuron `name` (neurons/<name>.sj) with this module's options as its
+        constants: those of its class (_SUBCLASS_OPTIONS, constants of the same names), the
+        threshold, the reset (soft_reset, with v_reset = 0, for v_reset=None) and the surrogate."""
+        soft = self.v_reset is None
+        constants = {option: getattr(self, option) for option in self._SUBCLASS_OPTIONS}
+        return shipped_handle(name, dict(constants, v_threshold=self.v_threshold, v_reset=0.0 if soft else self.v_reset,
+                                         soft_reset=soft, detach_reset=self.detach_reset), self.surrogate_function)
+
     def _params(self, x_seq: Tensor):
         return []
 
@@ -292,11 +309,7 @@ class ParametricLIFNode(BaseNode):
                               self.decay_input)
 
     def _params(self, x_seq: Tensor):
-        w = self.w
-        if not isinstance(w, Tensor) or w.numel() != 1:
-            raise ValueError(f"w: expected a one-element tensor (1/tau = sigmoid(w)), got "
-                             f"{'shape ' + str(list(w.shape)) if isinstance(w, Tensor) else type(w).__name__}")
-        return [scalar_param(w, x_seq.dtype)]
+        return [learnable_scalar("w", self.w, "1/tau = sigmoid(w)", x_seq.dtype)]
 
     def extra_repr(self) -> str:
         return f"tau={1.0 / self.w.detach().sigmoid().item():.4g}, decay_input={self.decay_input}, " + super().extra_repr()

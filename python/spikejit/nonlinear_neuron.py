@@ -17,19 +17,9 @@ from typing import Optional, Union
 
 from torch import Tensor
 
-from .functional import shipped_handle
 from .neuron import BaseNode
 
 __all__ = ["QIFNode", "EIFNode", "IzhikevichNode"]
-
-
-def _handle(name: str, node: BaseNode) -> int:
-    """The shipped neuron `name` with `node`'s options: those of its class (_SUBCLASS_OPTIONS, the
-    neuron's constants of the same names), its threshold, reset and surrogate."""
-    soft = node.v_reset is None
-    constants = {option: getattr(node, option) for option in node._SUBCLASS_OPTIONS}
-    return shipped_handle(name, dict(constants, v_threshold=node.v_threshold, v_reset=0.0 if soft else node.v_reset,
-                                     soft_reset=soft, detach_reset=node.detach_reset), node.surrogate_function)
 
 
 def _check_positive(node: BaseNode, *names: str) -> None:
@@ -64,7 +54,7 @@ class QIFNode(BaseNode):
     def _make_handle(self) -> int:
         _check_positive(self, "a0")
         _check_order(self)
-        return _handle("qif", self)
+        return self._shipped_handle("qif")
 
     def extra_repr(self) -> str:
         return f"tau={self.tau}, v_c={self.v_c}, a0={self.a0}, v_rest={self.v_rest}, " + super().extra_repr()
@@ -87,7 +77,7 @@ class EIFNode(BaseNode):
     def _make_handle(self) -> int:
         _check_positive(self, "delta_T")
         _check_order(self)
-        return _handle("eif", self)
+        return self._shipped_handle("eif")
 
     def extra_repr(self) -> str:
         return (f"tau={self.tau}, delta_T={self.delta_T}, theta_rh={self.theta_rh}, v_rest={self.v_rest}, "
@@ -114,7 +104,7 @@ class IzhikevichNode(BaseNode):
 
     def _make_handle(self) -> int:
         _check_positive(self, "a0", "tau_w")
-        return _handle("izhikevich", self)
+        return self._shipped_handle("izhikevich")
 
     def _initial_states(self, x_seq):
         return super()._initial_states(x_seq) + [self._initial_state(self.w, "w", self.w_rest, x_seq)]

@@ -1,0 +1,195 @@
+"""KLIFNode and CUBALIFNode against SpikingJelly's (its torch implementation, a per-step loop)
+over option grids, on the CPU and on CUDA: spikes exactly, v_seq, the final states and the
+gradients (of x, of the initial states, and KLIF's k) within rounding. Also: single and multi
+step from the state a call left, reset, option checks, torch.compile without graph breaks,
+checkpoints, pickling."""
+import itertools
+
+import pytest
+import torch
+
+import spikejit
+from conftest import device_params, random_input
+from module_checks import (assert_close_to_reference, check_checkpoints_give_per_step_gradients, check_compiles_like_eager,
+                           check_pickled_module_runs)
+
+# SpikingJelly is a pinned test requirement: imported, not skipped.
+from spikingjelly.activation_based import neuron as sj_neuron
+from spikingjelly.activation_based import surrogate as sj_surrogate
+
+FP32 = dict(rtol=1e-5, atol=1e-5)
+
+
+def klif_grid():
+    for scale_reset, v_reset, decay_input, detach_reset in itertools.product(
+            [False, True], [0.0, None], [True, False], [False, True]):
+        yield dict(scale_reset=scale_reset, v_reset=v_reset, decay_input=decay_input, detach_reset=detach_reset,
+                   tau=3.0 if detach_reset else 2.0, k=1.3 if decay_input else 0.8)
+    yield dict(scale_reset=True, v_reset=-0.2, decay_input=True, detach_reset=False, tau=2.5, k=1.1,
+               v_threshold=0.7, surrogate=("ATan", {"alpha": 3.0}))
+
+
+def cubalif_grid():
+    for v_reset, detach_reset, decays in itertools.product([0.0, None, -0.1], [False, True],
+                                                           [(0.5, 0.75), (0.2, 0.9)]):
+        yield dict(v_reset=v_reset, detach_reset=detach_reset, c_decay=decays[0], v_decay=decays[1])
+    yield dict(v_reset=0.0, detach_reset=False, c_decay=0.5, v_decay=0.75, v_threshold=1.0,
+               surrogate=("Sigmoid", {"alpha": 3.0}))
+
+
+def case_id(opts):
+    return "-".join(f"{k}={v[0] if k == 'surrogate' else v}" for k, v in opts.items())
+
+
+def make(module, surrogates, kind, opts):
+    """The module `kind` of `module` (spikejit or SpikingJelly's) with `opts`, multi step, storing
+    v_seq. SpikingJelly's CUBALIFNode takes only its dynamics' arguments: the rest are set after."""
+    opts = dict(opts)
+    surrogate = opts.pop("surrogate", None)
+    extra = {} if surrogate is None else dict(surrogate_function=getattr(surrogates, surrogate[0])(**surrogate[1]))
+    k = opts.pop("k", None)
+    if kind == "klif":
+        node = module.KLIFNode(**opts, **extra, step_mode="m", store_v_seq=True)
+        with torch.no_grad():
+            node.k.fill_(k)
+        return node
+    detach_reset = opts.pop("detach_reset")
+    node = module.CUBALIFNode(**opts, **extra)
+    node.step_mode, node.store_v_seq, node.detach_reset = "m", True, detach_reset
+    return node
+
+
+def run(node, kind, x, states):
+    """(spikes, v_seq, final states, grads of x and the initial states, k's grad) of one
+    multi-step call with random cotangents on the spikes, v_seq and the final states."""
+    xr = x.clone().requires_grad_()
+    initial = [t.clone().requires_grad_() for t in states]
+    node.v = initial[0]
+    if kind == "cubalif":
+        node.c = initial[1]
+    s = node(xr)
+    finals = [node.v] + ([node.c] if kind == "cubalif" else [])
+    outputs = [s, node.v_seq] + finals
+    generator = torch.Generator().manual_seed(7)
+    cotangents = [torch.randn(y.shape, generator=generator, dtype=torch.float64).to(y) for y in outputs]
+    sum((y * g).sum() for y, g in zip(outputs, cotangents)).backward()
+    k_grad = node.k.grad.clone() if kind == "klif" else None
+    return ([s.detach(), node.v_seq.detach()] + [f.detach() for f in finals],
+            [xr.grad] + [t.grad for t in initial] + ([k_grad] if k_grad is not None else []))
+
+
+def compare(kind, opts, device, dtype=torch.float32, shape=(14, 3, 37)):
+    x = random_input(*shape, device=device, dtype=dtype, scale=1.0)
+    states = [random_input(*shape[1:], device=device, dtype=dtype, scale=0.3)]
+    if kind == "cubalif":
+        states.append(random_input(*shape[1:], device=device, dtype=dtype, scale=0.3))
+    ours = run(make(spikejit, spikejit.surrogate, kind, opts).to(device=device, dtype=dtype), kind, x, states)
+    theirs = run(make(sj_neuron, sj_surrogate, kind, opts).to(device=device, dtype=dtype), kind, x, states)
+    (s, *values), grads = ours
+    (s_ref, *values_ref), grads_ref = theirs
+    assert torch.equal(s, s_ref), "spikes differ"
+    assert 0 < float(s_ref.mean()) < 1, "the case should fire some spikes, not all"
+    for a, b in zip(values + grads, values_ref + grads_ref):
+        assert_close_to_reference(a, b)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("opts", list(klif_grid()), ids=case_id)
+def test_klif_option_grid_matches_spikingjelly(opts, device):
+    compare("klif", opts, device)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("opts", list(cubalif_grid()), ids=case_id)
+def test_cubalif_option_grid_matches_spikingjelly(opts, device):
+    compare("cubalif", opts, device)
+
+
+@pytest.mark.parametrize("kind, opts", [("klif", list(klif_grid())[i]) for i in (0, 7, 16)]
+                         + [("cubalif", list(cubalif_grid())[i]) for i in (0, 6)])
+def test_float64_matches_spikingjelly(kind, opts):
+    compare(kind, opts, torch.device("cpu"), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("kind", ["klif", "cubalif"])
+def test_long_sequences_of_many_neurons_match_spikingjelly(kind, device):
+    opts = next(klif_grid()) if kind == "klif" else next(cubalif_grid())
+    compare(kind, opts, device, shape=(64, 4, 1001))
+
+
+@pytest.mark.parametrize("kind", ["klif", "cubalif"])
+def test_the_module_behaves_like_spikingjellys(kind):
+    """Default options: single step, then multi step from the state it left, v_seq, reset."""
+    name = dict(klif="KLIFNode", cubalif="CUBALIFNode")[kind]
+    ours, theirs = getattr(spikejit, name)(), getattr(sj_neuron, name)()
+    states = ("v", "c") if kind == "cubalif" else ("v",)
+    x = random_input(6, 2, 9, scale=1.0)
+    for t in range(3):
+        assert torch.equal(ours(x[t]), theirs(x[t]))
+        for state in states:
+            torch.testing.assert_close(getattr(ours, state), getattr(theirs, state), **FP32)
+    ours.step_mode = theirs.step_mode = "m"
+    ours.store_v_seq = theirs.store_v_seq = True
+    assert torch.equal(ours(x[3:]), theirs(x[3:]))
+    torch.testing.assert_close(ours.v_seq, theirs.v_seq, **FP32)
+    ours.reset()
+    theirs.reset()
+    for state in states:
+        assert getattr(ours, state) == getattr(theirs, state) == 0.0
+    assert ours.v_seq is None
+
+
+def test_options_are_checked():
+    assert spikejit.KLIFNode().k.requires_grad and float(spikejit.KLIFNode().k.detach()) == 1.0
+    with pytest.raises(ValueError, match="tau: expected a float > 1, got 1.0"):
+        spikejit.KLIFNode(tau=1.0)
+    with pytest.raises(TypeError, match="scale_reset: expected a bool"):
+        spikejit.KLIFNode(scale_reset=1)
+    node = spikejit.KLIFNode(step_mode="m")
+    node.k = torch.nn.Parameter(torch.ones(3))
+    with pytest.raises(ValueError, match=r"k: expected a one-element tensor \(f = relu\(k h\)\), got shape \[3\]"):
+        node(random_input(4, 3))
+    cuba = spikejit.CUBALIFNode()
+    assert type(cuba.surrogate_function).__name__ == "Rect" and cuba.v_threshold == 0.5
+    with pytest.raises(TypeError, match="c_decay: expected a float, got str"):
+        spikejit.CUBALIFNode(c_decay="0.5")
+    with pytest.raises(TypeError, match="c: expected a tensor or a float"):
+        cuba.c = "state"
+        cuba(random_input(3))
+
+
+def test_options_can_change_between_calls():
+    """Reassigned options rebuild the program, as a new module with them would run."""
+    x = random_input(10, 2, 16, scale=1.0)
+    node = spikejit.KLIFNode(step_mode="m")
+    node(x)
+    node.reset()
+    node.scale_reset, node.v_reset, node.tau = True, None, 3.0
+    fresh = spikejit.KLIFNode(scale_reset=True, v_reset=None, tau=3.0, step_mode="m")
+    assert torch.equal(node(x), fresh(x))
+    cuba = spikejit.CUBALIFNode(step_mode="m")
+    cuba(x)
+    cuba.reset()
+    cuba.c_decay, cuba.v_decay = 0.3, 0.6
+    assert torch.equal(cuba(x), spikejit.CUBALIFNode(c_decay=0.3, v_decay=0.6, step_mode="m")(x))
+
+
+def test_compiles_without_graph_breaks():
+    check_compiles_like_eager(spikejit.KLIFNode(step_mode="m"), random_input(8, 4, 16, scale=1.0))
+    check_compiles_like_eager(spikejit.CUBALIFNode(step_mode="m"), random_input(8, 4, 16, scale=1.0))
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_checkpoints_give_the_per_step_gradients(device):
+    x = random_input(13, 2, 50, device=device, scale=1.0)
+    check_checkpoints_give_per_step_gradients(
+        lambda k: spikejit.KLIFNode(scale_reset=True, step_mode="m", checkpoint_every=k).to(device), x)
+    check_checkpoints_give_per_step_gradients(
+        lambda k: spikejit.CUBALIFNode(step_mode="m", checkpoint_every=k), x, states=("v", "c"))
+
+
+def test_a_pickled_module_runs_where_it_is_loaded():
+    x = random_input(6, 3, 8, scale=1.0)
+    check_pickled_module_runs(spikejit.KLIFNode(surrogate_function=spikejit.surrogate.ATan(), step_mode="m"), x)
+    check_pickled_module_runs(spikejit.CUBALIFNode(step_mode="m"), x, states=("v", "c"))
