@@ -1,12 +1,14 @@
-"""QIF, EIF, Izhikevich, I-LIF, CLIF, KLIF and CUBA LIF through the modules: spikejit against
-SpikingJelly's, side by side in one run (its registered ops: a per-step torch loop on the CPU; on
-CUDA its own multi-step kernels for the first four, one fused kernel per step for CLIF, a per-step
-torch loop for KLIF and CUBA LIF).
+"""SpikingJelly's other neurons through the modules (QIF, EIF, Izhikevich, I-LIF, CLIF, KLIF, CUBA
+LIF, activation-aware IF, STBIF): spikejit against SpikingJelly's, side by side in one run (its
+registered ops: a per-step torch loop on the CPU; on CUDA its own multi-step kernels for QIF, EIF,
+Izhikevich, I-LIF, and for the inference of activation-aware IF and STBIF, one fused kernel per
+step for CLIF, a per-step torch loop otherwise).
 
     python3 bench/python/bench_nonlinear_neurons.py [--device cuda] [--steps 32] [--neurons 1048576]
 
 fp32, multi-step modules with their default options (Izhikevich with a = 0.2, b = 0.3, so that
-its adaptation current works). Milliseconds per inference call (no autograd, then reset) and per
+its adaptation current works; STBIF with q_threshold = 0.1, 16 symmetric levels; STBIF is
+inference only). Milliseconds per inference call (no autograd, then reset) and per
 training step (forward, backward against a gradient, reset), median of bursts; spikejit's
 speed-up; on CUDA the inference's fraction of the copy bandwidth (8 bytes per neuron-step: x
 read, s written). Also the count of spikes that differ between the two on the measured input: 0
@@ -25,7 +27,9 @@ import spikejit  # noqa: E402
 
 NEURONS = {"QIF": ("QIFNode", {}), "EIF": ("EIFNode", {}), "Izhikevich": ("IzhikevichNode", dict(a=0.2, b=0.3)),
            "I-LIF": ("ILIFNode", {}), "CLIF": ("ComplementaryLIFNode", {}), "KLIF": ("KLIFNode", {}),
-           "CUBA LIF": ("CUBALIFNode", {})}
+           "CUBA LIF": ("CUBALIFNode", {}), "activation-aware IF": ("ActivationAwareIFNode", {}),
+           "STBIF": ("STBIFNode", dict(q_threshold=0.1, level=16, sym=True))}
+INFERENCE_ONLY = {"STBIF"}
 
 
 def multi_step(module, class_name, options, device):
@@ -52,7 +56,7 @@ def main(argv=None):
         from spikingjelly.activation_based import neuron as sj_neuron
     except ImportError:
         sj_neuron = None
-    print(f"# QIF, EIF, Izhikevich, I-LIF, CLIF, KLIF, CUBA LIF modules, fp32, T = {args.steps}, N = {args.neurons}, {device_name(device)}, "
+    print(f"# SpikingJelly's other neurons as modules, fp32, T = {args.steps}, N = {args.neurons}, {device_name(device)}, "
           f"torch {torch.__version__}")
     print(f"ms per call, median of {args.bursts} bursts of {args.calls} calls; SpikingJelly: "
           f"{'installed' if sj_neuron else 'not installed'}\n")
@@ -63,14 +67,22 @@ def main(argv=None):
     rows = []
     for label, (class_name, options) in NEURONS.items():
         ours = multi_step(spikejit, class_name, options, device)
-        infer, train = inference_ms(ours, x, args, device), training_step_ms(ours, x, grad, args, device)
+        trains = label not in INFERENCE_ONLY
+        infer = inference_ms(ours, x, args, device)
+        train = training_step_ms(ours, x, grad, args, device) if trains else None
         copy = "–" if bandwidth is None else f"{100 * 8 * x.numel() / (infer * 1e-3) / bandwidth:.0f} %"
-        row = [label, fmt(infer), copy, fmt(train)]
+        row = [label, fmt(infer), copy, fmt(train) if trains else "–"]
         if sj_neuron is not None:
             theirs = multi_step(sj_neuron, class_name, options, device)
             differ = differing_spikes(ours, theirs, x)
-            sj_infer, sj_train = inference_ms(theirs, x, args, device), training_step_ms(theirs, x, grad, args, device)
-            row += [fmt(sj_infer), f"{sj_infer / infer:.1f}x", fmt(sj_train), f"{sj_train / train:.1f}x", str(differ)]
+            sj_infer = inference_ms(theirs, x, args, device)
+            row += [fmt(sj_infer), f"{sj_infer / infer:.1f}x"]
+            if trains:
+                sj_train = training_step_ms(theirs, x, grad, args, device)
+                row += [fmt(sj_train), f"{sj_train / train:.1f}x"]
+            else:
+                row += ["–", "–"]
+            row.append(str(differ))
         else:
             row += ["–"] * 5
         rows.append(row)
