@@ -21,6 +21,18 @@ def assert_close_to_reference(ours, theirs):
         torch.testing.assert_close(ours, theirs, **FP32)
 
 
+def assert_run_matches_reference(ours, theirs):
+    """A run's ((spikes, *values), gradients) against SpikingJelly's: spikes exactly (and the case
+    fires some, not all), values and gradients by assert_close_to_reference."""
+    (s, *values), grads = ours
+    (s_ref, *values_ref), grads_ref = theirs
+    assert torch.equal(s, s_ref), "spikes differ"
+    assert 0 < float(s_ref.mean()) < 1, "the case should fire some spikes, not all"
+    assert len(values + grads) == len(values_ref + grads_ref)
+    for a, b in zip(values + grads, values_ref + grads_ref):
+        assert_close_to_reference(a, b)
+
+
 def check_compiles_like_eager(node, x):
     """Linear -> node, reset first: no graph break under torch.compile(fullgraph=True), and the
     compiled step's outputs and weight gradient equal eager's."""
