@@ -160,7 +160,11 @@ if [[ $built -eq 0 ]] && wanted cpp; then
 fi
 
 if [[ $installed -eq 0 ]] && wanted python; then
-  step pytest pytest.log python3 -m pytest -q -rs "${PYTEST_PARALLEL[@]}" "$ROOT/tests/python"
+  # One inductor compile thread per pytest process: by default each of the 12 starts a pool of
+  # one per core, and the cold compiles of the torch.compile tests (most of this step's time: a
+  # fresh machine has no inductor cache) then fight over the cores.
+  step pytest pytest.log env TORCHINDUCTOR_COMPILE_THREADS=1 \
+    python3 -m pytest -q -rs --durations=15 "${PYTEST_PARALLEL[@]}" "$ROOT/tests/python"
 fi
 
 # Most telling first: the kernels against the copy bandwidth, then through PyTorch against
