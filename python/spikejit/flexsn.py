@@ -403,6 +403,14 @@ class FlexSN(StatefulModule):
         """The compiled spikejit._core.Program, or None."""
         return None if self._compiled is None else self._compiled.program
 
+    def runtime_params(self, x_seq: Tensor) -> List[Tensor]:
+        """The tensors the compiled core's parameters are bound to, as the ops take them for
+        inputs like x_seq (for a caller that runs `handle` itself)."""
+        if self._compiled is None:
+            raise RuntimeError(f"FlexSN: the core runs as an eager scan, without parameters to pass: "
+                               f"{self.fallback_reason or 'backend ' + repr(self.backend)}")
+        return self._compiled.runtime_params(x_seq)
+
     def __deepcopy__(self, memo):
         new = type(self).__new__(type(self))
         memo[id(self)] = new

@@ -1,6 +1,6 @@
 """SpikingJelly's LIF variants with its constructor arguments and behaviour, on the fused kernels:
-ComplementaryLIFNode (CLIF, ICML 2024), KLIFNode (KLIF, a learnable scale k) and CUBALIFNode
-(current-based LIF, a synaptic current c).
+ComplementaryLIFNode (CLIF, ICML 2024), KLIFNode (KLIF, a learnable scale k), CUBALIFNode
+(current-based LIF, a synaptic current c) and LIAFNode (LIF with an analog output act(h)).
 
     node = spikejit.ComplementaryLIFNode(tau=2.0, step_mode="m", store_state_seqs=True)
     s_seq = node(x_seq)
@@ -18,9 +18,15 @@ at first); the reset acts on f, or with scale_reset on f / k (a soft reset then 
 v_threshold / k). CUBA LIF: c = c c_decay + x, h = v v_decay + c, then LIFNode's reset; `c` is
 a second state. SpikingJelly 2.0 runs both by a per-step torch loop.
 
-Each is a shipped neuron (neurons/clif.sj, klif.sj, cubalif.sj) with the options as constants,
-compiled once per set of options and process like the built-ins; single and multi step,
-checkpoints and the state handling are BaseNode's.
+LIAF charges and resets like LIFNode, but outputs act(h), or act(h - v_threshold) with
+threshold_related, in place of its spikes. `act` is any function FlexSN can trace (torch ops,
+torch.nn activations, modules with parameters, which then learn); the step with it is traced
+into a program like a FlexSN core, and one that cannot be traced is an UnsupportedCoreError
+naming the op.
+
+CLIF, KLIF and CUBA LIF are shipped neurons (neurons/clif.sj, klif.sj, cubalif.sj) with the
+options as constants, compiled once per set of options and process like the built-ins; single and
+multi step, checkpoints and the state handling are BaseNode's for all four.
 """
 from typing import Optional, Union
 
@@ -28,10 +34,11 @@ import torch
 from torch import Tensor, nn
 
 from . import surrogate as _surrogate
+from .flexsn import FlexSN
 from .functional import check_flag, shipped_handle
-from .neuron import BaseNode, learnable_scalar
+from .neuron import BaseNode, LIFNode, learnable_scalar
 
-__all__ = ["ComplementaryLIFNode", "KLIFNode", "CUBALIFNode"]
+__all__ = ["ComplementaryLIFNode", "KLIFNode", "CUBALIFNode", "LIAFNode"]
 
 
 class ComplementaryLIFNode(BaseNode):
@@ -170,3 +177,66 @@ class CUBALIFNode(BaseNode):
 
     def extra_repr(self) -> str:
         return f"c_decay={self.c_decay}, v_decay={self.v_decay}, " + super().extra_repr()
+
+
+def _liaf_step(act, threshold_related: bool, tau: float, decay_input: bool, v_threshold: float,
+               v_reset: Optional[float], surrogate_function, detach_reset: bool):
+    """LIAF's step as a FlexSN core (x, v) -> (y, v), SpikingJelly's arithmetic."""
+    reset_value = 0.0 if v_reset is None else v_reset
+
+    def step(x, v):
+        h = v + (x - (v - reset_value)) / tau if decay_input else v - (v - reset_value) / tau + x
+        y = act(h - v_threshold if threshold_related else h)
+        s = _surrogate.spike(h - v_threshold, surrogate_function)
+        if detach_reset:
+            s = s.detach()
+        return y, (h - s * v_threshold if v_reset is None else s * v_reset + (1.0 - s) * h)
+
+    return step
+
+
+class LIAFNode(LIFNode):
+    """LIAF: LIFNode with an analog output act(h) (see the module's docstring)."""
+
+    _OPTIONS = LIFNode._OPTIONS | {"act", "threshold_related"}
+
+    def __init__(self, act, threshold_related: bool, *args, **kwargs):
+        super().__init__(*args, **kwargs)  # (no program yet: it needs act)
+        for name, value in (("act", act), ("threshold_related", threshold_related)):
+            self._store(name, self._checked_option(name, value))
+        self._refresh_program()
+
+    def _checked_option(self, name: str, value):
+        if name == "act":
+            if not callable(value):
+                raise TypeError(f"act: expected a callable (the output's activation), got {type(value).__name__}")
+            return value
+        if name == "threshold_related":
+            return check_flag(name, value)
+        return super()._checked_option(name, value)
+
+    def _make_handle(self) -> Optional[int]:
+        act, threshold_related = getattr(self, "act", None), getattr(self, "threshold_related", None)
+        if act is None or threshold_related is None:  # (LIFNode's constructor, before LIAF's options)
+            return None
+        self._kernel = FlexSN(_liaf_step(act, threshold_related, self.tau, self.decay_input, self.v_threshold,
+                                         self.v_reset, self.surrogate_function, self.detach_reset),
+                              num_inputs=1, num_states=1, num_outputs=1, strict=True)
+        return self._kernel.handle
+
+    def _params(self, x_seq: Tensor):
+        return self._kernel.runtime_params(x_seq)
+
+    def _run(self, x_seq: Tensor, states: list, store_state_seqs: bool):
+        if states[0] is None and self._v_default() != 0.0:  # (a traced program starts its states at 0)
+            states = [torch.full(x_seq.shape[1:], self._v_default(), dtype=x_seq.dtype, device=x_seq.device)]
+        return super()._run(x_seq, states, store_state_seqs)
+
+    # The traced step closes over the options: a pickled module traces it again where it is loaded.
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_modules"] = {name: m for name, m in state["_modules"].items() if name != "_kernel"}
+        return state
+
+    def extra_repr(self) -> str:
+        return f"threshold_related={self.threshold_related}, " + super().extra_repr()

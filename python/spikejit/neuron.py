@@ -214,12 +214,16 @@ class BaseNode(StatefulModule):
         if x.dim() < min_dim:
             raise ValueError(f"{what}: expected at least {min_dim} dimensions, got shape {list(x.shape)}")
 
+    def _run(self, x_seq: Tensor, states: list, store_state_seqs: bool):
+        """(outputs, final states, state sequences or None) of the program over x_seq."""
+        return run_neuron(self._program_handle, 1, len(states), [x_seq], states, self._params(x_seq),
+                          store_state_seqs, self.checkpoint_every)
+
     def multi_step_forward(self, x_seq: Tensor) -> Tensor:
         self._check_input(x_seq, "x_seq", 1)
         states = self._initial_states(x_seq)
         stores = self._stores_state_seqs()
-        outputs, finals, seqs = run_neuron(self._program_handle, 1, len(states), [x_seq], states,
-                                           self._params(x_seq), stores, self.checkpoint_every)
+        outputs, finals, seqs = self._run(x_seq, states, stores)
         self._keep_final_states(finals)
         if stores:
             self._keep_state_seqs(seqs)
@@ -229,8 +233,7 @@ class BaseNode(StatefulModule):
         self._check_input(x, "x", 0)
         x_seq = x.unsqueeze(0)
         states = self._initial_states(x_seq)
-        outputs, finals, _ = run_neuron(self._program_handle, 1, len(states), [x_seq], states,
-                                        self._params(x_seq), False, self.checkpoint_every)
+        outputs, finals, _ = self._run(x_seq, states, False)
         self._keep_final_states(finals)
         if self.store_v_seq:
             step = self.v.unsqueeze(0)

@@ -21,6 +21,14 @@ def assert_close_to_reference(ours, theirs):
         torch.testing.assert_close(ours, theirs, **FP32)
 
 
+def backward_with_random_cotangents(outputs, seed: int) -> None:
+    """Backward of sum(y * g) over `outputs`, with cotangents g drawn from `seed` (the same for
+    the module under test and its reference)."""
+    generator = torch.Generator().manual_seed(seed)
+    cotangents = [torch.randn(y.shape, generator=generator, dtype=torch.float64).to(y) for y in outputs]
+    sum((y * g).sum() for y, g in zip(outputs, cotangents)).backward()
+
+
 def assert_run_matches_reference(ours, theirs):
     """A run's ((spikes, *values), gradients) against SpikingJelly's: spikes exactly (and the case
     fires some, not all), values and gradients by assert_close_to_reference."""

@@ -12,8 +12,9 @@ import torch
 
 import spikejit
 from conftest import device_params, random_input
-from module_checks import (assert_run_matches_reference, check_checkpoints_give_per_step_gradients,
-                           check_compiles_like_eager, check_pickled_module_runs)
+from module_checks import (assert_run_matches_reference, backward_with_random_cotangents,
+                           check_checkpoints_give_per_step_gradients, check_compiles_like_eager,
+                           check_pickled_module_runs)
 
 # SpikingJelly is a pinned test requirement: imported, not skipped.
 from spikingjelly.activation_based import neuron as sj_neuron
@@ -64,9 +65,7 @@ def run_aaif(node, x, v0, learn_thresholds):
     node.v = vr
     s = node(xr)
     outputs = [s, node.v_seq, node.v]
-    generator = torch.Generator().manual_seed(3)
-    cotangents = [torch.randn(y.shape, generator=generator, dtype=torch.float64).to(y) for y in outputs]
-    sum((y * g).sum() for y, g in zip(outputs, cotangents)).backward()
+    backward_with_random_cotangents(outputs, seed=3)
     grads = [xr.grad, vr.grad] + ([node.v_threshold.grad, node.v_offset.grad] if learn_thresholds else [])
     return [y.detach() for y in outputs], grads
 

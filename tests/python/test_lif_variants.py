@@ -1,8 +1,9 @@
-"""KLIFNode and CUBALIFNode against SpikingJelly's (its torch implementation, a per-step loop)
-over option grids, on the CPU and on CUDA: spikes exactly, v_seq, the final states and the
-gradients (of x, of the initial states, and KLIF's k) within rounding. Also: single and multi
-step from the state a call left, reset, option checks, torch.compile without graph breaks,
-checkpoints, pickling."""
+"""KLIFNode, CUBALIFNode and LIAFNode against SpikingJelly's (its torch implementation, a per-step
+loop) over option grids, on the CPU and on CUDA: spikes exactly (LIAF's analog outputs within
+rounding), v_seq, the final states and the gradients (of x, of the initial states, KLIF's k and
+the weight of a LIAF act with parameters) within rounding. Also: single and multi step from the
+state a call left, reset, option checks, torch.compile without graph breaks, checkpoints,
+pickling."""
 import itertools
 
 import pytest
@@ -10,8 +11,9 @@ import torch
 
 import spikejit
 from conftest import device_params, random_input
-from module_checks import (assert_run_matches_reference, check_checkpoints_give_per_step_gradients,
-                           check_compiles_like_eager, check_pickled_module_runs)
+from module_checks import (assert_close_to_reference, assert_run_matches_reference, backward_with_random_cotangents,
+                           check_checkpoints_give_per_step_gradients, check_compiles_like_eager,
+                           check_pickled_module_runs)
 
 # SpikingJelly is a pinned test requirement: imported, not skipped.
 from spikingjelly.activation_based import neuron as sj_neuron
@@ -70,9 +72,7 @@ def run(node, kind, x, states):
     s = node(xr)
     finals = [node.v] + ([node.c] if kind == "cubalif" else [])
     outputs = [s, node.v_seq] + finals
-    generator = torch.Generator().manual_seed(7)
-    cotangents = [torch.randn(y.shape, generator=generator, dtype=torch.float64).to(y) for y in outputs]
-    sum((y * g).sum() for y, g in zip(outputs, cotangents)).backward()
+    backward_with_random_cotangents(outputs, seed=7)
     k_grad = node.k.grad.clone() if kind == "klif" else None
     return ([s.detach(), node.v_seq.detach()] + [f.detach() for f in finals],
             [xr.grad] + [t.grad for t in initial] + ([k_grad] if k_grad is not None else []))
@@ -188,3 +188,106 @@ def test_a_pickled_module_runs_where_it_is_loaded():
     x = random_input(6, 3, 8, scale=1.0)
     check_pickled_module_runs(spikejit.KLIFNode(surrogate_function=spikejit.surrogate.ATan(), step_mode="m"), x)
     check_pickled_module_runs(spikejit.CUBALIFNode(step_mode="m"), x, states=("v", "c"))
+
+
+# -- LIAFNode: LIF with an analog output act(h), its step traced like a FlexSN core -----------------
+
+LIAF_ACTS = {"relu": torch.nn.ReLU, "tanh": lambda: torch.tanh, "sigmoid": torch.nn.Sigmoid, "prelu": torch.nn.PReLU}
+
+
+def liaf_grid():
+    for act, threshold_related, v_reset in itertools.product(["relu", "tanh", "prelu"], [False, True], [0.0, None]):
+        yield dict(act=act, threshold_related=threshold_related, v_reset=v_reset, decay_input=v_reset is None,
+                   detach_reset=threshold_related, tau=2.0 if act == "relu" else 3.0)
+    yield dict(act="sigmoid", threshold_related=True, v_reset=-0.1, decay_input=True, detach_reset=False, tau=2.0,
+               surrogate=("ATan", {"alpha": 3.0}))
+
+
+def compare_liaf(opts, device, dtype=torch.float32, shape=(14, 3, 37)):
+    """Outputs, v_seq, v and the gradients (of x, the initial v and a PReLU's weight) against
+    SpikingJelly's LIAFNode with the same act (one module, its gradient taken twice)."""
+    opts = dict(opts)
+    act = LIAF_ACTS[opts.pop("act")]()
+    if isinstance(act, torch.nn.Module):
+        act = act.to(device=device, dtype=dtype)
+    surrogate = opts.pop("surrogate", None)
+    x = random_input(*shape, device=device, dtype=dtype, scale=1.0)
+    v0 = random_input(*shape[1:], device=device, dtype=dtype, scale=0.3)
+    results = []
+    for module, surrogates in ((spikejit, spikejit.surrogate), (sj_neuron, sj_surrogate)):
+        extra = {} if surrogate is None else dict(surrogate_function=getattr(surrogates, surrogate[0])(**surrogate[1]))
+        node = module.LIAFNode(act, opts["threshold_related"], step_mode="m", store_v_seq=True, tau=opts["tau"],
+                               decay_input=opts["decay_input"], v_reset=opts["v_reset"],
+                               detach_reset=opts["detach_reset"], **extra)
+        xr, vr = x.clone().requires_grad_(), v0.clone().requires_grad_()
+        node.v = vr
+        y = node(xr)
+        outputs = [y, node.v_seq, node.v]
+        backward_with_random_cotangents(outputs, seed=5)
+        grads = [xr.grad, vr.grad]
+        if isinstance(act, torch.nn.PReLU):
+            grads.append(act.weight.grad.clone())
+            act.weight.grad = None
+        results.append(([t.detach() for t in outputs], grads))
+    (values, grads), (values_ref, grads_ref) = results
+    assert float(values_ref[0].abs().sum()) > 0
+    for a, b in zip(values + grads, values_ref + grads_ref):
+        assert_close_to_reference(a, b)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("opts", list(liaf_grid()), ids=case_id)
+def test_liaf_option_grid_matches_spikingjelly(opts, device):
+    compare_liaf(opts, device)
+
+
+@pytest.mark.parametrize("opts", [list(liaf_grid())[i] for i in (0, 7, 12)], ids=case_id)
+def test_liaf_float64_matches_spikingjelly(opts):
+    compare_liaf(opts, torch.device("cpu"), dtype=torch.float64)
+
+
+def test_liaf_behaves_like_spikingjellys():
+    """Single step from v_reset = -0.1 (a state the traced program does not start from), then
+    multi step from the state it left, v_seq, reset; the act module is a child, the traced
+    step is not in the state dict."""
+    act = torch.nn.PReLU()
+    ours = spikejit.LIAFNode(act, True, v_reset=-0.1)
+    theirs = sj_neuron.LIAFNode(act, True, v_reset=-0.1)
+    x = random_input(6, 2, 9, scale=1.0)
+    for t in range(3):
+        torch.testing.assert_close(ours(x[t]), theirs(x[t]), **FP32)
+        torch.testing.assert_close(ours.v, theirs.v, **FP32)
+    ours.step_mode = theirs.step_mode = "m"
+    ours.store_v_seq = theirs.store_v_seq = True
+    torch.testing.assert_close(ours(x[3:]), theirs(x[3:]), **FP32)
+    torch.testing.assert_close(ours.v_seq, theirs.v_seq, **FP32)
+    ours.reset()
+    assert ours.v == -0.1 and ours.v_seq is None
+    assert list(ours.state_dict()) == ["act.weight"]
+
+
+def test_liaf_options_are_checked_and_rebuild_the_step():
+    with pytest.raises(TypeError, match="act: expected a callable"):
+        spikejit.LIAFNode(1.0, False)
+    with pytest.raises(TypeError, match="threshold_related: expected a bool"):
+        spikejit.LIAFNode(torch.tanh, 1)
+    with pytest.raises(spikejit.UnsupportedCoreError, match="i0") as error:
+        spikejit.LIAFNode(torch.special.i0, False)
+    assert "i0" in error.value.op
+    x = random_input(8, 2, 16, scale=1.0)
+    node = spikejit.LIAFNode(torch.nn.ReLU(), False, step_mode="m")
+    node(x)
+    node.reset()
+    node.act, node.threshold_related, node.tau = torch.tanh, True, 3.0
+    torch.testing.assert_close(node(x), spikejit.LIAFNode(torch.tanh, True, tau=3.0, step_mode="m")(x), rtol=0, atol=0)
+    with pytest.raises(TypeError, match="act: expected a callable"):
+        node.act = None
+    assert node.act is torch.tanh  # a rejected value leaves the old one
+
+
+def test_liaf_compiles_checkpoints_and_pickles():
+    x = random_input(8, 4, 16, scale=1.0)
+    check_compiles_like_eager(spikejit.LIAFNode(torch.nn.PReLU(), True, step_mode="m"), x)
+    check_checkpoints_give_per_step_gradients(
+        lambda k: spikejit.LIAFNode(torch.nn.ReLU(), False, step_mode="m", checkpoint_every=k), x)
+    check_pickled_module_runs(spikejit.LIAFNode(torch.nn.ReLU(), False, step_mode="m"), x)
