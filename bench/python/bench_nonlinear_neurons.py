@@ -1,5 +1,5 @@
 """SpikingJelly's other neurons through the modules (QIF, EIF, Izhikevich, I-LIF, CLIF, KLIF, CUBA
-LIF, activation-aware IF, STBIF): spikejit against SpikingJelly's, side by side in one run (its
+LIF, LIAF, activation-aware IF, STBIF): spikejit against SpikingJelly's, side by side in one run (its
 registered ops: a per-step torch loop on the CPU; on CUDA its own multi-step kernels for QIF, EIF,
 Izhikevich, I-LIF, and for the inference of activation-aware IF and STBIF, one fused kernel per
 step for CLIF, a per-step torch loop otherwise).
@@ -7,12 +7,13 @@ step for CLIF, a per-step torch loop otherwise).
     python3 bench/python/bench_nonlinear_neurons.py [--device cuda] [--steps 32] [--neurons 1048576]
 
 fp32, multi-step modules with their default options (Izhikevich with a = 0.2, b = 0.3, so that
-its adaptation current works; STBIF with q_threshold = 0.1, 16 symmetric levels; STBIF is
-inference only). Milliseconds per inference call (no autograd, then reset) and per
+its adaptation current works; LIAF with act = ReLU; STBIF with q_threshold = 0.1, 16 symmetric
+levels; STBIF is inference only). Milliseconds per inference call (no autograd, then reset) and per
 training step (forward, backward against a gradient, reset), median of bursts; spikejit's
 speed-up; on CUDA the inference's fraction of the copy bandwidth (8 bytes per neuron-step: x
-read, s written). Also the count of spikes that differ between the two on the measured input: 0
-expected, but for a few of EIF's, whose exp is not bit-equal to PyTorch's in float32.
+read, s written). Also the count of spikes (LIAF, STBIF: outputs) that differ between the two on
+the measured input: 0 expected, but for a few of EIF's, whose exp is not bit-equal to PyTorch's
+in float32.
 """
 import os
 import sys
@@ -27,7 +28,8 @@ import spikejit  # noqa: E402
 
 NEURONS = {"QIF": ("QIFNode", {}), "EIF": ("EIFNode", {}), "Izhikevich": ("IzhikevichNode", dict(a=0.2, b=0.3)),
            "I-LIF": ("ILIFNode", {}), "CLIF": ("ComplementaryLIFNode", {}), "KLIF": ("KLIFNode", {}),
-           "CUBA LIF": ("CUBALIFNode", {}), "activation-aware IF": ("ActivationAwareIFNode", {}),
+           "CUBA LIF": ("CUBALIFNode", {}), "LIAF": ("LIAFNode", dict(act=torch.nn.ReLU(), threshold_related=False)),
+           "activation-aware IF": ("ActivationAwareIFNode", {}),
            "STBIF": ("STBIFNode", dict(q_threshold=0.1, level=16, sym=True))}
 INFERENCE_ONLY = {"STBIF"}
 
