@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "spikejit/buffers.h"
+#include "spikejit/builtins.h"
 #include "spikejit/codegen.h"
 #include "spikejit/error.h"
 #include "spikejit/frontend.h"
@@ -583,6 +584,21 @@ TEST(Codegen, TestNeuronsEveryKindAndDtype) {
   }
 }
 
+// SpikingJelly's other neurons as shipped (the modules specialise only their constants).
+std::vector<NamedProgram> shipped_programs() {
+  std::vector<NamedProgram> out;
+  for (const std::string& name : builtins::shipped_names()) {
+    if (name != "if" && name != "lif" && name != "plif") out.push_back({name, Program(builtins::shipped_neuron(name))});
+  }
+  return out;
+}
+
+TEST(Codegen, ShippedNeuronsEveryKindAndDtype) {
+  for (const NamedProgram& np : shipped_programs()) {
+    for (DType d : kDTypes) generate_all(np, d);
+  }
+}
+
 TEST(Codegen, DeterministicAndIndependentOfSizes) {
   // The same program and spec always give the same text; programs that differ only in a
   // constant give different sources and entries.
@@ -766,6 +782,26 @@ TEST(CodegenCompile, Builtins) {
     std::vector<KernelSpec> specs = {bwd};
     if (default_surrogate) specs = {infer, train, bwd};
     for (KernelSpec& spec : specs) {
+      spec.storage = kDTypes[rotation++ % kDTypes.size()];
+      sources.push_back({np.name + " " + spec.key(), codegen::generate(np.program, spec)});
+    }
+  }
+  expect_compiles(sources);
+}
+
+// The kernels a module call of a shipped neuron takes (inference, training forward, backward),
+// the dtypes rotating over them.
+TEST(CodegenCompile, ShippedNeurons) {
+  REQUIRE_NVRTC();
+  std::vector<std::pair<std::string, KernelSource>> sources;
+  size_t rotation = 0;
+  for (const NamedProgram& np : shipped_programs()) {
+    KernelSpec infer, train, bwd;
+    infer.kind = KernelKind::InferenceFinalState;
+    train.kind = KernelKind::TrainingForward;
+    bwd.kind = KernelKind::Backward;
+    bwd.grad_final_states = true;
+    for (KernelSpec& spec : std::vector<KernelSpec>{infer, train, bwd}) {
       spec.storage = kDTypes[rotation++ % kDTypes.size()];
       sources.push_back({np.name + " " + spec.key(), codegen::generate(np.program, spec)});
     }
