@@ -1,5 +1,5 @@
 """SpikingJelly's other neurons through the modules (QIF, EIF, Izhikevich, I-LIF, CLIF, KLIF, CUBA
-LIF, LIAF, activation-aware IF, STBIF): spikejit against SpikingJelly's, side by side in one run (its
+LIF, LIAF, RAF, ternary LIF, activation-aware IF, STBIF): spikejit against SpikingJelly's, side by side in one run (its
 registered ops: a per-step torch loop on the CPU; on CUDA its own multi-step kernels for QIF, EIF,
 Izhikevich, I-LIF, and for the inference of activation-aware IF and STBIF, one fused kernel per
 step for CLIF, a per-step torch loop otherwise).
@@ -29,6 +29,7 @@ import spikejit  # noqa: E402
 NEURONS = {"QIF": ("QIFNode", {}), "EIF": ("EIFNode", {}), "Izhikevich": ("IzhikevichNode", dict(a=0.2, b=0.3)),
            "I-LIF": ("ILIFNode", {}), "CLIF": ("ComplementaryLIFNode", {}), "KLIF": ("KLIFNode", {}),
            "CUBA LIF": ("CUBALIFNode", {}), "LIAF": ("LIAFNode", dict(act=torch.nn.ReLU(), threshold_related=False)),
+           "RAF": ("RAFNode", {}), "ternary LIF": ("TernaryLIFNode", {}),
            "activation-aware IF": ("ActivationAwareIFNode", {}),
            "STBIF": ("STBIFNode", dict(q_threshold=0.1, level=16, sym=True))}
 INFERENCE_ONLY = {"STBIF"}

@@ -46,6 +46,7 @@ class ComplementaryLIFNode(BaseNode):
     the module's docstring)."""
 
     _STATE_NAMES = BaseNode._STATE_NAMES | {"m", "state_seqs"}
+    _MORE_STATES = ("m",)
     _SUBCLASS_OPTIONS = frozenset({"tau"})
     _OPTIONS = BaseNode._BASE_OPTIONS | _SUBCLASS_OPTIONS
 
@@ -54,7 +55,6 @@ class ComplementaryLIFNode(BaseNode):
                  checkpoint_every: Union[int, str] = "auto"):
         super().__init__(v_threshold, None, surrogate_function, False, step_mode, backend, False, checkpoint_every,
                          tau=tau)
-        self.m = 0.0
         self.store_state_seqs = store_state_seqs  # (checked, and state_seqs set to None: _set_attribute)
 
     def _checked_option(self, name: str, value):
@@ -76,12 +76,6 @@ class ComplementaryLIFNode(BaseNode):
     def _make_handle(self) -> int:
         return shipped_handle("clif", dict(tau=self.tau, v_threshold=self.v_threshold), self.surrogate_function)
 
-    def _initial_states(self, x_seq: Tensor) -> list:
-        return super()._initial_states(x_seq) + [self._initial_state(self.m, "m", 0.0, x_seq)]
-
-    def _keep_final_states(self, finals) -> None:
-        self.v, self.m = finals
-
     def _stores_state_seqs(self) -> bool:
         return self.store_state_seqs
 
@@ -91,13 +85,10 @@ class ComplementaryLIFNode(BaseNode):
     def reset(self) -> None:
         """Forgets the state: v and m back to 0, state_seqs (and v_seq) to None."""
         super().reset()
-        self.m = 0.0
         self.state_seqs = None
 
     def detach(self) -> None:
         super().detach()
-        if isinstance(self.m, Tensor):
-            self.m = self.m.detach()
         if self.state_seqs is not None:
             self.state_seqs = [seq.detach() for seq in self.state_seqs]
 
@@ -140,6 +131,7 @@ class CUBALIFNode(BaseNode):
     `node.c` is its state (0 after reset)."""
 
     _STATE_NAMES = BaseNode._STATE_NAMES | {"c"}
+    _MORE_STATES = ("c",)
     _SUBCLASS_OPTIONS = frozenset({"c_decay", "v_decay"})
     _OPTIONS = BaseNode._BASE_OPTIONS | _SUBCLASS_OPTIONS
 
@@ -149,7 +141,6 @@ class CUBALIFNode(BaseNode):
                  checkpoint_every: Union[int, str] = "auto"):
         super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq,
                          checkpoint_every, c_decay=c_decay, v_decay=v_decay)
-        self.c = 0.0
 
     def _checked_option(self, name: str, value):
         if name == "surrogate_function" and value is None:
@@ -158,22 +149,6 @@ class CUBALIFNode(BaseNode):
 
     def _make_handle(self) -> int:
         return self._shipped_handle("cubalif")
-
-    def _initial_states(self, x_seq: Tensor) -> list:
-        return super()._initial_states(x_seq) + [self._initial_state(self.c, "c", 0.0, x_seq)]
-
-    def _keep_final_states(self, finals) -> None:
-        self.v, self.c = finals
-
-    def reset(self) -> None:
-        """Forgets the state: v back to v_reset (0 under soft reset), c to 0, v_seq to None."""
-        super().reset()
-        self.c = 0.0
-
-    def detach(self) -> None:
-        super().detach()
-        if isinstance(self.c, Tensor):
-            self.c = self.c.detach()
 
     def extra_repr(self) -> str:
         return f"c_decay={self.c_decay}, v_decay={self.v_decay}, " + super().extra_repr()

@@ -57,6 +57,7 @@ class BaseNode(StatefulModule):
     """
 
     _STATE_NAMES = frozenset({"v", "v_seq"})
+    _MORE_STATES = ()  # the names of the states after v (each also in _STATE_NAMES)
     _BASE_OPTIONS = frozenset({"v_threshold", "v_reset", "detach_reset", "surrogate_function"})
     _SUBCLASS_OPTIONS = frozenset({"tau", "decay_input"})  # what **options may hold
     _OPTIONS = _BASE_OPTIONS | _SUBCLASS_OPTIONS  # the assignments that rebuild the program
@@ -82,6 +83,8 @@ class BaseNode(StatefulModule):
         self.checkpoint_every = check_checkpoint_every(checkpoint_every)
         self.v = self._v_default()
         self.v_seq = None
+        for name in self._MORE_STATES:
+            setattr(self, name, self._state_default(name))
         self._options_ready = True
         self._refresh_program()
 
@@ -144,17 +147,24 @@ class BaseNode(StatefulModule):
     def _v_default(self) -> float:
         return 0.0 if self.v_reset is None else self.v_reset
 
+    def _state_default(self, name: str) -> float:
+        """The value of a state in _MORE_STATES after reset (and its program's default)."""
+        return 0.0
+
     def reset(self) -> None:
-        """Forgets the state: v back to v_reset (0 under soft reset), v_seq to None."""
+        """Forgets the state: v back to v_reset (0 under soft reset), the other states to their
+        defaults, v_seq to None."""
         self.v = self._v_default()
         self.v_seq = None
+        for name in self._MORE_STATES:
+            setattr(self, name, self._state_default(name))
 
     def detach(self) -> None:
         """Cuts the state from the autograd graph (truncated BPTT)."""
-        if isinstance(self.v, Tensor):
-            self.v = self.v.detach()
-        if isinstance(self.v_seq, Tensor):
-            self.v_seq = self.v_seq.detach()
+        for name in ("v", "v_seq") + self._MORE_STATES:
+            value = getattr(self, name)
+            if isinstance(value, Tensor):
+                setattr(self, name, value.detach())
 
     def _initial_state(self, value, name: str, default: float, x_seq: Tensor) -> Optional[Tensor]:
         """The state `value` (attribute `name`) to start from for inputs [T, *S]: None means the
@@ -174,12 +184,15 @@ class BaseNode(StatefulModule):
         return torch.full(shape, float(value), dtype=x_seq.dtype, device=x_seq.device)
 
     def _initial_states(self, x_seq: Tensor) -> list:
-        """The states a call starts from, v first (a neuron with more states extends this and
-        _keep_final_states)."""
-        return [self._initial_state(self.v, "v", self._v_default(), x_seq)]
+        """The states a call starts from: v, then those of _MORE_STATES."""
+        return [self._initial_state(self.v, "v", self._v_default(), x_seq)] + [
+            self._initial_state(getattr(self, name), name, self._state_default(name), x_seq)
+            for name in self._MORE_STATES]
 
     def _keep_final_states(self, finals) -> None:
         self.v = finals[0]
+        for name, value in zip(self._MORE_STATES, finals[1:]):
+            setattr(self, name, value)
 
     def _stores_state_seqs(self) -> bool:
         """Whether a multi-step call keeps its state sequences (_keep_state_seqs): v's with
@@ -194,14 +207,16 @@ class BaseNode(StatefulModule):
     def _make_handle(self) -> int:
         raise NotImplementedError
 
-    def _shipped_handle(self, name: str) -> int:
+    def _shipped_handle(self, name: str, **fixed) -> int:
         """The shipped neuron `name` (neurons/<name>.sj) with this module's options as its
         constants: those of its class (_SUBCLASS_OPTIONS, constants of the same names), the
-        threshold, the reset (soft_reset, with v_reset = 0, for v_reset=None) and the surrogate."""
+        threshold, the reset (soft_reset, with v_reset = 0, for v_reset=None), the surrogate, and
+        the constants `fixed` by the class."""
         soft = self.v_reset is None
         constants = {option: getattr(self, option) for option in self._SUBCLASS_OPTIONS}
         return shipped_handle(name, dict(constants, v_threshold=self.v_threshold, v_reset=0.0 if soft else self.v_reset,
-                                         soft_reset=soft, detach_reset=self.detach_reset), self.surrogate_function)
+                                         soft_reset=soft, detach_reset=self.detach_reset, **fixed),
+                              self.surrogate_function)
 
     def _params(self, x_seq: Tensor):
         return []

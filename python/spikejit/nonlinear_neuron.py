@@ -15,8 +15,6 @@ SpikingJelly 2.0 runs these neurons by a torch loop on the CPU and by its own ke
 """
 from typing import Optional, Union
 
-from torch import Tensor
-
 from .neuron import BaseNode
 
 __all__ = ["QIFNode", "EIFNode", "IzhikevichNode"]
@@ -89,6 +87,7 @@ class IzhikevichNode(BaseNode):
     w <- w + (a (h - v_rest) - w) / tau_w + b s. `node.w` is its state (w_rest after reset)."""
 
     _STATE_NAMES = BaseNode._STATE_NAMES | {"w"}
+    _MORE_STATES = ("w",)
     _SUBCLASS_OPTIONS = frozenset({"tau", "v_c", "a0", "v_rest", "w_rest", "tau_w", "a", "b"})
     _OPTIONS = BaseNode._BASE_OPTIONS | _SUBCLASS_OPTIONS
 
@@ -100,27 +99,13 @@ class IzhikevichNode(BaseNode):
         super().__init__(v_threshold, v_reset, surrogate_function, detach_reset, step_mode, backend, store_v_seq,
                          checkpoint_every, tau=tau, v_c=v_c, a0=a0, v_rest=v_rest, w_rest=w_rest, tau_w=tau_w,
                          a=a, b=b)
-        self.w = self.w_rest
 
     def _make_handle(self) -> int:
         _check_positive(self, "a0", "tau_w")
         return self._shipped_handle("izhikevich")
 
-    def _initial_states(self, x_seq):
-        return super()._initial_states(x_seq) + [self._initial_state(self.w, "w", self.w_rest, x_seq)]
-
-    def _keep_final_states(self, finals) -> None:
-        self.v, self.w = finals
-
-    def reset(self) -> None:
-        """Forgets the state: v back to v_reset (0 under soft reset), w to w_rest, v_seq to None."""
-        super().reset()
-        self.w = self.w_rest
-
-    def detach(self) -> None:
-        super().detach()
-        if isinstance(self.w, Tensor):
-            self.w = self.w.detach()
+    def _state_default(self, name: str) -> float:
+        return self.w_rest  # (w, after reset)
 
     def extra_repr(self) -> str:
         return (f"tau={self.tau}, v_c={self.v_c}, a0={self.a0}, v_rest={self.v_rest}, w_rest={self.w_rest}, "

@@ -29,16 +29,52 @@ def backward_with_random_cotangents(outputs, seed: int) -> None:
     sum((y * g).sum() for y, g in zip(outputs, cotangents)).backward()
 
 
+def run_from_states(node, x, states: dict, params=()):
+    """One multi-step call of `node` (storing v_seq) from the initial `states` ({name: tensor}, v
+    first), with random cotangents on its spikes, v_seq and final states: ((spikes, v_seq, *final
+    states), (x's gradient, the initial states', then those of the parameters named in
+    `params`))."""
+    xr = x.clone().requires_grad_()
+    initial = {name: t.clone().requires_grad_() for name, t in states.items()}
+    for name, t in initial.items():
+        setattr(node, name, t)
+    s = node(xr)
+    outputs = [s, node.v_seq] + [getattr(node, name) for name in states]
+    backward_with_random_cotangents(outputs, seed=7)
+    grads = [xr.grad] + [t.grad for t in initial.values()] + [getattr(node, name).grad for name in params]
+    return [y.detach() for y in outputs], grads
+
+
 def assert_run_matches_reference(ours, theirs):
     """A run's ((spikes, *values), gradients) against SpikingJelly's: spikes exactly (and the case
     fires some, not all), values and gradients by assert_close_to_reference."""
     (s, *values), grads = ours
     (s_ref, *values_ref), grads_ref = theirs
     assert torch.equal(s, s_ref), "spikes differ"
-    assert 0 < float(s_ref.mean()) < 1, "the case should fire some spikes, not all"
+    assert 0 < float(s_ref.abs().mean()) < 1, "the case should fire some spikes, not all"  # (ternary: -1 too)
     assert len(values + grads) == len(values_ref + grads_ref)
     for a, b in zip(values + grads, values_ref + grads_ref):
         assert_close_to_reference(a, b)
+
+
+def check_behaves_like_reference(ours, theirs, states=("v",)):
+    """Two modules with their default options (single step): three single steps, then multi step
+    with store_v_seq from the state they left, then reset: equal spikes, states (`states`) and
+    v_seq, and the states back to 0 (v_seq to None)."""
+    x = torch.randn(6, 2, 9, dtype=torch.float64).float() + 0.3
+    for t in range(3):
+        assert torch.equal(ours(x[t]), theirs(x[t]))
+        for state in states:
+            torch.testing.assert_close(getattr(ours, state), getattr(theirs, state), **FP32)
+    ours.step_mode = theirs.step_mode = "m"
+    ours.store_v_seq = theirs.store_v_seq = True
+    assert torch.equal(ours(x[3:]), theirs(x[3:]))
+    torch.testing.assert_close(ours.v_seq, theirs.v_seq, **FP32)
+    ours.reset()
+    theirs.reset()
+    for state in states:
+        assert getattr(ours, state) == getattr(theirs, state) == 0.0
+    assert ours.v_seq is None
 
 
 def check_compiles_like_eager(node, x):

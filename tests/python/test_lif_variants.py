@@ -13,7 +13,7 @@ import spikejit
 from conftest import device_params, random_input
 from module_checks import (assert_close_to_reference, assert_run_matches_reference, backward_with_random_cotangents,
                            check_checkpoints_give_per_step_gradients, check_compiles_like_eager,
-                           check_pickled_module_runs)
+                           check_behaves_like_reference, check_pickled_module_runs, run_from_states)
 
 # SpikingJelly is a pinned test requirement: imported, not skipped.
 from spikingjelly.activation_based import neuron as sj_neuron
@@ -61,30 +61,17 @@ def make(module, surrogates, kind, opts):
     return node
 
 
-def run(node, kind, x, states):
-    """(spikes, v_seq, final states, grads of x and the initial states, k's grad) of one
-    multi-step call with random cotangents on the spikes, v_seq and the final states."""
-    xr = x.clone().requires_grad_()
-    initial = [t.clone().requires_grad_() for t in states]
-    node.v = initial[0]
-    if kind == "cubalif":
-        node.c = initial[1]
-    s = node(xr)
-    finals = [node.v] + ([node.c] if kind == "cubalif" else [])
-    outputs = [s, node.v_seq] + finals
-    backward_with_random_cotangents(outputs, seed=7)
-    k_grad = node.k.grad.clone() if kind == "klif" else None
-    return ([s.detach(), node.v_seq.detach()] + [f.detach() for f in finals],
-            [xr.grad] + [t.grad for t in initial] + ([k_grad] if k_grad is not None else []))
-
-
 def compare(kind, opts, device, dtype=torch.float32, shape=(14, 3, 37)):
+    """Spikes, v_seq, the final states and the gradients (of x, the initial states and KLIF's k)
+    of one multi-step call against SpikingJelly's."""
     x = random_input(*shape, device=device, dtype=dtype, scale=1.0)
-    states = [random_input(*shape[1:], device=device, dtype=dtype, scale=0.3)]
-    if kind == "cubalif":
-        states.append(random_input(*shape[1:], device=device, dtype=dtype, scale=0.3))
-    ours = run(make(spikejit, spikejit.surrogate, kind, opts).to(device=device, dtype=dtype), kind, x, states)
-    theirs = run(make(sj_neuron, sj_surrogate, kind, opts).to(device=device, dtype=dtype), kind, x, states)
+    names = ("v", "c") if kind == "cubalif" else ("v",)
+    states = {name: random_input(*shape[1:], device=device, dtype=dtype, scale=0.3) for name in names}
+    params = ("k",) if kind == "klif" else ()
+    ours = run_from_states(make(spikejit, spikejit.surrogate, kind, opts).to(device=device, dtype=dtype), x, states,
+                           params)
+    theirs = run_from_states(make(sj_neuron, sj_surrogate, kind, opts).to(device=device, dtype=dtype), x, states,
+                             params)
     assert_run_matches_reference(ours, theirs)
 
 
@@ -117,22 +104,8 @@ def test_long_sequences_of_many_neurons_match_spikingjelly(kind, device):
 def test_the_module_behaves_like_spikingjellys(kind):
     """Default options: single step, then multi step from the state it left, v_seq, reset."""
     name = dict(klif="KLIFNode", cubalif="CUBALIFNode")[kind]
-    ours, theirs = getattr(spikejit, name)(), getattr(sj_neuron, name)()
-    states = ("v", "c") if kind == "cubalif" else ("v",)
-    x = random_input(6, 2, 9, scale=1.0)
-    for t in range(3):
-        assert torch.equal(ours(x[t]), theirs(x[t]))
-        for state in states:
-            torch.testing.assert_close(getattr(ours, state), getattr(theirs, state), **FP32)
-    ours.step_mode = theirs.step_mode = "m"
-    ours.store_v_seq = theirs.store_v_seq = True
-    assert torch.equal(ours(x[3:]), theirs(x[3:]))
-    torch.testing.assert_close(ours.v_seq, theirs.v_seq, **FP32)
-    ours.reset()
-    theirs.reset()
-    for state in states:
-        assert getattr(ours, state) == getattr(theirs, state) == 0.0
-    assert ours.v_seq is None
+    check_behaves_like_reference(getattr(spikejit, name)(), getattr(sj_neuron, name)(),
+                                 states=("v", "c") if kind == "cubalif" else ("v",))
 
 
 def test_options_are_checked():
