@@ -32,6 +32,7 @@ from .lif_variants import ComplementaryLIFNode, CUBALIFNode, KLIFNode, LIAFNode
 from .conversion_neurons import ActivationAwareIFNode, STBIFNode
 from .resonate_neuron import RAFNode
 from .ternary_neuron import TernaryIFNode, TernaryLIFNode
+from .readout_neuron import NonSpikingIFNode, NonSpikingLIFNode
 from .nn import PackedSpikeConv2d, PackedSpikeLinear, packed_spikes
 from .recompute import Recompute
 from .scan import (eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available,
@@ -43,7 +44,7 @@ __all__ = [
     "Program", "ParseError", "ArgumentError", "Error", "UnsupportedCoreError",
     "IFNode", "LIFNode", "ParametricLIFNode", "QIFNode", "EIFNode", "IzhikevichNode", "ILIFNode",
     "ComplementaryLIFNode", "KLIFNode", "CUBALIFNode", "LIAFNode", "ActivationAwareIFNode", "STBIFNode", "RAFNode",
-    "TernaryIFNode", "TernaryLIFNode", "FlexSN",
+    "TernaryIFNode", "TernaryLIFNode", "NonSpikingIFNode", "NonSpikingLIFNode", "FlexSN",
     "FlexSNKernel",
     "multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step", "plif_multi_step",
     "eager_scan", "eager_scan_final_state", "lowerable_scan", "lowerable_scan_final_state",
