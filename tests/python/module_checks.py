@@ -77,6 +77,14 @@ def check_behaves_like_reference(ours, theirs, states=("v",)):
     assert ours.v_seq is None
 
 
+def check_inference_compiles_like_eager(step, x):
+    """step(x) (no backward: inference-only modules) has no graph break under
+    torch.compile(fullgraph=True) and gives eager's output."""
+    torch._dynamo.reset()
+    assert torch._dynamo.explain(step)(x).graph_break_count == 0
+    assert torch.equal(torch.compile(step, fullgraph=True)(x), step(x))
+
+
 def check_compiles_like_eager(node, x):
     """Linear -> node, reset first: no graph break under torch.compile(fullgraph=True), and the
     compiled step's outputs and weight gradient equal eager's."""

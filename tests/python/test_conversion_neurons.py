@@ -4,7 +4,6 @@ v, and thresholds and offsets that require them) within rounding, over scalar an
 thresholds and offsets, resets and surrogates. STBIF: outputs and every state exactly, over levels,
 symmetric and custom bounds, calls that go on from the state a call left, single and multi step.
 Also: option checks, reset, torch.compile without graph breaks, checkpoints, pickling."""
-import io
 import itertools
 
 import pytest
@@ -14,7 +13,7 @@ import spikejit
 from conftest import device_params, random_input
 from module_checks import (assert_run_matches_reference, backward_with_random_cotangents,
                            check_checkpoints_give_per_step_gradients, check_compiles_like_eager,
-                           check_pickled_module_runs)
+                           check_inference_compiles_like_eager, check_pickled_module_runs)
 
 # SpikingJelly is a pinned test requirement: imported, not skipped.
 from spikingjelly.activation_based import neuron as sj_neuron
@@ -242,11 +241,5 @@ def test_stbif_from_quantizer_compiles_and_pickles():
         ours.reset()
         return ours(x)
 
-    torch._dynamo.reset()
-    assert torch._dynamo.explain(step)(x).graph_break_count == 0
-    assert torch.equal(torch.compile(step, fullgraph=True)(x), step(x))
-    buffer = io.BytesIO()
-    torch.save(ours, buffer)
-    buffer.seek(0)
-    loaded = torch.load(buffer, weights_only=False)
-    assert torch.equal(loaded.q, ours.q) and torch.equal(loaded(x), ours(x))
+    check_inference_compiles_like_eager(step, x)
+    check_pickled_module_runs(ours, x, states=("q", "acc_q", "cur_output"))

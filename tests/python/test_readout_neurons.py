@@ -2,7 +2,6 @@
 decode, on the CPU and on CUDA: outputs, the last potential and the input gradients within
 rounding. Also: the potential starts at 0 at every call, option checks, torch.compile without
 graph breaks, pickling."""
-import io
 import itertools
 
 import pytest
@@ -10,7 +9,7 @@ import torch
 
 import spikejit
 from conftest import device_params, random_input
-from module_checks import assert_close_to_reference
+from module_checks import assert_close_to_reference, check_inference_compiles_like_eager, check_pickled_module_runs
 
 # SpikingJelly is a pinned test requirement: imported, not skipped.
 from spikingjelly.activation_based import neuron as sj_neuron
@@ -80,18 +79,8 @@ def test_options_are_checked():
 
 
 def test_compiles_without_graph_breaks_and_pickles():
-    torch._dynamo.reset()
     layer = torch.nn.Linear(16, 10)
     readout = spikejit.NonSpikingLIFNode(decode="max-mem")
-
-    def step(x):
-        return readout(layer(x))
-
     x = random_input(8, 4, 16)
-    assert torch._dynamo.explain(step)(x).graph_break_count == 0
-    assert torch.equal(torch.compile(step, fullgraph=True)(x), step(x))
-    buffer = io.BytesIO()
-    torch.save(readout, buffer)
-    buffer.seek(0)
-    loaded = torch.load(buffer, weights_only=False)
-    assert torch.equal(loaded(layer(x)), readout(layer(x)))
+    check_inference_compiles_like_eager(lambda x: readout(layer(x)), x)
+    check_pickled_module_runs(readout, layer(x).detach())
