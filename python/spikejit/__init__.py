@@ -29,7 +29,7 @@ from .neuron import IFNode, LIFNode, ParametricLIFNode
 from .nonlinear_neuron import EIFNode, IzhikevichNode, QIFNode
 from .ilif_neuron import ILIFNode
 from .lif_variants import ComplementaryLIFNode, CUBALIFNode, KLIFNode, LIAFNode
-from .conversion_neurons import ActivationAwareIFNode, STBIFNode
+from .conversion_neurons import ActivationAwareIFNode, HalfThresholdIFNode, STBIFNode
 from .resonate_neuron import RAFNode
 from .ternary_neuron import TernaryIFNode, TernaryLIFNode
 from .readout_neuron import NonSpikingIFNode, NonSpikingLIFNode
@@ -43,7 +43,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Program", "ParseError", "ArgumentError", "Error", "UnsupportedCoreError",
     "IFNode", "LIFNode", "ParametricLIFNode", "QIFNode", "EIFNode", "IzhikevichNode", "ILIFNode",
-    "ComplementaryLIFNode", "KLIFNode", "CUBALIFNode", "LIAFNode", "ActivationAwareIFNode", "STBIFNode", "RAFNode",
+    "ComplementaryLIFNode", "KLIFNode", "CUBALIFNode", "LIAFNode", "ActivationAwareIFNode", "HalfThresholdIFNode", "STBIFNode",
+    "RAFNode",
     "TernaryIFNode", "TernaryLIFNode", "NonSpikingIFNode", "NonSpikingLIFNode", "FlexSN",
     "FlexSNKernel",
     "multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step", "plif_multi_step",

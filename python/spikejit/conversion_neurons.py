@@ -1,5 +1,5 @@
-"""ActivationAwareIFNode and STBIFNode: SpikingJelly's IF neurons for ANN-to-SNN conversion, with
-its constructor arguments and behaviour, on the fused kernels.
+"""ActivationAwareIFNode, HalfThresholdIFNode and STBIFNode: SpikingJelly's IF neurons for
+ANN-to-SNN conversion, with its constructor arguments and behaviour, on the fused kernels.
 
     node = spikejit.ActivationAwareIFNode(v_threshold=torch.rand(64) + 0.5, channel_dim=1, step_mode="m")
     s_seq = node(x_seq)                      # x_seq [T, B, 64, H, W]: one threshold per channel
@@ -12,6 +12,9 @@ when h + offset >= threshold, and a soft reset (v_reset=None, the default) subtr
 neuron's threshold. It trains with its surrogate like the other neurons; SpikingJelly's kernels
 run it for inference only (a per-step torch loop otherwise).
 
+HalfThresholdIFNode is IFNode with a soft reset whose potential starts (and resets) at
+v_threshold / 2, which halves the conversion's rounding error; it runs on IF's built-in kernels.
+
 STBIFNode is SpikeZIP's signed, bounded IF: q (0.5 at first) integrates x / q_threshold, emits
 +1 when q >= 1 while the count acc_q is below pos_max and -1 when q < 0 while acc_q is above
 neg_min; the output is that times q_threshold, and `accumulated` is acc_q q_threshold. It is
@@ -19,7 +22,7 @@ inference only: its output does not require a gradient, as SpikingJelly's does n
 q_threshold, pos_max and neg_min are buffers passed to the kernels at each call, so changing them
 compiles nothing.
 
-They are the shipped neurons neurons/activation_aware_if.sj and stbif.sj.
+The other two are the shipped neurons neurons/activation_aware_if.sj and stbif.sj.
 """
 from typing import Optional, Union
 
@@ -27,11 +30,11 @@ import torch
 from torch import Tensor
 
 from .functional import check_flag, run_neuron, shipped_handle
-from .neuron import BACKENDS, BaseNode
+from .neuron import BACKENDS, BaseNode, IFNode
 from ._kernel_calls import scalar_param
 from ._stateful_module import StatefulModule
 
-__all__ = ["ActivationAwareIFNode", "STBIFNode"]
+__all__ = ["ActivationAwareIFNode", "HalfThresholdIFNode", "STBIFNode"]
 
 
 def _scalar_or_vector(name: str, value, positive: bool) -> Tensor:
@@ -109,6 +112,31 @@ class ActivationAwareIFNode(BaseNode):
         return (f"v_threshold_shape={tuple(self.v_threshold.shape)}, v_offset_shape={tuple(self.v_offset.shape)}, "
                 f"channel_dim={self.channel_dim}, v_reset={self.v_reset}, detach_reset={self.detach_reset}, "
                 f"step_mode={self.step_mode}, store_v_seq={self.store_v_seq}")
+
+
+class HalfThresholdIFNode(IFNode):
+    """IF with a soft reset, starting at v_threshold / 2 (see the module's docstring)."""
+
+    def __init__(self, v_threshold: float = 1.0, surrogate_function=None, detach_reset: bool = False,
+                 step_mode: str = "s", store_v_seq: bool = False, backend: str = "spikejit",
+                 checkpoint_every: Union[int, str] = "auto"):
+        super().__init__(v_threshold, None, surrogate_function, detach_reset, step_mode, backend, store_v_seq,
+                         checkpoint_every)
+
+    def _checked_option(self, name: str, value):
+        if name == "v_reset" and value is not None:
+            raise ValueError(f"v_reset: HalfThresholdIFNode always resets softly, so expected None, got {value!r}")
+        value = super()._checked_option(name, value)
+        if name == "v_threshold" and not (value > 0 and value != float("inf")):
+            raise ValueError(f"v_threshold: expected a finite float > 0, got {value}")
+        return value
+
+    def _v_default(self) -> float:
+        return self.v_threshold / 2.0
+
+    def _initial_states(self, x_seq: Tensor) -> list:
+        # (IF's program starts at 0: v_threshold / 2 is passed as a state tensor)
+        return [self._initial_state(self.v, "v", 0.0, x_seq)]
 
 
 class STBIFNode(StatefulModule):

@@ -1,9 +1,11 @@
-"""ActivationAwareIFNode and STBIFNode against SpikingJelly's (its torch implementations), on the
-CPU and on CUDA. ActivationAwareIF: spikes exactly, v_seq, v and the gradients (of x, the initial
-v, and thresholds and offsets that require them) within rounding, over scalar and per-channel
-thresholds and offsets, resets and surrogates. STBIF: outputs and every state exactly, over levels,
-symmetric and custom bounds, calls that go on from the state a call left, single and multi step.
-Also: option checks, reset, torch.compile without graph breaks, checkpoints, pickling."""
+"""ActivationAwareIFNode, HalfThresholdIFNode and STBIFNode against SpikingJelly's (its torch
+implementations), on the CPU and on CUDA. ActivationAwareIF: spikes exactly, v_seq, v and the
+gradients (of x, the initial v, and thresholds and offsets that require them) within rounding,
+over scalar and per-channel thresholds and offsets, resets and surrogates. HalfThresholdIF: the
+same from its v_threshold / 2 start and from a random state. STBIF: outputs and every state
+exactly, over levels, symmetric and custom bounds, calls that go on from the state a call left,
+single and multi step. Also: option checks, reset, torch.compile without graph breaks,
+checkpoints, pickling."""
 import itertools
 
 import pytest
@@ -13,7 +15,7 @@ import spikejit
 from conftest import device_params, random_input
 from module_checks import (assert_run_matches_reference, backward_with_random_cotangents,
                            check_checkpoints_give_per_step_gradients, check_compiles_like_eager,
-                           check_inference_compiles_like_eager, check_pickled_module_runs)
+                           check_inference_compiles_like_eager, check_pickled_module_runs, run_from_states)
 
 # SpikingJelly is a pinned test requirement: imported, not skipped.
 from spikingjelly.activation_based import neuron as sj_neuron
@@ -243,3 +245,36 @@ def test_stbif_from_quantizer_compiles_and_pickles():
 
     check_inference_compiles_like_eager(step, x)
     check_pickled_module_runs(ours, x, states=("q", "acc_q", "cur_output"))
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("opts", [dict(), dict(v_threshold=0.6, detach_reset=True),
+                                  dict(v_threshold=1.5, surrogate_function="atan")], ids=str)
+def test_half_threshold_if_matches_spikingjelly(opts, device):
+    """From v_threshold / 2 (the default start) and from a random state: spikes exactly, v_seq,
+    v and the gradients within rounding."""
+    x = random_input(14, 3, 37, device=device, scale=0.8)
+    sj_opts = dict(opts, surrogate_function=sj_surrogate.ATan()) if "surrogate_function" in opts else opts
+    for start in ("default", "random"):
+        states = {} if start == "default" else {"v": random_input(3, 37, device=device, scale=0.3)}
+        runs = [run_from_states(module.HalfThresholdIFNode(step_mode="m", store_v_seq=True, **kwargs), x, states)
+                for module, kwargs in ((spikejit, opts), (sj_neuron, sj_opts))]
+        assert_run_matches_reference(*runs)
+
+
+def test_half_threshold_if_behaves_like_spikingjellys():
+    ours, theirs = spikejit.HalfThresholdIFNode(v_threshold=0.8), sj_neuron.HalfThresholdIFNode(v_threshold=0.8)
+    assert ours.v == theirs.v == 0.4
+    x = random_input(6, 2, 9, scale=0.8)
+    for t in range(3):
+        assert torch.equal(ours(x[t]), theirs(x[t]))
+    ours.step_mode = theirs.step_mode = "m"
+    assert torch.equal(ours(x[3:]), theirs(x[3:]))
+    torch.testing.assert_close(ours.v, theirs.v, rtol=1e-6, atol=1e-6)
+    ours.reset()
+    theirs.reset()
+    assert ours.v == theirs.v == 0.4
+    with pytest.raises(ValueError, match="v_reset: HalfThresholdIFNode always resets softly, so expected None"):
+        ours.v_reset = 0.0
+    with pytest.raises(ValueError, match="v_threshold: expected a finite float > 0, got 0.0"):
+        spikejit.HalfThresholdIFNode(v_threshold=0.0)
