@@ -33,6 +33,9 @@ NEURONS = {"QIF": ("QIFNode", {}), "EIF": ("EIFNode", {}), "Izhikevich": ("Izhik
            "activation-aware IF": ("ActivationAwareIFNode", {}),
            "STBIF": ("STBIFNode", dict(q_threshold=0.1, level=16, sym=True))}
 INFERENCE_ONLY = {"STBIF"}
+# SpikingJelly 2.0's LIAFNode, multi step without store_v_seq, runs LIFNode's kernel and returns
+# its spikes instead of act(h); with store_v_seq it runs its LIAF step.
+REFERENCE_OPTIONS = {"LIAF": dict(store_v_seq=True)}
 
 
 def multi_step(module, class_name, options, device):
@@ -76,7 +79,7 @@ def main(argv=None):
         copy = "–" if bandwidth is None else f"{100 * 8 * x.numel() / (infer * 1e-3) / bandwidth:.0f} %"
         row = [label, fmt(infer), copy, fmt(train) if trains else "–"]
         if sj_neuron is not None:
-            theirs = multi_step(sj_neuron, class_name, options, device)
+            theirs = multi_step(sj_neuron, class_name, dict(options, **REFERENCE_OPTIONS.get(label, {})), device)
             differ = differing_spikes(ours, theirs, x)
             sj_infer = inference_ms(theirs, x, args, device)
             row += [fmt(sj_infer), f"{sj_infer / infer:.1f}x"]

@@ -264,3 +264,14 @@ def test_liaf_compiles_checkpoints_and_pickles():
     check_checkpoints_give_per_step_gradients(
         lambda k: spikejit.LIAFNode(torch.nn.ReLU(), False, step_mode="m", checkpoint_every=k), x)
     check_pickled_module_runs(spikejit.LIAFNode(torch.nn.ReLU(), False, step_mode="m"), x)
+
+
+def test_liaf_multi_step_outputs_act_as_spikingjellys_single_step():
+    """Multi step without store_v_seq too gives act(h): SpikingJelly's single step (its own
+    multi step there returns LIFNode's spikes instead)."""
+    act = torch.nn.ReLU()
+    x = random_input(16, 3, 40, scale=0.8)
+    ours = spikejit.LIAFNode(act, False, step_mode="m")(x)
+    theirs = sj_neuron.LIAFNode(act, False)
+    torch.testing.assert_close(ours, torch.stack([theirs(step) for step in x]), **FP32)
+    assert not torch.equal(ours, ours.round()), "the outputs should be analog"
