@@ -47,7 +47,7 @@ def learnable_scalar(name: str, value, meaning: str, dtype) -> Tensor:
 
 
 class BaseNode(StatefulModule):
-    """Common state handling of the built-in neurons (one state `v`).
+    """Common state handling of the neuron modules: the state `v`, then those in `_MORE_STATES`.
 
     The program handle is kept in `_program_handle` and rebuilt whenever an option attribute is
     assigned, so that forward only reads an int (a constant for torch.compile). An assignment
