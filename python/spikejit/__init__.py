@@ -43,10 +43,9 @@ __version__ = "0.1.0"
 __all__ = [
     "Program", "ParseError", "ArgumentError", "Error", "UnsupportedCoreError",
     "IFNode", "LIFNode", "ParametricLIFNode", "QIFNode", "EIFNode", "IzhikevichNode", "ILIFNode",
-    "ComplementaryLIFNode", "KLIFNode", "CUBALIFNode", "LIAFNode", "ActivationAwareIFNode", "HalfThresholdIFNode", "STBIFNode",
-    "RAFNode",
-    "TernaryIFNode", "TernaryLIFNode", "NonSpikingIFNode", "NonSpikingLIFNode", "FlexSN",
-    "FlexSNKernel",
+    "ComplementaryLIFNode", "KLIFNode", "CUBALIFNode", "LIAFNode", "RAFNode", "TernaryIFNode", "TernaryLIFNode",
+    "NonSpikingIFNode", "NonSpikingLIFNode", "ActivationAwareIFNode", "HalfThresholdIFNode", "STBIFNode",
+    "FlexSN", "FlexSNKernel",
     "multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step", "plif_multi_step",
     "eager_scan", "eager_scan_final_state", "lowerable_scan", "lowerable_scan_final_state",
     "lowerable_scan_available", "bit_spike_compress", "bit_spike_decompress", "pack_spike_rows",
