@@ -33,6 +33,7 @@ from .conversion_neurons import ActivationAwareIFNode, HalfThresholdIFNode, STBI
 from .resonate_neuron import RAFNode
 from .ternary_neuron import TernaryIFNode, TernaryLIFNode
 from .readout_neuron import NonSpikingIFNode, NonSpikingLIFNode
+from .gated_lif_neuron import GatedLIFNode
 from .nn import PackedSpikeConv2d, PackedSpikeLinear, packed_spikes
 from .recompute import Recompute
 from .scan import (eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available,
@@ -43,7 +44,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Program", "ParseError", "ArgumentError", "Error", "UnsupportedCoreError",
     "IFNode", "LIFNode", "ParametricLIFNode", "QIFNode", "EIFNode", "IzhikevichNode", "ILIFNode",
-    "ComplementaryLIFNode", "KLIFNode", "CUBALIFNode", "LIAFNode", "RAFNode", "TernaryIFNode", "TernaryLIFNode",
+    "ComplementaryLIFNode", "KLIFNode", "CUBALIFNode", "LIAFNode", "GatedLIFNode", "RAFNode", "TernaryIFNode",
+    "TernaryLIFNode",
     "NonSpikingIFNode", "NonSpikingLIFNode", "ActivationAwareIFNode", "HalfThresholdIFNode", "STBIFNode",
     "FlexSN", "FlexSNKernel",
     "multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step", "plif_multi_step",
