@@ -34,6 +34,7 @@ from .resonate_neuron import RAFNode
 from .ternary_neuron import TernaryIFNode, TernaryLIFNode
 from .readout_neuron import NonSpikingIFNode, NonSpikingLIFNode
 from .gated_lif_neuron import GatedLIFNode
+from .online_neurons import OTTTLIFNode, SLTTLIFNode
 from .nn import PackedSpikeConv2d, PackedSpikeLinear, packed_spikes
 from .recompute import Recompute
 from .scan import (eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available,
@@ -46,7 +47,8 @@ __all__ = [
     "IFNode", "LIFNode", "ParametricLIFNode", "QIFNode", "EIFNode", "IzhikevichNode", "ILIFNode",
     "ComplementaryLIFNode", "KLIFNode", "CUBALIFNode", "LIAFNode", "GatedLIFNode", "RAFNode", "TernaryIFNode",
     "TernaryLIFNode",
-    "NonSpikingIFNode", "NonSpikingLIFNode", "ActivationAwareIFNode", "HalfThresholdIFNode", "STBIFNode",
+    "NonSpikingIFNode", "NonSpikingLIFNode", "SLTTLIFNode", "OTTTLIFNode", "ActivationAwareIFNode",
+    "HalfThresholdIFNode", "STBIFNode",
     "FlexSN", "FlexSNKernel",
     "multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step", "plif_multi_step",
     "eager_scan", "eager_scan_final_state", "lowerable_scan", "lowerable_scan_final_state",
