@@ -1,5 +1,5 @@
 """SpikingJelly's other neurons through the modules (QIF, EIF, Izhikevich, I-LIF, CLIF, KLIF, CUBA
-LIF, LIAF, RAF, ternary LIF, activation-aware IF, STBIF): spikejit against SpikingJelly's, side by side in one run (its
+LIF, LIAF, GLIF, RAF, ternary LIF, activation-aware IF, STBIF): spikejit against SpikingJelly's, side by side in one run (its
 registered ops: a per-step torch loop on the CPU; on CUDA its own multi-step kernels for QIF, EIF,
 Izhikevich, I-LIF, and for the inference of activation-aware IF and STBIF, one fused kernel per
 step for CLIF, a per-step torch loop otherwise).
@@ -7,7 +7,8 @@ step for CLIF, a per-step torch loop otherwise).
     python3 bench/python/bench_nonlinear_neurons.py [--device cuda] [--steps 32] [--neurons 1048576]
 
 fp32, multi-step modules with their default options (Izhikevich with a = 0.2, b = 0.3, so that
-its adaptation current works; LIAF with act = ReLU; STBIF with q_threshold = 0.1, 16 symmetric
+its adaptation current works; LIAF with act = ReLU; GLIF with SpikingJelly's random gates loaded
+into spikejit's, on steps of [N, 1, 1, 1] (its gates broadcast over 4-D steps); STBIF with q_threshold = 0.1, 16 symmetric
 levels; STBIF is inference only). Milliseconds per inference call (no autograd, then reset) and per
 training step (forward, backward against a gradient, reset), median of bursts; spikejit's
 speed-up; on CUDA the inference's fraction of the copy bandwidth (8 bytes per neuron-step: x
@@ -29,13 +30,14 @@ import spikejit  # noqa: E402
 NEURONS = {"QIF": ("QIFNode", {}), "EIF": ("EIFNode", {}), "Izhikevich": ("IzhikevichNode", dict(a=0.2, b=0.3)),
            "I-LIF": ("ILIFNode", {}), "CLIF": ("ComplementaryLIFNode", {}), "KLIF": ("KLIFNode", {}),
            "CUBA LIF": ("CUBALIFNode", {}), "LIAF": ("LIAFNode", dict(act=torch.nn.ReLU(), threshold_related=False)),
-           "RAF": ("RAFNode", {}), "ternary LIF": ("TernaryLIFNode", {}),
+           "GLIF": ("GatedLIFNode", {}), "RAF": ("RAFNode", {}), "ternary LIF": ("TernaryLIFNode", {}),
            "activation-aware IF": ("ActivationAwareIFNode", {}),
            "STBIF": ("STBIFNode", dict(q_threshold=0.1, level=16, sym=True))}
 INFERENCE_ONLY = {"STBIF"}
 # SpikingJelly 2.0's LIAFNode, multi step without store_v_seq, runs LIFNode's kernel and returns
 # its spikes instead of act(h); with store_v_seq it runs its LIAF step.
 REFERENCE_OPTIONS = {"LIAF": dict(store_v_seq=True)}
+TAKES_STEPS = {"GLIF"}  # constructed for exactly T steps, run on 4-D steps, its random gates shared
 
 
 def multi_step(module, class_name, options, device):
@@ -67,11 +69,15 @@ def main(argv=None):
     print(f"ms per call, median of {args.bursts} bursts of {args.calls} calls; SpikingJelly: "
           f"{'installed' if sj_neuron else 'not installed'}\n")
     torch.manual_seed(0)
-    x = torch.randn(args.steps, args.neurons, device=device) * 0.8 + 0.3
-    grad = torch.randn_like(x)
+    x_flat = torch.randn(args.steps, args.neurons, device=device) * 0.8 + 0.3
+    grad_flat = torch.randn_like(x_flat)
     bandwidth = cuda_copy_bandwidth(device, 1 << 26)
     rows = []
     for label, (class_name, options) in NEURONS.items():
+        x = x_flat.view(args.steps, -1, 1, 1, 1) if label in TAKES_STEPS else x_flat
+        grad = grad_flat.view_as(x)
+        if label in TAKES_STEPS:
+            options = dict(options, T=args.steps)
         ours = multi_step(spikejit, class_name, options, device)
         trains = label not in INFERENCE_ONLY
         infer = inference_ms(ours, x, args, device)
@@ -80,6 +86,8 @@ def main(argv=None):
         row = [label, fmt(infer), copy, fmt(train) if trains else "–"]
         if sj_neuron is not None:
             theirs = multi_step(sj_neuron, class_name, dict(options, **REFERENCE_OPTIONS.get(label, {})), device)
+            if label in TAKES_STEPS:
+                ours.load_state_dict(theirs.state_dict())
             differ = differing_spikes(ours, theirs, x)
             sj_infer = inference_ms(theirs, x, args, device)
             row += [fmt(sj_infer), f"{sj_infer / infer:.1f}x"]
