@@ -185,14 +185,16 @@ class BaseNode(StatefulModule):
 
     def _initial_states(self, x_seq: Tensor) -> list:
         """The states a call starts from: v, then those of _MORE_STATES."""
-        return [self._initial_state(self.v, "v", self._v_default(), x_seq)] + [
-            self._initial_state(getattr(self, name), name, self._state_default(name), x_seq)
-            for name in self._MORE_STATES]
+        states = [self._initial_state(self.v, "v", self._v_default(), x_seq)]
+        for name in self._MORE_STATES:
+            states.append(self._initial_state(getattr(self, name), name, self._state_default(name), x_seq))
+        return states
 
     def _keep_final_states(self, finals) -> None:
         self.v = finals[0]
-        for name, value in zip(self._MORE_STATES, finals[1:]):
-            setattr(self, name, value)
+        if self._MORE_STATES:  # (a small call's host time counts: nothing more for one state)
+            for name, value in zip(self._MORE_STATES, finals[1:]):
+                setattr(self, name, value)
 
     def _stores_state_seqs(self) -> bool:
         """Whether a multi-step call keeps its state sequences (_keep_state_seqs): v's with
