@@ -1,0 +1,84 @@
+"""Every neuron module spikejit exports, through the same checks: a multi-step call (single step
+for the online-training ones), equal results from a deep copy and from a module that loaded the
+state dict, SpikingJelly's functional.reset_net, and a clear TypeError naming the input for a
+non-tensor. A module added to spikejit.__all__ must be listed here (the first test says so)."""
+import copy
+
+import pytest
+import torch
+
+import spikejit
+from conftest import random_input
+
+# SpikingJelly is a pinned test requirement: imported, not skipped.
+from spikingjelly.activation_based import functional as sj_functional
+
+T = 6
+MODULES = {
+    "IFNode": lambda: spikejit.IFNode(step_mode="m"),
+    "LIFNode": lambda: spikejit.LIFNode(step_mode="m"),
+    "ParametricLIFNode": lambda: spikejit.ParametricLIFNode(step_mode="m"),
+    "QIFNode": lambda: spikejit.QIFNode(step_mode="m"),
+    "EIFNode": lambda: spikejit.EIFNode(step_mode="m"),
+    "IzhikevichNode": lambda: spikejit.IzhikevichNode(a=0.2, b=0.3, step_mode="m"),
+    "ILIFNode": lambda: spikejit.ILIFNode(step_mode="m"),
+    "ComplementaryLIFNode": lambda: spikejit.ComplementaryLIFNode(step_mode="m"),
+    "KLIFNode": lambda: spikejit.KLIFNode(step_mode="m"),
+    "CUBALIFNode": lambda: spikejit.CUBALIFNode(step_mode="m"),
+    "LIAFNode": lambda: spikejit.LIAFNode(torch.nn.PReLU(), True, step_mode="m"),
+    "GatedLIFNode": lambda: spikejit.GatedLIFNode(T, inplane=3),
+    "RAFNode": lambda: spikejit.RAFNode(step_mode="m"),
+    "TernaryIFNode": lambda: spikejit.TernaryIFNode(step_mode="m"),
+    "TernaryLIFNode": lambda: spikejit.TernaryLIFNode(step_mode="m"),
+    "NonSpikingIFNode": lambda: spikejit.NonSpikingIFNode(decode="max-mem"),
+    "NonSpikingLIFNode": lambda: spikejit.NonSpikingLIFNode(decode="mean-mem"),
+    "SLTTLIFNode": lambda: spikejit.SLTTLIFNode(),
+    "OTTTLIFNode": lambda: spikejit.OTTTLIFNode(),
+    "ActivationAwareIFNode": lambda: spikejit.ActivationAwareIFNode(v_threshold=torch.tensor([0.8, 1.0, 1.2]),
+                                                                    channel_dim=1, step_mode="m"),
+    "HalfThresholdIFNode": lambda: spikejit.HalfThresholdIFNode(step_mode="m"),
+    "STBIFNode": lambda: spikejit.STBIFNode(q_threshold=0.1, level=16, sym=True, step_mode="m"),
+}
+SINGLE_STEP = {"SLTTLIFNode", "OTTTLIFNode"}
+
+
+def call(name, node, x):
+    """The module's output over x [T, B, 3, 4] as one tensor (single-step modules step by step;
+    OTTT's [spike, trace] counts its spikes)."""
+    if name not in SINGLE_STEP:
+        return node(x)
+    outputs = [node(step) for step in x]
+    return torch.stack([o[0] if isinstance(o, list) else o for o in outputs])
+
+
+def test_every_exported_neuron_module_is_listed():
+    exported = {name for name in spikejit.__all__ if name.endswith("Node")}
+    assert exported == set(MODULES), f"list these in MODULES: {sorted(exported - set(MODULES))}"
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+def test_runs_copies_loads_and_resets(name):
+    x = random_input(T, 2, 3, 4, scale=1.0)
+    node = MODULES[name]()
+    first = call(name, node, x)
+    assert first.shape == x.shape[1:] if name.startswith("NonSpiking") else first.shape == x.shape
+    assert torch.isfinite(first).all()
+
+    sj_functional.reset_net(node)
+    torch.testing.assert_close(call(name, node, x), first, rtol=0, atol=0)  # reset: the same call again
+
+    sj_functional.reset_net(node)
+    twin = copy.deepcopy(node)
+    torch.testing.assert_close(call(name, twin, x), call(name, node, x), rtol=0, atol=0)
+
+    fresh = MODULES[name]()
+    fresh.load_state_dict(node.state_dict())
+    sj_functional.reset_net(node)
+    sj_functional.reset_net(fresh)
+    torch.testing.assert_close(call(name, fresh, x), call(name, node, x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+def test_a_non_tensor_input_is_a_type_error_naming_it(name):
+    with pytest.raises(TypeError, match=r"^x(_seq)?: expected a tensor, got list"):
+        MODULES[name]()([[1.0, 2.0]])
