@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from .functional import check_flag, run_neuron, shipped_handle
-from .neuron import BACKENDS, BaseNode, IFNode
+from .neuron import BACKENDS, BaseNode, IFNode, initial_state
 from ._kernel_calls import scalar_param
 from ._stateful_module import StatefulModule
 
@@ -136,7 +136,7 @@ class HalfThresholdIFNode(IFNode):
 
     def _initial_states(self, x_seq: Tensor) -> list:
         # (IF's program starts at 0: v_threshold / 2 is passed as a state tensor)
-        return [self._initial_state(self.v, "v", 0.0, x_seq)]
+        return [initial_state(self, self.v, "v", 0.0, x_seq)]
 
 
 class STBIFNode(StatefulModule):

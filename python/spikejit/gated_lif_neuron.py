@@ -21,8 +21,9 @@ import torch
 from torch import Tensor, nn
 
 from . import surrogate as _surrogate
-from .functional import refuse_stale_state, run_neuron, shipped_handle
+from .functional import run_neuron, shipped_handle
 from ._kernel_calls import check_checkpoint_every
+from .neuron import initial_state
 from ._stateful_module import StatefulModule
 
 __all__ = ["GatedLIFNode"]
@@ -99,18 +100,6 @@ class GatedLIFNode(StatefulModule):
                              f"dimension 2), got shape {list(x_seq.shape)}")
         return value.view(*value.shape[:-1], 1, self.inplane, *([1] * (step_dims - 2))).expand(shape)
 
-    def _initial_v(self, x_seq: Tensor) -> Optional[Tensor]:
-        v, shape = self.v, x_seq.shape[1:]
-        if isinstance(v, Tensor) and v.shape == shape:
-            refuse_stale_state(self)
-            return v.to(device=x_seq.device, dtype=x_seq.dtype)
-        if isinstance(v, Tensor) or v == 0.0:  # (a state of another shape is dropped, as SpikingJelly does)
-            return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TypeError(f"v: expected a tensor or a float (the state), got {type(v).__name__}")
-        refuse_stale_state(self)
-        return torch.full(shape, float(v), dtype=x_seq.dtype, device=x_seq.device)
-
     def forward(self, x_seq: Tensor) -> Tensor:
         if not isinstance(x_seq, Tensor):
             raise TypeError(f"x_seq: expected a tensor, got {type(x_seq).__name__}")
@@ -119,7 +108,8 @@ class GatedLIFNode(StatefulModule):
         step_shape = x_seq.shape[1:]
         params = [self._per_neuron(getattr(self, name), step_shape, x_seq) for name in _GATES]
         conduct = self._per_neuron(self.conduct, x_seq.shape, x_seq)
-        outputs, finals, _ = run_neuron(self._program_handle, 1, 2, [x_seq, conduct], [self._initial_v(x_seq), None],
+        v = initial_state(self, self.v, "v", 0.0, x_seq)
+        outputs, finals, _ = run_neuron(self._program_handle, 1, 2, [x_seq, conduct], [v, None],
                                         params, False, self.checkpoint_every)
         self.v = self.u = finals[0]  # (SpikingJelly keeps v in both)
         return outputs[0]

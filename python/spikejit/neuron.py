@@ -46,6 +46,24 @@ def learnable_scalar(name: str, value, meaning: str, dtype) -> Tensor:
     return scalar_param(value, dtype)
 
 
+def initial_state(module, value, name: str, default: float, x_seq: Tensor) -> Optional[Tensor]:
+    """The state `value` (attribute `name` of `module`) to start from for inputs [T, *S]: None means
+    the kernel's default (`default`); a stored state of another shape is dropped, as SpikingJelly
+    does."""
+    shape = x_seq.shape[1:]
+    if isinstance(value, Tensor) and value.shape == shape:
+        refuse_stale_state(module)
+        return value.to(device=x_seq.device, dtype=x_seq.dtype)
+    if isinstance(value, Tensor):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: expected a tensor or a float (the state), got {type(value).__name__}")
+    if value == default:
+        return None
+    refuse_stale_state(module)
+    return torch.full(shape, float(value), dtype=x_seq.dtype, device=x_seq.device)
+
+
 class BaseNode(StatefulModule):
     """Common state handling of the neuron modules: the state `v`, then those in `_MORE_STATES`.
 
@@ -166,28 +184,11 @@ class BaseNode(StatefulModule):
             if isinstance(value, Tensor):
                 setattr(self, name, value.detach())
 
-    def _initial_state(self, value, name: str, default: float, x_seq: Tensor) -> Optional[Tensor]:
-        """The state `value` (attribute `name`) to start from for inputs [T, *S]: None means the
-        kernel's default (`default`); a stored state of another shape is dropped, as SpikingJelly
-        does."""
-        shape = x_seq.shape[1:]
-        if isinstance(value, Tensor) and value.shape == shape:
-            refuse_stale_state(self)
-            return value.to(device=x_seq.device, dtype=x_seq.dtype)
-        if isinstance(value, Tensor):
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{name}: expected a tensor or a float (the state), got {type(value).__name__}")
-        if value == default:
-            return None
-        refuse_stale_state(self)
-        return torch.full(shape, float(value), dtype=x_seq.dtype, device=x_seq.device)
-
     def _initial_states(self, x_seq: Tensor) -> list:
         """The states a call starts from: v, then those of _MORE_STATES."""
-        states = [self._initial_state(self.v, "v", self._v_default(), x_seq)]
+        states = [initial_state(self, self.v, "v", self._v_default(), x_seq)]
         for name in self._MORE_STATES:
-            states.append(self._initial_state(getattr(self, name), name, self._state_default(name), x_seq))
+            states.append(initial_state(self, getattr(self, name), name, self._state_default(name), x_seq))
         return states
 
     def _keep_final_states(self, finals) -> None:
