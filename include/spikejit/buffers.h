@@ -129,10 +129,39 @@ struct SequenceLayout {
 // The layout of `v` (a [T, *S] view), or false when it is neither contiguous nor such a broadcast.
 bool sequence_layout(const TensorView& v, SequenceLayout* layout);
 
-// Checks every buffer against the program (counts, shapes, dtypes, contiguity, overlap of written
-// buffers with anything else) and throws ArgumentError naming the first bad argument.
-// `broadcast_grads` (both backends read them): grad_outputs and grad_state_seqs may also be
-// broadcast views (SequenceLayout); otherwise every buffer must be contiguous.
+// Buffers that are only read (inputs, initial_states, per-neuron params, and the backward's inputs
+// and per-step saved values) may also be strided views: any non-negative strides, such as a
+// per-channel parameter expanded over the neurons (stride 0), a conductance the same for every
+// neuron of a channel at each step, an input repeated over T, or a slice. Each kernel reads them
+// in place, element by element (contiguous buffers keep their full-row accesses). Limits: at most
+// kMaxStridedReads strided buffers in one call, each with at most kMaxReadDims dimensions of S
+// once the dimensions that chain (stride of one = size x stride of the next, a broadcast run
+// included) are merged and those of size 1 dropped.
+constexpr int kMaxReadDims = 4;
+constexpr int kMaxStridedReads = 12;
+
+// Where a strided view keeps its elements: element n (row-major over S) of step t is at
+// t * step_stride + the sum over d of index_d(n) * strides[d], in elements, with the merged
+// dimensions of S innermost first (index_0 = n % sizes[0], and so on). Trivially copyable: the
+// CUDA backend passes it to the kernels by value.
+struct ReadLayout {
+  int64_t step_stride = 0;  // [T, *S] views; 0 for [*S] views
+  int64_t dims = 0;
+  int64_t sizes[kMaxReadDims] = {};
+  int64_t strides[kMaxReadDims] = {};
+
+  int64_t offset(int64_t t, int64_t n) const;
+};
+
+// The layout of `v`, a [T, *S] view (`sequence`) or a [*S] one; false when a stride is negative or
+// more than kMaxReadDims dimensions of S remain after merging. A contiguous view has one.
+bool read_layout(const TensorView& v, bool sequence, ReadLayout* layout);
+
+// Checks every buffer against the program (counts, shapes, dtypes, contiguity or a read layout,
+// overlap of written buffers with anything else) and throws ArgumentError naming the first bad
+// argument. `broadcast_grads` (both backends read them): grad_outputs and grad_state_seqs may also
+// be broadcast views (SequenceLayout); other buffers that are neither read-only nor contiguous
+// are rejected.
 void validate(const Program& program, const ForwardBuffers& b);
 void validate(const Program& program, const BackwardBuffers& b, bool broadcast_grads = false);
 

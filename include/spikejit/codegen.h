@@ -2,8 +2,10 @@
 //
 // Kernel ABI (shared with the runtime): every kernel is
 //   extern "C" __global__ void <entry>(SpikejitArgs args)
-// with `struct SpikejitArgs { long long steps; long long neurons; void* buffers[kMaxBuffers]; }`
-// passed by value; `KernelSource::buffers` names each slot of `buffers` in order. One thread
+// with `struct SpikejitArgs { long long steps; long long neurons; void* buffers[kMaxBuffers];
+// SjReadLayout layouts[L]; }` passed by value, where L is the number of strided slots (no member
+// when none) and SjReadLayout is ReadLayout of spikejit/buffers.h (int64 fields, same order);
+// `KernelSource::buffers` names each slot of `buffers` in order. One thread
 // owns `elements_per_thread` neurons and walks the whole time axis; the grid is
 // ceil(N / (elements_per_thread * block_size)) blocks of `block_size` threads (see
 // KernelVariant). T and N are only run-time arguments. Every buffer is read or written only when
@@ -56,6 +58,12 @@ struct KernelSpec {
   // TrainingForward / Backward, per step: the pack_spikes save policy (the plan of
   // Program::backward(true)); its packed saved values are bit-packed rows.
   bool pack_spikes = false;
+  // Read-only buffers given as strided views (ReadLayout of spikejit/buffers.h), read element by
+  // element through SpikejitArgs::layouts (one per such slot, in slot order): bit i of
+  // strided_inputs is input i (forward kinds; Backward with checkpoints), of strided_states
+  // initial state i (forward kinds), of strided_params parameter i (per-neuron ones), of
+  // strided_saved saved value i (Backward, per step). At most kMaxStridedReads in all.
+  uint64_t strided_inputs = 0, strided_states = 0, strided_params = 0, strided_saved = 0;
   std::string key() const;         // stable text, part of cache keys (only the fields that apply)
 };
 
@@ -81,6 +89,8 @@ struct BufferSlot {
   // Bit-packed rows, uint8 [T, ceil(N / 8)]: PackedOutput slots, and Saved slots of values the
   // pack_spikes policy saves packed.
   bool packed = false;
+  // Read through a strided view (KernelSpec::strided_*), element by element.
+  bool strided = false;
 };
 // Whether the kernels access a slot as rows of per-neuron elements (with 16-byte vector accesses
 // in the variants that need every such row aligned).

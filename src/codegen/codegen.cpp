@@ -48,6 +48,10 @@ std::string KernelSpec::key() const {
   }
   if (!s.packed_outputs.empty()) k += " packed_outputs=" + flag_text(s.packed_outputs);
   if (s.pack_spikes) k += " pack_spikes=1";
+  if (s.strided_inputs | s.strided_states | s.strided_params | s.strided_saved) {
+    k += " strided=" + std::to_string(s.strided_inputs) + "/" + std::to_string(s.strided_states) + "/" +
+         std::to_string(s.strided_params) + "/" + std::to_string(s.strided_saved);
+  }
   return k;
 }
 

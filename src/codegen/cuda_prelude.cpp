@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "ir/random.h"
 #include "spikejit/codegen.h"
@@ -13,10 +14,15 @@ namespace {
 
 const char* kAbi = R"(// ---- kernel ABI (shared with the runtime) ----------------------------------------------------
 constexpr int kMaxBuffers = @MAX_BUFFERS@;
-struct SpikejitArgs {
-  long long steps;    // T
-  long long neurons;  // N
-  void* buffers[kMaxBuffers];
+constexpr int kMaxReadDims = @MAX_READ_DIMS@;
+// A strided view (spikejit::ReadLayout): element n (row-major over S) of step t is at
+// t * step_stride + sum_d (n / (sizes[0] ... sizes[d-1]) % sizes[d]) * strides[d], in elements.
+// SpikejitArgs (with the kernel's buffers, below) ends with one per strided slot.
+struct SjReadLayout {
+  long long step_stride;
+  long long dims;
+  long long sizes[kMaxReadDims];
+  long long strides[kMaxReadDims];
 };
 
 #define SJ_AT_LEAST_1(n) ((n) > 0 ? (n) : 1)
@@ -275,6 +281,29 @@ __device__ __forceinline__ void row_prefetch_l2(const void* base, long long offs
   if (base != nullptr) asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const T*>(base) + offset));
 }
 
+// Element n of step t of a strided view, in elements from its start.
+__device__ __forceinline__ long long strided_offset(const SjReadLayout& l, long long t, long long n) {
+  long long at = t * l.step_stride;
+#pragma unroll
+  for (int d = 0; d < kMaxReadDims; ++d) {
+    if (d < l.dims) {
+      at += n % l.sizes[d] * l.strides[d];
+      n /= l.sizes[d];
+    }
+  }
+  return at;
+}
+
+// This thread's elements n0 .. n0 + count - 1 of step t of a strided view (zero past count, like
+// row_load; a null base reads zeros).
+template <int EPT>
+__device__ __forceinline__ void strided_load(const void* base, const SjReadLayout& l, long long t, long long n0,
+                                             int count, Row<EPT>& r) {
+  const storage* p = static_cast<const storage*>(base);
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) r.v[e] = __ldg(base != nullptr && e < count ? p + strided_offset(l, t, n0 + e) : sj_zero_row);
+}
+
 // Rows of the compute type (checkpoints): element by element.
 template <int EPT>
 __device__ __forceinline__ void real_row_load(const void* base, long long offset, int count, real (&r)[EPT]) {
@@ -300,8 +329,10 @@ int vector_elements(DType storage) { return 16 / static_cast<int>(dtype_size(sto
 
 std::string cuda_prelude(DType storage) {
   std::string abi = kAbi;
-  const std::string marker = "@MAX_BUFFERS@";
-  abi.replace(abi.find(marker), marker.size(), std::to_string(kMaxBuffers));
+  for (const auto& [marker, value] : {std::pair<std::string, int>{"@MAX_BUFFERS@", kMaxBuffers},
+                                      {"@MAX_READ_DIMS@", kMaxReadDims}}) {
+    abi.replace(abi.find(marker), marker.size(), std::to_string(value));
+  }
   std::string s = abi;
   switch (storage) {
     case DType::F32: s += kStorageF32; break;

@@ -33,13 +33,33 @@ __device__ __forceinline__ bool rows_aligned(const SpikejitArgs& a) {
   return bits == 0;
 }
 
+// This thread's elements of step t of a slot that is read (t = 0 for [N] buffers): a row, or
+// element by element through the slot's strided view.
+template <int EPT, bool VEC>
+__device__ __forceinline__ void slot_load(const SpikejitArgs& a, int slot, long long t, long long n0, int count,
+                                          Row<EPT>& r) {
+  if constexpr (kStridedSlots != 0) {
+    if ((kStridedSlots >> slot) & 1ull) {
+      strided_load<EPT>(a.buffers[slot], slot_layout(a, slot), t, n0, count, r);
+      return;
+    }
+  }
+  row_load<EPT, VEC>(a.buffers[slot], t * a.neurons + n0, count, r);
+}
+
+// Asks L2 for this thread's row of step t of a slot, unless it is read through a strided view.
+__device__ __forceinline__ void slot_prefetch_l2(const SpikejitArgs& a, int slot, long long t, long long n0) {
+  if (((kStridedSlots >> slot) & 1ull) == 0) row_prefetch_l2<storage>(a.buffers[slot], t * a.neurons + n0);
+}
+
+// [N] buffers (t = 0) of consecutive slots.
 template <int ROWS, int EPT, bool VEC>
-__device__ __forceinline__ void load_rows(const SpikejitArgs& a, int first_slot, long long offset, int count,
+__device__ __forceinline__ void load_rows(const SpikejitArgs& a, int first_slot, long long n0, int count,
                                           real (&out)[SJ_AT_LEAST_1(ROWS)][EPT]) {
 #pragma unroll
   for (int i = 0; i < ROWS; ++i) {
     Row<EPT> r;
-    row_load<EPT, VEC>(a.buffers[first_slot + i], offset, count, r);
+    slot_load<EPT, VEC>(a, first_slot + i, 0, n0, count, r);
 #pragma unroll
     for (int e = 0; e < EPT; ++e) out[i][e] = to_real(r.v[e]);
   }
@@ -70,7 +90,7 @@ __device__ __forceinline__ void load_params(const SpikejitArgs& a, long long n0,
       for (int e = 0; e < EPT; ++e) pr[i][e] = v;
     } else {
       Row<EPT> r;
-      row_load<EPT, VEC>(a.buffers[kSlotParam + i], n0, count, r);
+      slot_load<EPT, VEC>(a, kSlotParam + i, 0, n0, count, r);
 #pragma unroll
       for (int e = 0; e < EPT; ++e) pr[i][e] = to_real(r.v[e]);
     }
@@ -131,10 +151,10 @@ __device__ __forceinline__ int thread_elements(const SpikejitArgs& a, long long&
 const char* const kForwardBodies = R"(
 // ---- forward -------------------------------------------------------------------------------
 template <int EPT, bool VEC>
-__device__ __forceinline__ void load_inputs(const SpikejitArgs& a, long long offset, int count,
+__device__ __forceinline__ void load_inputs(const SpikejitArgs& a, long long t, long long n0, int count,
                                             Row<EPT> (&rows)[kInputsA]) {
 #pragma unroll
-  for (int i = 0; i < kInputs; ++i) row_load<EPT, VEC>(a.buffers[kSlotInput + i], offset, count, rows[i]);
+  for (int i = 0; i < kInputs; ++i) slot_load<EPT, VEC>(a, kSlotInput + i, t, n0, count, rows[i]);
 }
 
 // One step t for the thread's elements n0 .. n0 + count - 1: stores the step's rows and updates
@@ -213,13 +233,12 @@ __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0
   load_params<EPT, VEC>(a, n0, count, pr);
   if (T > 0) {
     // Row t + DEPTH is loaded before step t runs (the last row again near the end).
-    const long long last_row = last * N + n0;
-    long long ahead_row = n0;
+    long long ahead = 0;
     Row<EPT> ring[DEPTH][kInputsA];
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
-      load_inputs<EPT, VEC>(a, ahead_row < last_row ? ahead_row : last_row, count, ring[d]);
-      ahead_row += N;
+      load_inputs<EPT, VEC>(a, ahead < last ? ahead : last, n0, count, ring[d]);
+      ++ahead;
     }
     for (long long t0 = 0; t0 < T; t0 += DEPTH) {
 #pragma unroll
@@ -228,15 +247,15 @@ __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0
         Row<EPT> xr[kInputsA];
 #pragma unroll
         for (int i = 0; i < kInputs; ++i) xr[i] = ring[d][i];
-        load_inputs<EPT, VEC>(a, ahead_row < last_row ? ahead_row : last_row, count, ring[d]);
+        load_inputs<EPT, VEC>(a, ahead < last ? ahead : last, n0, count, ring[d]);
         if constexpr (DEPTH > 1 && kRingL2Ahead > 0) {
-          const long long far = ahead_row + kRingL2Ahead * N;
-          if (far <= last_row) {
+          const long long far = ahead + kRingL2Ahead;
+          if (far <= last) {
 #pragma unroll
-            for (int i = 0; i < kInputs; ++i) row_prefetch_l2<storage>(a.buffers[kSlotInput + i], far);
+            for (int i = 0; i < kInputs; ++i) slot_prefetch_l2(a, kSlotInput + i, far, n0);
           }
         }
-        ahead_row += N;
+        ++ahead;
         if constexpr (kCheckpointEvery > 0) {
           constexpr int K = kCheckpointEvery > 0 ? kCheckpointEvery : 1;
           if (t < T && t % K == 0) {
@@ -319,7 +338,7 @@ __device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, long long 
       if (is_packed_saved(i)) {
         packed_row_load<EPT>(a.buffers[kSlotSaved + i], t, n0, count, N, r.saved[i]);
       } else {
-        row_load<EPT, VEC>(a.buffers[kSlotSaved + i], t * N + n0, count, r.saved[i]);
+        slot_load<EPT, VEC>(a, kSlotSaved + i, t, n0, count, r.saved[i]);
       }
     }
   }
@@ -338,7 +357,7 @@ __device__ __forceinline__ void prefetch_step_rows_l2(const SpikejitArgs& a, lon
   const long long offset = t * a.neurons + n0;
 #pragma unroll
   for (int i = 0; i < kSaved; ++i) {
-    if (!is_packed_saved(i)) row_prefetch_l2<storage>(a.buffers[kSlotSaved + i], offset);
+    if (!is_packed_saved(i)) slot_prefetch_l2(a, kSlotSaved + i, t, n0);
   }
 #pragma unroll
   for (int i = 0; i < kOutputs; ++i) {
@@ -486,7 +505,7 @@ __device__ __forceinline__ void load_segment(const SpikejitArgs& a, long long se
   for (int u = 0; u < K; ++u) {
     if (s0 + u < a.steps) {
 #pragma unroll
-      for (int i = 0; i < kInputs; ++i) row_load<EPT, VEC>(a.buffers[kSlotInput + i], (s0 + u) * N + n0, count, r.x[u][i]);
+      for (int i = 0; i < kInputs; ++i) slot_load<EPT, VEC>(a, kSlotInput + i, s0 + u, n0, count, r.x[u][i]);
     }
   }
 }
@@ -542,7 +561,7 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
           if constexpr (kPrefetch) {
             xr[i] = cur.x[u][i];
           } else {
-            row_load<EPT, VEC>(a.buffers[kSlotInput + i], (s0 + u) * N + n0, count, xr[i]);
+            slot_load<EPT, VEC>(a, kSlotInput + i, s0 + u, n0, count, xr[i]);
           }
         }
         if constexpr (!kPrefetch && kL2Ahead > 0) {
@@ -550,7 +569,7 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
           const long long ahead = (seg - (u + kL2Ahead) / K) * K + (u + kL2Ahead) % K;
           if (ahead >= 0 && ahead < T) {
 #pragma unroll
-            for (int i = 0; i < kInputs; ++i) row_prefetch_l2<storage>(a.buffers[kSlotInput + i], ahead * N + n0);
+            for (int i = 0; i < kInputs; ++i) slot_prefetch_l2(a, kSlotInput + i, ahead, n0);
           }
         }
         real draws[kStreamsA][EPT];

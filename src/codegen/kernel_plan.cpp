@@ -98,6 +98,42 @@ void check_packed_outputs(const ir::Step& forward, const std::vector<bool>& pack
   }
 }
 
+// Marks the slots of the spec's strided views; each mask must name existing buffers (per-neuron
+// parameters only), kMaxStridedReads at most.
+void mark_strided(KernelPlan& p) {
+  struct Group {
+    const char* name;
+    uint64_t mask;
+    BufferRole role;
+    int count;
+  };
+  const KernelSpec& spec = p.spec;
+  const Group groups[] = {{"spec.strided_inputs", spec.strided_inputs, BufferRole::Input, p.inputs},
+                          {"spec.strided_states", spec.strided_states, BufferRole::InitialState, p.states},
+                          {"spec.strided_params", spec.strided_params, BufferRole::Param, static_cast<int>(p.params.size())},
+                          {"spec.strided_saved", spec.strided_saved, BufferRole::Saved, p.saved}};
+  int strided = 0;
+  for (const Group& g : groups) {
+    if (g.count < 64 && (g.mask >> g.count) != 0) {
+      throw ArgumentError(g.name, "bits of existing buffers only (" + std::to_string(g.count) + ")",
+                          "mask " + std::to_string(g.mask));
+    }
+    for (BufferSlot& slot : p.slots) {
+      if (slot.role != g.role || ((g.mask >> slot.index) & 1u) == 0) continue;
+      if (slot.scalar_param || slot.packed) {
+        throw ArgumentError(g.name, "strided views of per-neuron buffers only",
+                            "bit " + std::to_string(slot.index) + ", a scalar parameter or packed value");
+      }
+      slot.strided = true;
+      ++strided;
+    }
+  }
+  if (strided > kMaxStridedReads) {
+    throw ArgumentError("spec", "at most " + std::to_string(kMaxStridedReads) + " strided views (kMaxStridedReads)",
+                        std::to_string(strided));
+  }
+}
+
 // One letter per gradient sequence: '-' a sequence, 's' the same each step, 'n' the same for
 // every neuron, 'a' one value.
 std::string layout_letters(const std::vector<SequenceLayout>& layouts) {
@@ -124,6 +160,10 @@ KernelSpec normalized(const KernelSpec& spec) {
   if (forward_kind || !s.grad_state_seqs) s.grad_state_seq_layouts.clear();
   trim_layouts(s.grad_output_layouts);
   trim_layouts(s.grad_state_seq_layouts);
+  const bool checkpointed_backward = !forward_kind && s.checkpoint_every > 0;
+  if (!forward_kind && !checkpointed_backward) s.strided_inputs = 0;
+  if (!forward_kind) s.strided_states = 0;
+  if (forward_kind || checkpointed_backward) s.strided_saved = 0;
   return s;
 }
 
@@ -214,6 +254,7 @@ KernelPlan plan_kernel(const ir::Step& forward, const ir::Step* backward, const 
                                                            std::to_string(p.states) + ")",
                         std::to_string(p.spec.grad_state_seq_layouts.size()) + " layouts");
   }
+  mark_strided(p);
   if (s.size() > static_cast<size_t>(kMaxBuffers)) {
     throw ArgumentError("program", "a neuron whose kernel needs at most " + std::to_string(kMaxBuffers) +
                                        " buffers",
@@ -223,7 +264,7 @@ KernelPlan plan_kernel(const ir::Step& forward, const ir::Step* backward, const 
 }
 
 bool accessed_as_rows(const BufferSlot& s) {
-  return !s.scalar_param && !s.checkpoint && !s.packed && !s.layout.same_each_neuron &&
+  return !s.scalar_param && !s.checkpoint && !s.packed && !s.layout.same_each_neuron && !s.strided &&
          s.role != BufferRole::Workspace && s.role != BufferRole::Seed;
 }
 

@@ -63,7 +63,7 @@ F* same_type_lanes(const LaneBuffer& b, int64_t offset) {
 void prefetch_lanes(const std::vector<LaneBuffer>& buffers, int64_t offset, int64_t n) {
   constexpr int64_t kLine = 64;
   for (const LaneBuffer& b : buffers) {
-    if (!b.present() || b.same_each_step || b.same_each_neuron) continue;
+    if (!b.present() || b.same_each_step || b.same_each_neuron || b.strided) continue;
     const int64_t size = static_cast<int64_t>(dtype_size(b.dtype));
     const char* first = static_cast<const char*>(b.data) + offset * size;
     for (int64_t at = 0; at < n * size; at += kLine) __builtin_prefetch(first + at);
@@ -81,10 +81,39 @@ void read_leaf(Slots<F>& s, int32_t slot, const LaneBuffer& b, int64_t offset, i
   }
 }
 
-std::vector<LaneBuffer> lane_buffers(const std::vector<TensorView>& views, size_t count) {
+// A sequence leaf's lanes [start, start + n) of step t: read_leaf's, or gathered from a strided
+// view into the slot's own lanes (its slot is then never pointed elsewhere).
+template <class F>
+void read_step_leaf(Slots<F>& s, int32_t slot, const LaneBuffer& b, int64_t t, int64_t neurons, int64_t start,
+                    int64_t n) {
+  if (b.strided) {
+    load_strided_lanes(s[slot], b, t, start, n);
+  } else {
+    read_leaf(s, slot, b, t * neurons + start, n);
+  }
+}
+
+// Lanes [start, start + n) of a [*S] buffer (an initial state, a per-neuron parameter).
+template <class F>
+void load_neuron_lanes(F* dst, const LaneBuffer& b, int64_t start, int64_t n) {
+  if (b.strided) {
+    load_strided_lanes(dst, b, 0, start, n);
+  } else {
+    load_lanes(dst, b, start, n);
+  }
+}
+
+// The lane buffers of `views`; a present view that is not contiguous is strided (validate()
+// accepted its layout where the buffer may be strided).
+std::vector<LaneBuffer> lane_buffers(const std::vector<TensorView>& views, size_t count, bool sequences = true) {
   std::vector<LaneBuffer> out(count);
   for (size_t i = 0; i < views.size(); ++i) {
-    if (views[i].present) out[i] = {views[i].data, views[i].dtype};
+    if (!views[i].present) continue;
+    out[i].data = views[i].data;
+    out[i].dtype = views[i].dtype;
+    if (!views[i].is_contiguous() && views[i].numel() != 0) {
+      out[i].strided = read_layout(views[i], sequences, &out[i].layout);
+    }
   }
   return out;
 }
@@ -127,7 +156,9 @@ double stored_default(double value, const ForwardBuffers& b) {
     for (const TensorView& v : *group) {
       if (!v.present) continue;
       alignas(8) unsigned char cell[sizeof(double)];
-      const LaneBuffer held{cell, v.dtype};
+      LaneBuffer held;
+      held.data = cell;
+      held.dtype = v.dtype;
       store_lanes(held, 0, &value, 1);
       double loaded = 0;
       load_lanes(&loaded, held, 0, 1);
@@ -178,7 +209,7 @@ void fill_constants(const LaneProgram& p, const std::vector<LaneBuffer>& params,
   for (const LaneLeaf& leaf : p.params) {
     F* dst = s[leaf.slot];
     if (kinds[leaf.index] == ir::ParamKind::PerNeuron) {
-      load_lanes(dst, params[leaf.index], start, n);
+      load_neuron_lanes(dst, params[leaf.index], start, n);
     } else {
       load_lanes(dst, params[leaf.index], 0, 1);
       fill_lanes(dst, dst[0], n);
@@ -215,16 +246,18 @@ uint64_t seed_of(const Program& program, const void* seed) {
   return program.uses_random() ? *static_cast<const uint64_t*>(seed) : 0;
 }
 
-// One forward step over a block: loads the inputs at `row`, draws, runs the step, lets `results`
+// One forward step over a block: loads the inputs of the site's step, draws, runs the step, lets `results`
 // read the step's values, then moves the next states into the carried slots. The training
 // forward and the checkpoint recomputation of the backward both run this, so they agree bit for
 // bit (the draws too: they depend only on the site).
 template <class F, class Results>
 void forward_step(const LaneProgram& p, FusedStepFn fused, const std::vector<LaneBuffer>& inputs,
-                  const std::vector<int32_t>& next_state_slots, Slots<F>& s, int64_t row, int64_t n,
+                  const std::vector<int32_t>& next_state_slots, Slots<F>& s, int64_t neurons, int64_t n,
                   const DrawSite& site, const Results& results) {
   const int32_t states = static_cast<int32_t>(p.carry_slot.size());
-  for (const LaneLeaf& leaf : p.step_leaves) read_leaf(s, leaf.slot, inputs[leaf.index], row, n);
+  for (const LaneLeaf& leaf : p.step_leaves) {
+    read_step_leaf(s, leaf.slot, inputs[leaf.index], site.t, neurons, site.start, n);
+  }
   for (const LaneLeaf& draw : p.draws) draw_lanes(s[draw.slot], site.seed, site.t, draw.index, site.start, n);
   run_instrs(p, fused, s, n);
   results();
@@ -297,7 +330,7 @@ void forward_block(const ForwardCall& c, int64_t block) {
   fill_constants(p, c.params, c.param_kinds, s, start, n);
   for (int32_t i = 0; i < states; ++i) {
     if (c.initial_states[i].present()) {
-      load_lanes(s[p.carry_slot[i]], c.initial_states[i], start, n);
+      load_neuron_lanes(s[p.carry_slot[i]], c.initial_states[i], start, n);
     } else {
       fill_lanes(s[p.carry_slot[i]], static_cast<F>(c.state_defaults[i]), n);
     }
@@ -317,7 +350,7 @@ void forward_block(const ForwardCall& c, int64_t block) {
     for (size_t i = 0; i < c.saved.size(); ++i) {
       if (c.saved_in_place[i]) s.point(c.saved_slots[i], same_type_lanes<F>(c.saved[i], row));
     }
-    forward_step(p, c.fused, c.inputs, c.next_state_slots, s, row, n, {c.seed, t, start}, [&] {
+    forward_step(p, c.fused, c.inputs, c.next_state_slots, s, c.neurons, n, {c.seed, t, start}, [&] {
       for (size_t i = 0; i < c.outputs.size(); ++i) {
         if (c.outputs[i].present() && !c.output_in_place[i]) store_lanes(c.outputs[i], row, s[c.output_slots[i]], n);
         if (c.packed_outputs.data[i]) pack_lanes(c.packed_outputs.at(i, t, start), s[c.output_slots[i]], n);
@@ -359,7 +392,7 @@ struct BackwardCall {
   std::vector<int32_t> forward_next_state_slots, forward_saved_slots;
 };
 
-// One reverse step at `t`: `load_saved(slot, index, row)` fills (or points) a saved value's slot.
+// One reverse step at `t`: `load_saved(slot, index)` fills (or points) a saved value's slot.
 template <class F, class LoadSaved>
 void backward_step(BackwardCall& c, Slots<F>& s, int64_t t, int64_t start, int64_t n,
                    const LoadSaved& load_saved) {
@@ -371,7 +404,7 @@ void backward_step(BackwardCall& c, Slots<F>& s, int64_t t, int64_t start, int64
   for (const LaneLeaf& leaf : p.step_leaves) {
     F* dst = s[leaf.slot];
     if (leaf.op == ir::Op::Saved) {
-      load_saved(leaf.slot, leaf.index, row);
+      load_saved(leaf.slot, leaf.index);
     } else if (leaf.op == ir::Op::GradOutput) {
       const LaneBuffer& g = c.grad_outputs[leaf.index];
       if (!g.present() || g.same_each_step) continue;  // loaded once per block
@@ -432,7 +465,7 @@ void backward_segments(BackwardCall& c, Slots<F>& s, int64_t start, int64_t n) {
     }
     for (int64_t u = 0; u < len; ++u) {
       const int32_t at = static_cast<int32_t>(u) * saved;
-      forward_step(fp, c.forward_fused, c.inputs, c.forward_next_state_slots, fs, (first + u) * N + start, n, {c.seed, first + u, start},
+      forward_step(fp, c.forward_fused, c.inputs, c.forward_next_state_slots, fs, N, n, {c.seed, first + u, start},
                    [&] {
         for (int32_t i = 0; i < saved; ++i) copy_lanes(values[at + i], fs[c.forward_saved_slots[i]], n);
       });
@@ -440,7 +473,7 @@ void backward_segments(BackwardCall& c, Slots<F>& s, int64_t start, int64_t n) {
     for (int64_t u = len - 1; u >= 0; --u) {
       const int32_t at = static_cast<int32_t>(u) * saved;
       backward_step(c, s, first + u, start, n,
-                    [&](int32_t slot, int32_t index, int64_t) { s.point(slot, values[at + index]); });
+                    [&](int32_t slot, int32_t index) { s.point(slot, values[at + index]); });
     }
   }
 }
@@ -480,12 +513,12 @@ void backward_block(BackwardCall& c, int64_t block) {
         for (const auto* buffers : {&c.saved, &c.grad_outputs, &c.grad_state_seqs, &c.grad_inputs})
           prefetch_lanes(*buffers, (t - 1) * c.neurons + start, n);
       }
-      backward_step(c, s, t, start, n, [&](int32_t slot, int32_t index, int64_t row) {
+      backward_step(c, s, t, start, n, [&](int32_t slot, int32_t index) {
         const size_t i = static_cast<size_t>(index);
         if (c.packed_saved.data[i]) {  // unpacked into the slot's own lanes (never pointed elsewhere)
           unpack_lanes(s[slot], c.packed_saved.at(i, t, start), n);
         } else {
-          read_leaf(s, slot, c.saved[i], row, n);
+          read_step_leaf(s, slot, c.saved[i], t, c.neurons, start, n);
         }
       });
     }
@@ -539,8 +572,8 @@ void forward(const Program& program, const ForwardBuffers& b, const Options& opt
   for (int i = 0; i < step.num_states; ++i)
     c.state_defaults.push_back(stored_default(ir::state_default(program.neuron(), i), b));
   c.inputs = lane_buffers(b.inputs, step.num_inputs);
-  c.initial_states = lane_buffers(b.initial_states, step.num_states);
-  c.params = lane_buffers(b.params, step.params.size());
+  c.initial_states = lane_buffers(b.initial_states, step.num_states, false);
+  c.params = lane_buffers(b.params, step.params.size(), false);
   c.outputs = lane_buffers(b.outputs, step.num_outputs);
   c.packed_outputs = PackedRows(b.packed_outputs, step.outputs.size(), c.neurons);
   c.state_seqs = lane_buffers(b.state_seqs, step.num_states);
@@ -598,7 +631,7 @@ void backward(const Program& program, const BackwardBuffers& b, const Options& o
     c.saved = lane_buffers(b.saved, step.saved.size());
     c.packed_saved = PackedRows(b.packed_saved, step.saved.size(), c.neurons);
   }
-  c.params = lane_buffers(b.params, num_params);
+  c.params = lane_buffers(b.params, num_params, false);
   c.grad_outputs = sequence_lane_buffers(b.grad_outputs, fwd.num_outputs);
   c.grad_state_seqs = sequence_lane_buffers(b.grad_state_seqs, fwd.num_states);
   c.grad_final_states = lane_buffers(b.grad_final_states, fwd.num_states);

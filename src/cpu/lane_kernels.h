@@ -3,6 +3,7 @@
 // the storage dtype and the compute type F.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -10,6 +11,7 @@
 #include "common/float16.h"
 #include "ir/random.h"
 #include "ir/scalar_ops.h"
+#include "spikejit/buffers.h"
 #include "spikejit/tensor.h"
 
 // On x86-64 the op loops are compiled for AVX-512, AVX2 and the baseline, picked at load time.
@@ -24,12 +26,15 @@
 namespace spikejit::cpu {
 
 // A caller buffer as the lane loops see it; a null `data` is an absent buffer. Read-only
-// sequence gradients may repeat their elements (see SequenceLayout in spikejit/buffers.h).
+// sequence gradients may repeat their elements (see SequenceLayout in spikejit/buffers.h); other
+// read-only buffers may be strided views (`strided`: read through `layout`, see ReadLayout).
 struct LaneBuffer {
   void* data = nullptr;
   DType dtype = DType::F32;
   bool same_each_step = false;
   bool same_each_neuron = false;
+  bool strided = false;
+  ReadLayout layout;
   bool present() const { return data != nullptr; }
 };
 
@@ -153,6 +158,32 @@ inline void load_sequence_lanes(F* dst, const LaneBuffer& b, int64_t t, int64_t 
     fill_lanes(dst, dst[0], n);
   } else {
     load_lanes(dst, b, step * neurons + start, n);
+  }
+}
+
+// Lanes [start, start + n) of step t of a strided view (b.strided), a run along the innermost
+// merged dimension at a time.
+template <class F>
+inline void load_strided_lanes(F* dst, const LaneBuffer& b, int64_t t, int64_t start, int64_t n) {
+  const ReadLayout& l = b.layout;
+  if (l.dims == 0) {  // one element for every neuron
+    load_lanes(dst, b, t * l.step_stride, 1);
+    fill_lanes(dst, dst[0], n);
+    return;
+  }
+  const int64_t inner = l.sizes[0], stride = l.strides[0];
+  for (int64_t done = 0; done < n;) {
+    const int64_t first = start + done, run = std::min(inner - first % inner, n - done);
+    const int64_t at = l.offset(t, first);
+    if (stride == 1) {
+      load_lanes(dst + done, b, at, run);
+    } else if (stride == 0) {
+      load_lanes(dst + done, b, at, 1);
+      fill_lanes(dst + done, dst[done], run);
+    } else {
+      for (int64_t k = 0; k < run; ++k) load_lanes(dst + done + k, b, at + k * stride, 1);
+    }
+    done += run;
   }
 }
 

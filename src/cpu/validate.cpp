@@ -1,4 +1,4 @@
-// Buffer validation shared by every backend: counts, shapes, dtypes, contiguity and overlap (bit-
+// Buffer validation shared by every backend: counts, shapes, dtypes, layouts and overlap (bit-
 // packed outputs and saved values included); and the layout of `saved` under a save policy (what
 // validation expects).
 #include <cstdint>
@@ -58,6 +58,10 @@ std::string expected_text(const ExpectedShape& e) {
   return shape_text(e.shape);
 }
 
+// How a buffer may lie in memory: contiguous; any ReadLayout (read-only buffers); contiguous or
+// repeating its elements (SequenceLayout: sequence gradients).
+enum class Access { Contiguous, Strided, Repeating };
+
 class Checker {
  public:
   Checker(int64_t steps, const std::vector<int64_t>& neuron_shape) {
@@ -107,10 +111,10 @@ class Checker {
     throw ArgumentError(name, expected, tensors_text(views.size()));
   }
 
-  // Checks one entry; `required`: an absent tensor is an error; `broadcast`: a sequence may also
-  // be a broadcast view (read-only).
+  // Checks one entry; `required`: an absent tensor is an error. `access`: how a read-only
+  // buffer may lie (see ReadLayout and SequenceLayout in spikejit/buffers.h).
   void tensor(Name name, const TensorView& v, const ExpectedShape& expected, bool required, bool written,
-              bool broadcast = false) {
+              Access access = Access::Contiguous) {
     if (!v.present) {
       if (required) throw ArgumentError(name.text(), "a tensor of shape " + expected_text(expected), "no tensor");
       return;
@@ -123,16 +127,37 @@ class Checker {
                           (expected.kind == ExpectedShape::Kind::Scalar && v.shape.size() == 1 && v.shape[0] == 1);
     if (!shape_ok) throw ArgumentError(name.text(), "shape " + expected_text(expected), v.describe());
     int64_t elements = v.numel();
-    SequenceLayout layout;
-    if (broadcast && elements != 0 && sequence_layout(v, &layout)) {
-      const int64_t steps = v.shape[0];
-      elements = (layout.same_each_step ? 1 : steps) * (layout.same_each_neuron ? 1 : elements / steps);
-    } else if (!v.is_contiguous()) {
-      throw ArgumentError(name.text(), broadcast ? "a contiguous tensor or one broadcast over T and/or S (stride 0)"
-                                          : "a contiguous tensor",
-                          v.describe());
-    }
+    if (elements != 0 && !v.is_contiguous()) elements = strided_elements(name, v, expected, access);
     add_range(name, v.data, elements * static_cast<int64_t>(dtype_size(v.dtype)), written);
+  }
+
+  // The elements a non-contiguous view spans (from its first one), when `access` lets it lie so.
+  int64_t strided_elements(Name name, const TensorView& v, const ExpectedShape& expected, Access access) {
+    SequenceLayout repeats;
+    if (access == Access::Repeating && sequence_layout(v, &repeats)) {
+      const int64_t steps = v.shape[0];
+      return (repeats.same_each_step ? 1 : steps) * (repeats.same_each_neuron ? 1 : v.numel() / steps);
+    }
+    ReadLayout layout;
+    const bool sequence = expected.kind == ExpectedShape::Kind::Sequence;
+    if (access != Access::Strided || !read_layout(v, sequence, &layout)) {
+      std::string wanted = "a contiguous tensor";
+      if (access == Access::Repeating) wanted += " or one broadcast over T and/or S (stride 0)";
+      if (access == Access::Strided) {
+        wanted += " or a strided view with non-negative strides whose dimensions of S merge into at most " +
+                  std::to_string(kMaxReadDims) + " (kMaxReadDims)";
+      }
+      throw ArgumentError(name.text(), wanted, v.describe());
+    }
+    if (++strided_reads_ > kMaxStridedReads) {
+      throw ArgumentError(name.text(), "a contiguous tensor: a call reads at most " +
+                                           std::to_string(kMaxStridedReads) + " strided views (kMaxStridedReads)",
+                          v.describe() + ", strided view number " + std::to_string(strided_reads_));
+    }
+    const int64_t steps = sequence ? v.shape[0] : 1;
+    int64_t last = (steps - 1) * layout.step_stride;
+    for (int64_t d = 0; d < layout.dims; ++d) last += (layout.sizes[d] - 1) * layout.strides[d];
+    return last + 1;
   }
 
   // Checks one bit-packed sequence, uint8 [T, ceil(N / 8)], contiguous.
@@ -192,21 +217,25 @@ class Checker {
   };
   ExpectedShape sequence_, neuron_, scalar_, packed_;
   int64_t steps_ = 0;
+  int strided_reads_ = 0;
   std::vector<Range> ranges_;
 };
 
 Name item(const char* name, size_t i) { return {name, static_cast<int64_t>(i)}; }
 
 void each(Checker& c, const char* name, const std::vector<TensorView>& views, const ExpectedShape& shape,
-          bool required, bool written, bool broadcast = false) {
+          bool required, bool written, Access access = Access::Contiguous) {
   for (size_t i = 0; i < views.size(); ++i)
-    c.tensor(item(name, i), views[i], shape, required, written, broadcast);
+    c.tensor(item(name, i), views[i], shape, required, written, access);
 }
 
 void each_param(Checker& c, const char* name, const std::vector<TensorView>& views,
                 const std::vector<ir::ParamKind>& kinds, bool required, bool written) {
-  for (size_t i = 0; i < views.size(); ++i)
-    c.tensor(item(name, i), views[i], c.param(kinds[i]), required, written);
+  for (size_t i = 0; i < views.size(); ++i) {
+    const bool per_neuron = kinds[i] == ir::ParamKind::PerNeuron;
+    c.tensor(item(name, i), views[i], c.param(kinds[i]), required, written,
+             per_neuron && !written ? Access::Strided : Access::Contiguous);
+  }
 }
 
 void check_policy(int64_t checkpoint_every, bool pack_spikes) {
@@ -252,7 +281,7 @@ void each_saved(Checker& c, const Program& program, const std::vector<TensorView
                           packed_saved[i].describe());
     }
     const bool input = program.saved_inputs(pack_spikes)[i] >= 0;
-    c.tensor(name, saved[i], c.sequence(), !(forward && input), forward);
+    c.tensor(name, saved[i], c.sequence(), !(forward && input), forward, forward ? Access::Contiguous : Access::Strided);
   }
 }
 
@@ -347,8 +376,8 @@ void validate(const Program& program, const ForwardBuffers& b) {
     Checker::count("saved", b.saved, program.backward(b.pack_spikes).saved.size(), true,
                    "one per saved value of the backward step");
   }
-  each(c, "inputs", b.inputs, c.sequence(), true, false);
-  each(c, "initial_states", b.initial_states, c.neuron(), false, false);
+  each(c, "inputs", b.inputs, c.sequence(), true, false, Access::Strided);
+  each(c, "initial_states", b.initial_states, c.neuron(), false, false, Access::Strided);
   each_param(c, "params", b.params, step.params, true, false);
   each_output(c, program, b);
   each(c, "state_seqs", b.state_seqs, c.sequence(), false, true);
@@ -396,14 +425,15 @@ void validate(const Program& program, const BackwardBuffers& b, bool broadcast_g
   Checker::count("grad_params", b.grad_params, step.params.size(), true, "one per parameter");
   if (checkpoints) {
     each_checkpoint(c, b.saved, b.checkpoint_every, false);
-    each(c, "inputs", b.inputs, c.sequence(), true, false);
+    each(c, "inputs", b.inputs, c.sequence(), true, false, Access::Strided);
   } else {
     // A saved input (program.saved_inputs()) is the input sequence itself, as the forward read it.
     each_saved(c, program, b.saved, b.packed_saved, b.pack_spikes, false);
   }
   each_param(c, "params", b.params, step.params, true, false);
-  each(c, "grad_outputs", b.grad_outputs, c.sequence(), false, false, broadcast_grads);
-  each(c, "grad_state_seqs", b.grad_state_seqs, c.sequence(), false, false, broadcast_grads);
+  const Access grads = broadcast_grads ? Access::Repeating : Access::Contiguous;
+  each(c, "grad_outputs", b.grad_outputs, c.sequence(), false, false, grads);
+  each(c, "grad_state_seqs", b.grad_state_seqs, c.sequence(), false, false, grads);
   each(c, "grad_final_states", b.grad_final_states, c.neuron(), false, false);
   each(c, "grad_inputs", b.grad_inputs, c.sequence(), false, true);
   each(c, "grad_initial_states", b.grad_initial_states, c.neuron(), false, true);

@@ -19,12 +19,28 @@ namespace {
 using runtime::CUdeviceptr;
 using runtime::CUstream;
 
-// The kernel argument, laid out as the generated `struct SpikejitArgs`.
+// The kernel argument, laid out as the generated `struct SpikejitArgs`: a kernel's own struct
+// ends after the layouts of its strided slots (the launch copies only that much).
 struct SpikejitArgs {
   long long steps;
   long long neurons;
   void* buffers[codegen::kMaxBuffers];
+  ReadLayout layouts[kMaxStridedReads];
 };
+static_assert(sizeof(ReadLayout) == sizeof(long long) * (2 + 2 * kMaxReadDims), "SjReadLayout's fields");
+
+// Bit i: views[i] is present and not contiguous (validate() accepted it as a strided view).
+uint64_t strided_mask(const std::vector<TensorView>& views) {
+  uint64_t mask = 0;
+  for (size_t i = 0; i < views.size(); ++i) {
+    if (views[i].present && !views[i].is_contiguous()) mask |= uint64_t{1} << i;
+  }
+  return mask;
+}
+
+const TensorView& view_at(const std::vector<TensorView>& views, int index) {
+  return views.at(static_cast<size_t>(index));
+}
 
 int64_t neuron_count(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -143,12 +159,13 @@ void* workspace_for(const TensorView& given, int64_t bytes, runtime::CUcontext c
   return reinterpret_cast<void*>(runtime::stream_workspace(context, stream, static_cast<size_t>(bytes)));
 }
 
-// Looks up the kernel, fills SpikejitArgs slot by slot with `pointer_for` and launches the
-// variant chosen for N (and its reduction when there is one). T > 0 and N > 0. `workspace`: a
-// backward's BackwardBuffers::workspace (absent for a forward).
-template <class PointerFor>
+// Looks up the kernel, fills SpikejitArgs slot by slot with `pointer_for` (and the layouts of
+// strided slots from `view_for`, their views) and launches the variant chosen for N (and its
+// reduction when there is one). N > 0; T = 0 only with strided initial states (the kernels pass
+// them on). `workspace`: a backward's BackwardBuffers::workspace (absent for a forward).
+template <class PointerFor, class ViewFor>
 void run(const Program& program, const codegen::KernelSpec& spec, int64_t steps, int64_t neurons,
-         void* stream, int device, const TensorView& workspace, PointerFor pointer_for) {
+         void* stream, int device, const TensorView& workspace, PointerFor pointer_for, ViewFor view_for) {
   runtime::ContextGuard guard(device);
   std::shared_ptr<const runtime::LoadedKernel> kernel =
       runtime::kernel_for(program, spec, device, guard.context());
@@ -160,10 +177,14 @@ void run(const Program& program, const codegen::KernelSpec& spec, int64_t steps,
   args.neurons = neurons;
   bool reduce = false;
   bool rows_aligned = true;  // every per-neuron row on 16 bytes: the vector variant may be used
+  size_t layouts = 0;
   for (size_t i = 0; i < source.buffers.size(); ++i) {
     const codegen::BufferSlot& slot = source.buffers[i];
     if (slot.role == codegen::BufferRole::Workspace) continue;  // filled once the variant is known
     args.buffers[i] = pointer_for(slot);
+    if (slot.strided && !read_layout(view_for(slot), slot.per_step, &args.layouts[layouts++])) {
+      throw Error("internal: no read layout for strided slot " + std::to_string(i));
+    }
     if (codegen::accessed_as_rows(slot)) {
       rows_aligned = rows_aligned && reinterpret_cast<uintptr_t>(args.buffers[i]) % 16 == 0;
     }
@@ -287,7 +308,12 @@ void forward(const Program& program, const ForwardBuffers& b, void* stream, int 
   spec.checkpoint_every = static_cast<int>(b.checkpoint_every);
   spec.packed_outputs = present_flags(b.packed_outputs);
   spec.pack_spikes = spec.kind == codegen::KernelKind::TrainingForward && packs_saved_spikes(program, b.pack_spikes);
-  if (b.steps == 0 || neuron_count(b.neuron_shape) == 0) {
+  spec.strided_inputs = strided_mask(b.inputs);
+  spec.strided_states = strided_mask(b.initial_states);
+  spec.strided_params = strided_mask(b.params);
+  // With no steps the final states are copies of the initial ones, which the kernels make when
+  // those are strided views.
+  if (neuron_count(b.neuron_shape) == 0 || (b.steps == 0 && spec.strided_states == 0)) {
     runtime::ContextGuard guard(device);
     forward_no_steps(program, b, static_cast<CUstream>(stream));
     return;
@@ -310,6 +336,12 @@ void forward(const Program& program, const ForwardBuffers& b, void* stream, int 
             throw Error(std::string("internal: forward kernel slot with role ") +
                         std::to_string(static_cast<int>(slot.role)));
         }
+      },
+      [&](const codegen::BufferSlot& slot) -> const TensorView& {
+        return view_at(slot.role == codegen::BufferRole::Input          ? b.inputs
+                       : slot.role == codegen::BufferRole::InitialState ? b.initial_states
+                                                                        : b.params,
+                       slot.index);
       });
 }
 
@@ -335,6 +367,9 @@ void backward(const Program& program, const BackwardBuffers& b, void* stream, in
   spec.grad_state_seq_layouts = layouts_of(b.grad_state_seqs);
   spec.checkpoint_every = static_cast<int>(b.checkpoint_every);
   spec.pack_spikes = packs_saved_spikes(program, b.pack_spikes);
+  spec.strided_inputs = strided_mask(b.inputs);
+  spec.strided_params = strided_mask(b.params);
+  if (!checkpoints) spec.strided_saved = strided_mask(b.saved);
   if (b.steps == 0 || neuron_count(b.neuron_shape) == 0) {
     runtime::ContextGuard guard(device);
     backward_no_steps(b, static_cast<CUstream>(stream));
@@ -360,6 +395,12 @@ void backward(const Program& program, const BackwardBuffers& b, void* stream, in
             throw Error(std::string("internal: backward kernel slot with role ") +
                         std::to_string(static_cast<int>(slot.role)));
         }
+      },
+      [&](const codegen::BufferSlot& slot) -> const TensorView& {
+        return view_at(slot.role == codegen::BufferRole::Input   ? b.inputs
+                       : slot.role == codegen::BufferRole::Saved ? b.saved
+                                                                 : b.params,
+                       slot.index);
       });
 }
 

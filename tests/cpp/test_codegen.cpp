@@ -350,9 +350,11 @@ void check_structure(const Program& p, const KernelSpec& spec, const KernelSourc
   }
   EXPECT_EQ(names.size(), k.variants.size() * (k.variants[0].reduce_entry.empty() ? 1 : 2));
   EXPECT_EQ(count_of(k.source, "extern \"C\" __global__"), names.size());
-  EXPECT_NE(k.source.find("struct SpikejitArgs {\n  long long steps;    // T\n  long long neurons;  // N\n"
-                          "  void* buffers[kMaxBuffers];\n};"),
-            std::string::npos);
+  const std::string args = "struct SpikejitArgs {\n  long long steps;    // T\n  long long neurons;  // N\n"
+                           "  void* buffers[kMaxBuffers];\n";
+  bool strided = false;
+  for (const BufferSlot& slot : k.buffers) strided = strided || slot.strided;
+  EXPECT_NE(k.source.find(args + (strided ? "  SjReadLayout layouts[" : "};")), std::string::npos);
   EXPECT_NE(k.source.find("constexpr int kMaxBuffers = " + std::to_string(codegen::kMaxBuffers) + ";"),
             std::string::npos);
   // Self-contained (NVRTC needs no include path), no fast-math intrinsics, no float atomics.
@@ -551,6 +553,55 @@ TEST(Codegen, RejectsBadSpecs) {
   } catch (const ArgumentError& e) {
     EXPECT_EQ(e.argument(), "spec.grad_output_layouts");
   }
+  // Strided views: of existing per-neuron buffers only.
+  KernelSpec forward;
+  forward.strided_inputs = uint64_t{1} << p.forward().num_inputs;
+  EXPECT_THROW(codegen::generate(p, forward), ArgumentError);
+  forward.strided_inputs = 0;
+  forward.strided_params = 1;
+  const Program scalar = Program::from_text("neuron scaled\ninput x\nstate v = 0\nparam w = 0.5\noutput s\n"
+                                            "v = v * w + x\ns = spike(v - 1)\n");
+  try {
+    codegen::generate(scalar, forward);
+    ADD_FAILURE() << "a strided scalar parameter accepted";
+  } catch (const ArgumentError& e) {
+    EXPECT_EQ(e.argument(), "spec.strided_params");
+  }
+}
+
+// The masks of strided views split kernels only where they apply: a forward reads no saved
+// values, a per-step backward no inputs.
+TEST(Codegen, StridedViewsSlotsAndKeys) {
+  const Program p = Program::from_text(kAdaptiveLif);
+  KernelSpec forward;
+  forward.strided_inputs = 1;
+  forward.strided_states = 1;
+  forward.strided_saved = 1;
+  KernelSpec plain_saved = forward;
+  plain_saved.strided_saved = 0;
+  EXPECT_EQ(forward.key(), plain_saved.key());
+  EXPECT_NE(forward.key(), KernelSpec{}.key());
+  const KernelSource f = codegen::generate(p, forward);
+  int strided = 0;
+  for (const codegen::BufferSlot& slot : f.buffers) {
+    const bool expected = (slot.role == codegen::BufferRole::Input || slot.role == codegen::BufferRole::InitialState) &&
+                          slot.index == 0;
+    EXPECT_EQ(slot.strided, expected) << "role " << static_cast<int>(slot.role) << " " << slot.index;
+    EXPECT_FALSE(slot.strided && codegen::accessed_as_rows(slot));
+    strided += slot.strided;
+  }
+  EXPECT_EQ(strided, 2);
+  EXPECT_NE(f.source.find("SjReadLayout layouts[2];"), std::string::npos);
+  KernelSpec backward;
+  backward.kind = KernelKind::Backward;
+  backward.strided_inputs = 1;
+  backward.strided_saved = 1;
+  KernelSpec no_inputs = backward;
+  no_inputs.strided_inputs = 0;
+  EXPECT_EQ(backward.key(), no_inputs.key());  // per step: the inputs are not read
+  backward.checkpoint_every = 4;
+  no_inputs.checkpoint_every = 4;
+  EXPECT_NE(backward.key(), no_inputs.key());
 }
 
 TEST(Codegen, TooManyBuffersIsAnError) {
@@ -813,6 +864,37 @@ TEST(CodegenCompile, ShippedNeurons) {
 // segments unrolled into registers (small k) and kept in local memory (large k), the next segment
 // prefetched (k = 16 at one element a thread) or not (k = 16 at 4 or 8), training forward and
 // backward with and without final-state gradients; the dtypes rotate.
+// Every kind with its read-only buffers strided: inputs, initial states, per-neuron parameters,
+// per-step saved values (and inputs under checkpoints).
+TEST(CodegenCompile, StridedViews) {
+  REQUIRE_NVRTC();
+  std::vector<std::pair<std::string, KernelSource>> sources;
+  size_t rotation = 0;
+  for (const NamedProgram& np : test_programs()) {
+    KernelSpec infer, train, bwd, bwd_checkpoints;
+    infer.kind = KernelKind::InferenceFinalState;
+    train.kind = KernelKind::TrainingForward;
+    bwd.kind = bwd_checkpoints.kind = KernelKind::Backward;
+    bwd_checkpoints.checkpoint_every = 4;
+    train.checkpoint_every = rotation % 2 == 0 ? 0 : 4;
+    for (KernelSpec& spec : std::vector<KernelSpec>{infer, train, bwd, bwd_checkpoints}) {
+      spec.storage = kDTypes[rotation++ % 3];
+      uint64_t per_neuron = 0;
+      for (size_t i = 0; i < np.program.forward().params.size(); ++i) {
+        if (np.program.forward().params[i] == ir::ParamKind::PerNeuron) per_neuron |= uint64_t{1} << i;
+      }
+      spec.strided_params = per_neuron;
+      const ir::Step& f = np.program.forward();
+      const auto mask = [](int count) { return count >= 4 ? ~uint64_t{0} >> 60 : (uint64_t{1} << count) - 1; };
+      spec.strided_inputs = mask(f.num_inputs);
+      spec.strided_states = mask(f.num_states);
+      spec.strided_saved = mask(static_cast<int>(np.program.backward().saved.size()));
+      sources.push_back({np.name + " " + spec.key(), codegen::generate(np.program, spec)});
+    }
+  }
+  expect_compiles(sources);
+}
+
 TEST(CodegenCompile, BuiltinCheckpoints) {
   REQUIRE_NVRTC();
   std::vector<std::pair<std::string, KernelSource>> sources;

@@ -30,6 +30,7 @@
 #include "spikejit/program.h"
 #include "spikejit/tensor.h"
 #include "support/cpu_runs.h"
+#include "support/strided_views.h"
 
 namespace spikejit {
 namespace {
@@ -507,6 +508,68 @@ TEST(CpuExecutor, BroadcastSequenceGradientsEqualTheirDenseCopies) {
           EXPECT_TRUE(got.grad_initial_states[i].same_bits(want.grad_initial_states[i])) << "grad_states " << i;
         for (size_t k = 0; k < got.grad_params.size(); ++k)
           EXPECT_TRUE(got.grad_params[k].same_bits(want.grad_params[k])) << "grad_params " << k;
+      }
+    }
+  }
+}
+
+// Inputs, initial states and per-neuron parameters read through strided views (broadcasts,
+// transposes, slices; ReadLayout) give the same bits as their contiguous copies: inference,
+// training per step (a saved input read through its view) and with checkpoints. N = 6 x 101
+// neurons: blocks of lanes cross the runs of the views.
+TEST(CpuExecutor, StridedReadsEqualTheirDenseCopies) {
+  using namespace testing::strided_views;
+  const int64_t T = 5, B = 6, C = 101;
+  for (const NamedProgram& np : all_programs()) {
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      for (Layout layout : kLayouts) {
+        Random rng;
+        SCOPED_TRACE(np.name + " " + dtype_name(dtype) + " " + layout_name(layout) + " " + rng.trace());
+        Problem s = make_problem(np.program, T, {B, C}, dtype, rng);
+        const ir::Step& f = s.program.forward();
+        std::vector<Strided> strided;
+        for (Buffer& x : s.inputs) {
+          strided.push_back(make_strided(layout, true, T, B, C, dtype, rng, -1.0, 3.0));
+          x = dense_copy(strided.back());
+        }
+        for (Buffer& v : s.initial_states) {
+          strided.push_back(make_strided(layout, false, T, B, C, dtype, rng, -0.5, 0.9));
+          v = dense_copy(strided.back());
+        }
+        for (size_t k = 0; k < f.params.size(); ++k) {
+          if (f.params[k] != ir::ParamKind::PerNeuron) continue;
+          const double init = s.program.neuron().params[k].init;
+          strided.push_back(make_strided(layout, false, T, B, C, dtype, rng, init - 0.4, init + 0.4));
+          s.params[k] = dense_copy(strided.back());
+        }
+        Upstream up = make_upstream(s, dtype, rng, true, true, true);
+        for (int64_t every : {int64_t{0}, int64_t{2}}) {
+          SCOPED_TRACE("checkpoint_every " + std::to_string(every));
+          const ForwardRequest request{dtype, true, true, true, {}, every};
+          s.input_views.clear();
+          s.state_views.clear();
+          s.param_views.clear();
+          ForwardRun dense = run_forward(s, request);
+          const BackwardRun dense_grads = run_backward(s, dense.saved, up, dtype, {}, every);
+          size_t next = 0;
+          for (size_t i = 0; i < s.inputs.size(); ++i) s.input_views.push_back(strided[next++].view());
+          for (size_t i = 0; i < s.initial_states.size(); ++i) s.state_views.push_back(strided[next++].view());
+          s.param_views = views(s.params);
+          for (size_t k = 0; k < f.params.size(); ++k) {
+            if (f.params[k] == ir::ParamKind::PerNeuron) s.param_views[k] = strided[next++].view();
+          }
+          ForwardRun got = run_forward(s, request);
+          const BackwardRun grads = run_backward(s, got.saved, up, dtype, {}, every);
+          for (auto [a, b] : {std::pair{&got.outputs, &dense.outputs}, {&got.state_seqs, &dense.state_seqs},
+                              {&got.final_states, &dense.final_states}}) {
+            for (size_t i = 0; i < a->size(); ++i) EXPECT_TRUE((*a)[i].same_bits((*b)[i])) << "forward result " << i;
+          }
+          for (auto [a, b] : {std::pair{&grads.grad_inputs, &dense_grads.grad_inputs},
+                              {&grads.grad_initial_states, &dense_grads.grad_initial_states},
+                              {&grads.grad_params, &dense_grads.grad_params}}) {
+            for (size_t i = 0; i < a->size(); ++i) EXPECT_TRUE((*a)[i].same_bits((*b)[i])) << "gradient " << i;
+          }
+        }
       }
     }
   }
@@ -1085,8 +1148,8 @@ TEST_F(Validation, MissingDtypeNullAndStrides) {
   b.state_seqs[0].data = nullptr;
   expect_rejected(b, "state_seqs[0]", "null");
   b = forward_buffers();
-  b.inputs[0].strides = {1, 3, 6};  // a transposed view
-  expect_rejected(b, "inputs[0]", "expected a contiguous tensor");
+  b.inputs[0].strides = {16, -8, 1};
+  expect_rejected(b, "inputs[0]", "non-negative strides");
   b = forward_buffers();
   b.outputs[0].strides = {16, 8, 1};
   EXPECT_NO_THROW(validate(s_.program, b));
@@ -1096,8 +1159,87 @@ TEST_F(Validation, MissingDtypeNullAndStrides) {
   g.grad_params[1].strides = {4};  // size-1 dimensions may have any stride
   EXPECT_NO_THROW(validate(s_.program, g));
   g = backward_buffers();
-  g.saved[0].strides = {1, 1, 1};
-  expect_rejected(g, "saved[0]", "expected a contiguous tensor");
+  g.grad_inputs[0].strides = {1, 1, 1};
+  expect_rejected(g, "grad_inputs[0]", "expected a contiguous tensor");
+}
+
+// Read-only buffers may be strided views (ReadLayout), at most kMaxStridedReads in one call;
+// written ones, scalar parameters and gradients (but for the broadcast sequence gradients) not.
+TEST_F(Validation, StridedReadsOnlyWhereAllowed) {
+  SCOPED_TRACE(rng_.trace());
+  ForwardBuffers b = forward_buffers();
+  b.inputs[0].strides = {1, 3, 6};  // transposed
+  b.inputs[1].strides = {0, 8, 1};  // the same each step
+  b.initial_states[0].strides = {0, 1};  // one value per channel
+  b.params[0].strides = {0, 0};  // per neuron: one value for all
+  EXPECT_NO_THROW(validate(s_.program, b));
+  BackwardBuffers g = backward_buffers();
+  g.saved[0].strides = {1, 1, 1};  // the per-step backward only reads what was saved
+  g.params[0].strides = {1, 2};
+  EXPECT_NO_THROW(validate(s_.program, g));
+  g.grad_final_states = {TensorView(grads_[0].data(), DType::F32, s_.neuron_shape, {0, 1}), TensorView()};
+  expect_rejected(g, "grad_final_states[0]", "expected a contiguous tensor");
+  g = backward_buffers();
+  g.grad_params[0].strides = {0, 1};
+  expect_rejected(g, "grad_params[0]", "expected a contiguous tensor");
+  // A strided view spans from its first element to its last: a written buffer may not overlap it.
+  b = forward_buffers();
+  b.inputs[0] = TensorView(b.outputs[0].data, DType::F32, b.inputs[0].shape, {0, 0, 0});
+  expect_rejected(b, "outputs[0]", "overlaps inputs[0]");
+
+  // kMaxStridedReads + 1 strided inputs.
+  std::string text = "neuron many\n";
+  std::string sum = "0";
+  for (int i = 0; i <= kMaxStridedReads; ++i) {
+    text += "input x" + std::to_string(i) + "\n";
+    sum += " + x" + std::to_string(i);
+  }
+  text += "state v = 0\noutput s\nv = v + " + sum + "\ns = spike(v - 1.0, atan(alpha = 2))\n";
+  const Program many = Program::from_text(text);
+  Buffer x(DType::F32, {1}), out(DType::F32, s_.seq_shape());
+  x.randomize(rng_, 0.0, 1.0);
+  ForwardBuffers m;
+  m.steps = s_.steps;
+  m.neuron_shape = s_.neuron_shape;
+  for (int i = 0; i <= kMaxStridedReads; ++i) m.inputs.push_back(TensorView(x.data(), DType::F32, s_.seq_shape(), {0, 0, 0}));
+  m.outputs = {out.view()};
+  try {
+    validate(many, m);
+    ADD_FAILURE() << "validate accepted " << kMaxStridedReads + 1 << " strided views";
+  } catch (const ArgumentError& e) {
+    EXPECT_EQ(e.argument(), "inputs[" + std::to_string(kMaxStridedReads) + "]") << e.what();
+    EXPECT_NE(std::string(e.what()).find("at most " + std::to_string(kMaxStridedReads) + " strided views"),
+              std::string::npos) << e.what();
+  }
+  Buffer dense(DType::F32, s_.seq_shape());
+  m.inputs.back() = dense.view();  // kMaxStridedReads strided views and a contiguous tensor
+  EXPECT_NO_THROW(validate(many, m));
+}
+
+// Dimensions of S merge where their strides chain (a broadcast run included); size-1 ones drop.
+TEST(ReadLayoutTest, MergesChainedDimensionsAndLimitsTheRest) {
+  ReadLayout l;
+  // [T, B, C, H, W] = [4, 2, 3, 5, 7] expanded from a per-step, per-channel [4, 1, 3, 1, 1].
+  ASSERT_TRUE(read_layout(TensorView(nullptr, DType::F32, {4, 2, 3, 5, 7}, {3, 0, 1, 0, 0}), true, &l));
+  EXPECT_EQ(l.step_stride, 3);
+  ASSERT_EQ(l.dims, 3);
+  EXPECT_EQ(l.sizes[0], 35);
+  EXPECT_EQ(l.strides[0], 0);
+  EXPECT_EQ(l.sizes[1], 3);
+  EXPECT_EQ(l.strides[1], 1);
+  EXPECT_EQ(l.sizes[2], 2);
+  EXPECT_EQ(l.strides[2], 0);
+  EXPECT_EQ(l.offset(2, 105 + 35 + 1), 2 * 3 + 1);  // step 2, neuron (b = 1, c = 1, hw = 1): channel 1
+  // Contiguous: one dimension; size-1 dimensions drop whatever their stride.
+  ASSERT_TRUE(read_layout(TensorView(nullptr, DType::F32, {2, 1, 6}, {6, 99, 1}), false, &l));
+  ASSERT_EQ(l.dims, 1);
+  EXPECT_EQ(l.sizes[0], 12);
+  EXPECT_EQ(l.strides[0], 1);
+  // Five dimensions that do not chain: one too many; a negative stride: none.
+  EXPECT_FALSE(read_layout(TensorView(nullptr, DType::F32, {2, 2, 2, 2, 2}, {1, 2, 4, 8, 16}), false, &l));
+  ASSERT_TRUE(read_layout(TensorView(nullptr, DType::F32, {2, 2, 2, 2}, {1, 2, 4, 8}), false, &l));
+  EXPECT_EQ(l.dims, 4);
+  EXPECT_FALSE(read_layout(TensorView(nullptr, DType::F32, {3, 2}, {2, -1}), false, &l));
 }
 
 // Only the CPU executor reads broadcast gradients; the GPU launcher validates without them.
@@ -1135,8 +1277,8 @@ TEST_F(Validation, BroadcastSequenceGradientsOnlyWhereAllowed) {
   g.grad_outputs[0].strides = {0, 0, 1};  // broadcast over part of S only
   rejected(g, "grad_outputs[0]", "broadcast over T and/or S");
   g = backward_buffers();
-  g.saved[0].strides = {0, 0, 0};  // saved values are never broadcasts
-  rejected(g, "saved[0]", "expected a contiguous tensor");
+  g.grad_params[0].strides = {0, 0};  // written gradients are contiguous
+  rejected(g, "grad_params[0]", "expected a contiguous tensor");
   // A broadcast of one value covers one element: a written buffer may not hold it, but may
   // start right after it. (Validation only; nothing runs on these pointers.)
   g = backward_buffers();

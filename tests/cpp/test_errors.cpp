@@ -105,12 +105,19 @@ TEST(Errors, OverlappingWrittenBuffersAreRejected) {
             "overlaps inputs[0]");
 }
 
-TEST(Errors, StridedBuffersAreRejected) {
+TEST(Errors, StridedBuffersAreRejectedWhereTheyCannotBeRead) {
   LifCall c;
-  // A transposed view of the same memory.
+  // A transposed view of the same memory: read in place as an input, refused as an output.
   c.f.inputs = {TensorView(c.x.data(), DType::F32, {LifCall::T, LifCall::N}, {1, LifCall::T})};
+  EXPECT_EQ(argument_message([&] { cpu::forward(c.lif, c.f); }), "(no ArgumentError)");
+  c.f.outputs = {TensorView(c.s.data(), DType::F32, {LifCall::T, LifCall::N}, {1, LifCall::T})};
   EXPECT_EQ(argument_message([&] { cpu::forward(c.lif, c.f); }),
-            "argument 'inputs[0]': expected a contiguous tensor, got float32[3, 8] with strides [1, 3]");
+            "argument 'outputs[0]': expected a contiguous tensor, got float32[3, 8] with strides [1, 3]");
+  LifCall d;
+  d.f.inputs = {TensorView(d.x.data(), DType::F32, {LifCall::T, LifCall::N}, {LifCall::N, -1})};
+  EXPECT_EQ(argument_message([&] { cpu::forward(d.lif, d.f); }),
+            "argument 'inputs[0]': expected a contiguous tensor or a strided view with non-negative strides whose "
+            "dimensions of S merge into at most 4 (kMaxReadDims), got float32[3, 8] with strides [8, -1]");
 }
 
 TEST(Errors, ShapeAndCountMismatches) {

@@ -146,6 +146,13 @@ struct Problem {
   std::vector<int64_t> neuron_shape;
   int64_t neurons = 0;
   std::vector<Buffer> inputs, initial_states, params;
+  // When not empty, the calls read these views instead of the buffers above (strided views of
+  // the same values: support/strided_views.h).
+  std::vector<TensorView> input_views, state_views, param_views;
+
+  std::vector<TensorView> read_inputs() { return input_views.empty() ? views(inputs) : input_views; }
+  std::vector<TensorView> read_states() { return state_views.empty() ? views(initial_states) : state_views; }
+  std::vector<TensorView> read_params() { return param_views.empty() ? views(params) : param_views; }
 
   std::vector<int64_t> seq_shape() const {
     std::vector<int64_t> s = {steps};
@@ -162,7 +169,7 @@ struct Problem {
 
 inline Problem make_problem(const Program& p, int64_t steps, std::vector<int64_t> neuron_shape, DType dtype,
                      Random& rng, bool with_initial_states = true) {
-  Problem s{p, 0x5eed5eed, steps, std::move(neuron_shape), 1, {}, {}, {}};
+  Problem s{p, 0x5eed5eed, steps, std::move(neuron_shape), 1, {}, {}, {}, {}, {}, {}};
   for (int64_t d : s.neuron_shape) s.neurons *= d;
   const ir::Step& f = p.forward();
   for (int i = 0; i < f.num_inputs; ++i) {
@@ -226,9 +233,9 @@ inline ForwardRun run_forward(Problem& s, const ForwardRequest& q) {
   ForwardBuffers fb;
   fb.steps = s.steps;
   fb.neuron_shape = s.neuron_shape;
-  fb.inputs = views(s.inputs);
-  fb.initial_states = views(s.initial_states);
-  fb.params = views(s.params);
+  fb.inputs = s.read_inputs();
+  fb.initial_states = s.read_states();
+  fb.params = s.read_params();
   fb.outputs = views(r.outputs);
   fb.state_seqs = views(r.state_seqs);
   fb.final_states = views(r.final_states);
@@ -263,14 +270,20 @@ inline BackwardRun run_backward(Problem& s, std::vector<Buffer>& saved, Upstream
   bb.steps = s.steps;
   bb.neuron_shape = s.neuron_shape;
   bb.saved = views(saved);
-  bb.params = views(s.params);
+  if (checkpoint_every == 0 && !s.input_views.empty()) {  // a saved input is the input as the forward read it
+    const std::vector<int>& input_of = s.program.saved_inputs(false);
+    for (size_t i = 0; i < bb.saved.size(); ++i) {
+      if (input_of[i] >= 0) bb.saved[i] = s.input_views[static_cast<size_t>(input_of[i])];
+    }
+  }
+  bb.params = s.read_params();
   bb.grad_outputs = optional_views(up.grad_outputs);
   bb.grad_state_seqs = optional_views(up.grad_state_seqs);
   bb.grad_final_states = optional_views(up.grad_final_states);
   bb.grad_inputs = views(r.grad_inputs);
   bb.grad_initial_states = views(r.grad_initial_states);
   bb.grad_params = views(r.grad_params);
-  if (checkpoint_every > 0) bb.inputs = views(s.inputs);
+  if (checkpoint_every > 0) bb.inputs = s.read_inputs();
   bb.checkpoint_every = checkpoint_every;
   if (s.program.uses_random() && checkpoint_every > 0) bb.seed = &s.seed;
   cpu::backward(s.program, bb, options);
