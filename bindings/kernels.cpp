@@ -1,7 +1,8 @@
 // Kernel calls on caller-owned memory. Every buffer is described from Python as
 // (data_ptr: int, dtype code: int, shape: list[int], strides: list[int]) or None when an
 // optional buffer is absent; empty strides mean contiguous (validation says which buffers may have
-// others: only the CPU backward's broadcast sequence gradients). Dtype codes follow
+// others: read-only ones, see ReadLayout in spikejit/buffers.h, and the backward's broadcast
+// sequence gradients). Dtype codes follow
 // spikejit::DType: 0 float32, 1 float64, 2 float16, 3 bfloat16. Bit-packed buffers (uint8
 // [T, ceil(N / 8)]: `packed_outputs`, `packed_saved`) are (data_ptr, shape, strides) or None. The
 // GIL is released while a kernel runs. `checkpoint_every` and `pack_spikes` are the save policy of
@@ -254,6 +255,16 @@ void bind_kernels(nb::module_& m) {
         "step, in `dtype`, `input` >= 0 for a saved input the forward does not write, `packed`: "
         "uint8 [T, ceil(N / 8)] bits with pack_spikes; k: one [ceil(T/k), *S] checkpoint per state, "
         "compute dtype, input -1).");
+  m.attr("MAX_STRIDED_READS") = kMaxStridedReads;
+  m.def(
+      "reads_in_place",
+      [](const Shape& shape, const Shape& strides, bool sequence) {
+        ReadLayout layout;
+        return read_layout(TensorView(nullptr, DType::F32, shape, strides), sequence, &layout);
+      },
+      "shape"_a, "strides"_a, "sequence"_a,
+      "Whether the kernels read a read-only buffer of this shape and strides (elements; a [T, *S] "
+      "`sequence`, else [*S]) in place: spikejit::read_layout. At most MAX_STRIDED_READS per call.");
   m.attr("MAX_CHECKPOINT_EVERY") = kMaxCheckpointEvery;
   m.attr("AUTO_CHECKPOINT_EVERY") = kAutoCheckpointEvery;
   m.attr("AUTO_CHECKPOINT_MIN_STEPS") = kAutoCheckpointMinSteps;

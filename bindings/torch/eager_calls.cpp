@@ -36,15 +36,17 @@ namespace {
 
 using Handles = std::vector<nb::handle>;
 
-// A forward call on torch tensors: its arguments as the core's views (through contiguous copies
-// where needed, kept with the call) and the buffers it writes, made like its first input.
+// A forward call on torch tensors: its arguments as the core's views (read where they lie, or
+// through contiguous copies kept with the call: read_view) and the buffers it writes, made like its
+// first input.
 struct EagerForward {
   std::vector<at::Tensor> inputs, init_states, params;
   at::Tensor seed;  // undefined unless the program draws random numbers
   at::TensorOptions options;
   std::vector<int64_t> seq_shape, neuron_shape;
   ForwardBuffers buffers;
-  std::vector<at::Tensor> read;  // contiguous copies of the arguments, alive until the kernels ran
+  std::vector<at::Tensor> read;  // the arguments as read (copies too), alive until the kernels ran
+  int strided_left = kMaxStridedReads;
 
   EagerForward(const Program& program, const Handles& inputs_in, const Handles& init_states_in,
                const Handles& params_in, std::optional<nb::handle> seed_in)
@@ -59,15 +61,9 @@ struct EagerForward {
     buffers.steps = seq_shape[0];
     buffers.neuron_shape = neuron_shape;
     buffers.seed = seed.defined() ? seed.data_ptr() : nullptr;
-    for (const at::Tensor& t : inputs) buffers.inputs.push_back(read_view(t));
-    for (const at::Tensor& t : init_states) buffers.initial_states.push_back(read_view(t));
-    for (const at::Tensor& t : params) buffers.params.push_back(read_view(t));
-  }
-
-  TensorView read_view(const at::Tensor& t) {
-    at::AutoGradMode no_grad(false);  // (a contiguous copy of an argument is not part of any graph)
-    read.push_back(t.defined() ? t.contiguous() : t);
-    return view_of(read.back());
+    for (const at::Tensor& t : inputs) buffers.inputs.push_back(read_view(t, true, strided_left, read));
+    for (const at::Tensor& t : init_states) buffers.initial_states.push_back(read_view(t, false, strided_left, read));
+    for (const at::Tensor& t : params) buffers.params.push_back(read_view(t, false, strided_left, read));
   }
 
   at::Tensor new_sequence() const { return empty_buffer(seq_shape, options); }

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/util/accumulate.h>
@@ -44,6 +45,23 @@ TensorView view_of(const at::Tensor& t) {
 PackedView packed_view_of(const at::Tensor& t) {
   return PackedView(t.data_ptr(), t.sizes().vec(), t.is_contiguous() ? std::vector<int64_t>()
                                                                       : t.strides().vec());
+}
+
+TensorView read_view(const at::Tensor& t, bool sequence, int& strided_left, std::vector<at::Tensor>& kept) {
+  if (!t.defined() || t.is_contiguous()) {
+    kept.push_back(t);
+    return view_of(t);
+  }
+  TensorView view = view_of(t);
+  ReadLayout layout;
+  if (strided_left > 0 && read_layout(view, sequence, &layout)) {
+    --strided_left;
+    kept.push_back(t);
+    return view;
+  }
+  at::AutoGradMode no_grad(false);  // (a contiguous copy of an argument is not part of any graph)
+  kept.push_back(t.contiguous());
+  return view_of(kept.back());
 }
 
 at::Tensor empty_buffer(at::IntArrayRef shape, const at::TensorOptions& options) {

@@ -68,9 +68,13 @@ struct TrainingNode final : torch::autograd::Node {
   variable_list apply(variable_list&& grads) override {
     const auto ptr = shared_from_this();
     std::vector<at::Tensor> saved_tensors, param_tensors;
-    for (auto& s : saved) saved_tensors.push_back(s.unpack(ptr).contiguous());
-    for (auto& p : params) param_tensors.push_back(p.unpack(ptr).contiguous());
+    for (auto& s : saved) saved_tensors.push_back(s.unpack(ptr));
+    for (auto& p : params) param_tensors.push_back(p.unpack(ptr));
     at::Tensor seed_tensor = seed ? seed->unpack(ptr) : at::Tensor();
+    // Saved inputs and parameters as the forward read them (strided views in place: read_view).
+    std::vector<at::Tensor> read;
+    int strided_left = kMaxStridedReads;
+    auto read_at = [&](const at::Tensor& t, bool sequence) { return read_view(t, sequence, strided_left, read); };
 
     const std::vector<int64_t> neuron_shape(seq_shape.begin() + 1, seq_shape.end());
     BackwardBuffers b;
@@ -80,16 +84,16 @@ struct TrainingNode final : torch::autograd::Node {
     b.checkpoint_every = spec.checkpoint_every;
     if (spec.checkpoint_every > 0) {
       for (int j = 0; j < spec.num_states; ++j) b.saved.push_back(view_of(saved_tensors[j]));
-      for (size_t j = spec.num_states; j < saved_tensors.size(); ++j) b.inputs.push_back(view_of(saved_tensors[j]));
+      for (size_t j = spec.num_states; j < saved_tensors.size(); ++j) b.inputs.push_back(read_at(saved_tensors[j], true));
     } else {
       // Packed or not, each saved value keeps its place in both lists (absent in the other).
       for (size_t j = 0; j < saved_tensors.size(); ++j) {
         const bool packed = !spec.saved_packed.empty() && spec.saved_packed[j];
-        b.saved.push_back(packed ? TensorView() : view_of(saved_tensors[j]));
+        b.saved.push_back(packed ? TensorView() : read_at(saved_tensors[j], true));
         if (!spec.saved_packed.empty()) b.packed_saved.push_back(packed ? packed_view_of(saved_tensors[j]) : PackedView());
       }
     }
-    for (const at::Tensor& p : param_tensors) b.params.push_back(view_of(p));
+    for (const at::Tensor& p : param_tensors) b.params.push_back(read_at(p, false));
     std::vector<at::Tensor> kept;  // gradients copied into the layout the kernels read, alive until they ran
     // A sequence gradient the kernels read as it lies (sequence_layout: contiguous, or the
     // expanded gradient of y.sum()) is not copied; any other layout is.

@@ -397,6 +397,27 @@ def _contiguous(tensors):
     return [t if t is None or t.is_contiguous() else t.contiguous() for t in tensors]
 
 
+class _StridedReads:
+    """The read-only arguments of one call as the kernels read them: contiguous, or strided views
+    read in place (spikejit::read_layout: broadcasts, slices, transposes) while the call has room
+    for one more (_core.MAX_STRIDED_READS), else contiguous copies."""
+
+    def __init__(self):
+        self.left = _core.MAX_STRIDED_READS
+
+    def __call__(self, tensors, sequence: bool):
+        if not tensors:
+            return tensors
+        return [t if t is None or t.is_contiguous() or self._in_place(t, sequence) else t.contiguous()
+                for t in tensors]
+
+    def _in_place(self, t: Tensor, sequence: bool) -> bool:
+        if self.left == 0 or not _core.reads_in_place(list(t.shape), list(t.stride()), sequence):
+            return False
+        self.left -= 1
+        return True
+
+
 def _reads_in_place(g: Tensor) -> bool:
     """Whether the backward kernels read this [T, *S] gradient as it is: stride 0 over T and/or
     over every dimension of S, the rest row-major (SequenceLayout in spikejit/buffers.h). That is
@@ -519,8 +540,9 @@ def inference(handle: int, inputs, init_states, params, store_state_seqs: bool, 
     full, bits = outputs, ()
     if packed_outputs:
         full, bits = _split_by_mask(outputs, _packed_flags(counts, packed_outputs))
-    _launch_forward(program, inputs[0].device, seq_shape, _contiguous(inputs), _contiguous(init_states),
-                    _contiguous(params), full, state_seqs, final_states, (), packed_outputs=bits,
+    read = _StridedReads()
+    _launch_forward(program, inputs[0].device, seq_shape, read(inputs, True), read(init_states, False),
+                    read(params, False), full, state_seqs, final_states, (), packed_outputs=bits,
                     seed=seed if counts.random else None)
     return outputs + state_seqs + final_states
 
@@ -631,8 +653,9 @@ class TrainingCall:
             full_saved = all_saved(self.plan, saved, [None] * counts.inputs)
             if self.saved_packed is not None:
                 full_saved, bit_saved = _split_by_mask(full_saved, self.saved_packed)
-        _launch_forward(self.program, x.device, seq_shape, _contiguous(inputs), _contiguous(init_states),
-                        _contiguous(params), full_outputs, state_seqs, final_states, full_saved,
+        read = _StridedReads()
+        _launch_forward(self.program, x.device, seq_shape, read(inputs, True), read(init_states, False),
+                        read(params, False), full_outputs, state_seqs, final_states, full_saved,
                         self.checkpoint_every, bit_outputs, bit_saved, self.pack_spikes,
                         seed if counts.random else None)
         return outputs + final_states + state_seqs + saved
@@ -673,10 +696,12 @@ class TrainingCall:
         grad_params = [_dense_like(p) if wanted is None or wanted[ni + ns + k] else None
                        for k, p in enumerate(params)]
         program = self.program
-        _launch_backward(program, device, seq_shape, _contiguous(saved), _contiguous(params),
+        read = _StridedReads()
+        read_saved = _contiguous(saved) if self.checkpoint_every > 0 else read(saved, True)
+        _launch_backward(program, device, seq_shape, read_saved, read(params, False),
                          _sequence_grads(grad_outputs), _sequence_grads(grad_state_seqs),
                          _contiguous(grad_final_states), grad_inputs, grad_states, grad_params,
-                         _contiguous(inputs), self.checkpoint_every, _contiguous(bits), self.pack_spikes,
+                         read(inputs, True), self.checkpoint_every, _contiguous(bits), self.pack_spikes,
                          self.backward_workspace(program, device, seq_shape), seed if counts.random else None)
         return grad_inputs + grad_states + grad_params
 

@@ -300,6 +300,64 @@ Family read_grad_family(const std::string& name, std::mt19937_64& rng, DType d, 
   return f;
 }
 
+// How strided_read_family lays out a read-only buffer on both sides (ReadLayout): the same values
+// each step (a [*S] tensor; [*S] buffers: every other element), one value per index of the last
+// dimension of S (per step), every other element, one value per step (per buffer).
+constexpr int kStridedLayouts = 4;
+
+// Read by the kernels through strided views of compact tensors, on the GPU and the CPU alike
+// (both read strided views; the CPU executor's own tests check its reads against dense
+// copies). `sequence`: the shapes are [T, *S]. One-element buffers (scalar parameters) stay plain.
+Family strided_read_family(const std::string& name, std::mt19937_64& rng, DType d,
+                           const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& present,
+                           float lo, float hi, int offset, int layout, bool sequence) {
+  Family f = read_family(name, rng, d, shapes, present, lo, hi, offset);
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const std::vector<int64_t>& shape = shapes[i];
+    f.view_shapes.push_back({});
+    f.view_strides.push_back({});
+    if (!present[i] || numel_of(shape) <= 1 || shape.size() < (sequence ? 2u : 1u)) continue;
+    const size_t first = sequence ? 1 : 0;
+    const int64_t last = shape.back(), neurons = numel_of(std::vector<int64_t>(shape.begin() + first, shape.end()));
+    std::vector<int64_t> strides(shape.size(), 0);
+    int64_t compact = 0;
+    const int pick = !sequence && layout == 0 ? 2 : layout;
+    if (pick == 0 || pick == 2) {  // contiguous strides of S (doubled for every other element)
+      int64_t stride = pick == 2 ? 2 : 1;
+      for (size_t k = shape.size(); k-- > first;) {
+        strides[k] = stride;
+        stride *= shape[k];
+      }
+      if (sequence) strides[0] = pick == 0 ? 0 : 2 * neurons;
+      compact = (pick == 2 ? 2 : 1) * (pick == 2 && sequence ? shape[0] : 1) * neurons;
+    } else if (pick == 1) {
+      strides.back() = 1;
+      if (sequence) strides[0] = last;
+      compact = (sequence ? shape[0] : 1) * last;
+    } else {
+      if (sequence) strides[0] = 1;
+      compact = sequence ? shape[0] : 1;
+    }
+    HostTensor storage = random_tensor(rng, d, {compact}, lo, hi);
+    HostTensor dense(d, shape);
+    std::vector<int64_t> index(shape.size(), 0);
+    for (int64_t e = 0; e < dense.numel(); ++e) {
+      int64_t at = 0;
+      for (size_t k = 0; k < shape.size(); ++k) at += index[k] * strides[k];
+      dense.set(e, storage.get(at));
+      for (size_t k = shape.size(); k-- > 0;) {
+        if (++index[k] < shape[k]) break;
+        index[k] = 0;
+      }
+    }
+    f.host[i] = std::move(dense);
+    f.device[i] = std::make_unique<DeviceTensor>(storage, offset);
+    f.view_shapes.back() = shape;
+    f.view_strides.back() = strides;
+  }
+  return f;
+}
+
 // Written by the kernel: zeros for the CPU, poison on the GPU.
 Family written_family(const std::string& name, DType d, const std::vector<std::vector<int64_t>>& shapes,
                       const std::vector<bool>& present, int offset) {
@@ -476,6 +534,9 @@ struct Job {
   bool packed_only = false;
   // Training forward / backward, per step: the pack_spikes save policy.
   bool pack_spikes = false;
+  // >= 0: inputs, initial states and per-neuron parameters are strided views (layout of
+  // strided_read_family), and so are the saved inputs of a per-step backward on the GPU.
+  int strided_layout = -1;
 
   // Whether the pack_spikes policy changes the kernels (as spikejit::cuda decides).
   bool packs_saved_spikes() const {
@@ -500,6 +561,10 @@ struct Job {
       s.grad_output_layouts = grad_output_layouts;
       s.grad_state_seq_layouts = grad_state_seq_layouts;
       s.pack_spikes = packs_saved_spikes();
+      if (strided_layout >= 0) {
+        if (checkpoint_every > 0) s.strided_inputs = strided_mask(program->forward().num_inputs);
+        if (checkpoint_every == 0) s.strided_saved = strided_saved_mask();
+      }
     } else {
       s.kind = training ? codegen::KernelKind::TrainingForward
                : final_states ? codegen::KernelKind::InferenceFinalState
@@ -508,8 +573,27 @@ struct Job {
       if (training) s.checkpoint_every = static_cast<int>(checkpoint_every);
       s.packed_outputs = packed_outputs;
       s.pack_spikes = training && packs_saved_spikes();
+      if (strided_layout >= 0) {
+        s.strided_inputs = strided_mask(program->forward().num_inputs);
+        s.strided_states = strided_mask(program->forward().num_states);  // (those given)
+      }
+    }
+    if (strided_layout >= 0) {
+      for (size_t i = 0; i < program->forward().params.size(); ++i) {
+        if (program->forward().params[i] == ir::ParamKind::PerNeuron) s.strided_params |= uint64_t{1} << i;
+      }
     }
     return s;
+  }
+  static uint64_t strided_mask(int count) { return (uint64_t{1} << count) - 1; }
+  // The per-step backward's saved values that are inputs (strided on the GPU), unless packed.
+  uint64_t strided_saved_mask() const {
+    uint64_t mask = 0;
+    const ir::Step& plan = program->backward(packs_saved_spikes());
+    for (size_t i = 0; i < plan.saved.size(); ++i) {
+      if (program->saved_inputs(packs_saved_spikes())[i] >= 0 && !plan.is_saved_packed(i)) mask |= uint64_t{1} << i;
+    }
+    return mask;
   }
   std::string describe() const {
     return label + " " + dtype_name(dtype) + " " + (backward ? "backward" : training ? "training" : "inference") +
@@ -518,7 +602,8 @@ struct Job {
            (grad_state_seqs ? " +grad_state_seqs" : "") + (grad_final_states ? " +grad_final_states" : "") +
            (offset ? " offset=" + std::to_string(offset) : "") +
            (checkpoint_every ? " checkpoint_every=" + std::to_string(checkpoint_every) : "") +
-           (packed_only ? " packed-only" : "") + (pack_spikes ? " pack_spikes" : "") + " " + spec().key();
+           (packed_only ? " packed-only" : "") + (pack_spikes ? " pack_spikes" : "") +
+           (strided_layout >= 0 ? " strided layout " + std::to_string(strided_layout) : "") + " " + spec().key();
   }
 };
 
@@ -580,6 +665,15 @@ Inputs make_inputs(const Job& job, std::mt19937_64& rng, bool initial_present) {
   std::vector<int64_t> seq = {job.steps};
   seq.insert(seq.end(), job.shape.begin(), job.shape.end());
   const std::vector<bool> init = initial_present ? some(rng, f.num_states) : all(f.num_states, false);
+  if (job.strided_layout >= 0) {
+    const int l = job.strided_layout;
+    return {strided_read_family("inputs", rng, job.dtype, repeat(f.num_inputs, seq), all(f.num_inputs, true), -1.0f,
+                                3.5f, job.offset, l, true),
+            strided_read_family("initial_states", rng, job.dtype, repeat(f.num_states, job.shape), init, -0.5f, 1.0f,
+                                job.offset, l, false),
+            strided_read_family("params", rng, job.dtype, param_shapes(p, job.shape), all(f.params.size(), true),
+                                -0.8f, 1.2f, job.offset, l, false)};
+  }
   return {read_family("inputs", rng, job.dtype, repeat(f.num_inputs, seq), all(f.num_inputs, true),
                       -1.0f, 3.5f, job.offset),
           read_family("initial_states", rng, job.dtype, repeat(f.num_states, job.shape), init, -0.5f, 1.0f,
@@ -751,6 +845,12 @@ void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
     b.grad_inputs = views(grad_inputs);
     b.grad_initial_states = views(grad_initial_states);
     b.grad_params = views(grad_params);
+    if (gpu && job.strided_layout >= 0 && job.checkpoint_every == 0) {  // a saved input is the input's view
+      const std::vector<TensorView> inputs = views(in.inputs);
+      for (size_t i = 0; i < b.saved.size(); ++i) {
+        if ((job.strided_saved_mask() >> i) & 1u) b.saved[i] = inputs[static_cast<size_t>(p.saved_inputs(job.pack_spikes)[i])];
+      }
+    }
     return b;
   };
   cpu::backward(p, buffers(false));
@@ -1109,6 +1209,31 @@ TEST_F(CudaKernels, BroadcastGradientsEqualTheirDenseCopies) {
           for (int i = 0; i < np->program.forward().num_states; ++i) j.grad_state_seq_layouts.push_back(random_layout());
         }
         jobs.push_back(j);
+      }
+    }
+  }
+  compile_all(jobs);
+  for (const Job& j : jobs) run_job(j, rng_);
+}
+
+// Inputs, initial states and per-neuron parameters read through strided views (and, in a
+// per-step backward, saved inputs through their input's view) give the CPU's results: every
+// layout, every kind, both variants (small and large N), checkpoints, zero steps.
+TEST_F(CudaKernels, StridedReadsEqualTheCpu) {
+  SCOPED_TRACE(trace());
+  const NamedProgram lif{"lif", Program(builtins::lif_neuron())};
+  const NamedProgram adaptive{"adaptive", Program::from_text(kMultiState)};
+  std::vector<Job> jobs;
+  for (const NamedProgram* np : {&lif, &adaptive}) {
+    for (DType d : {DType::F32, DType::F16, DType::BF16}) {
+      for (int layout = 0; layout < kStridedLayouts; ++layout) {
+        const bool large = (layout + static_cast<int>(d)) % 2 == 0;
+        for (Job j : jobs_for(*np, d, static_cast<size_t>(layout), large ? 300000 : 1, large ? 300011 : 3000)) {
+          j.strided_layout = layout;
+          if (j.training || j.backward) j.checkpoint_every = rng_() % 3 == 0 ? 1 + static_cast<int64_t>(rng_() % 6) : 0;
+          if (!j.backward && rng_() % 8 == 0) j.steps = 0;
+          jobs.push_back(j);
+        }
       }
     }
   }
