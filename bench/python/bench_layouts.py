@@ -1,4 +1,4 @@
-"""Channels-last activations through spikejit's neurons: in place against a copy, alone and in a network.
+"""Channels-last and strided arguments through spikejit's neurons: in place against a copy, alone and in a network.
 
     python3 bench/python/bench_layouts.py [--device cuda] [--steps-t 8] [--batch 32] [--channels 128] [--size 32]
 
@@ -7,8 +7,13 @@
    x before the call, what every call did before it ran in place (a copy of x, results contiguous).
    Milliseconds per call (CUDA events, median of bursts), inference and training (forward,
    backward against a gradient in x's layout), and the fraction of the measured copy bandwidth
-   for the minimal bytes (bench_common.minimal_bytes).
-2. A training step of a small channels-last spiking conv net (conv-BN-LIF twice, pooling,
+   for the minimal bytes (bench_common.minimal_bytes). Also an input repeated over T
+   (`frame.expand(T, ...)`: a strided view the kernels read in place, one frame of memory) against
+   its `contiguous()` copy.
+2. GatedLIFNode(T, inplane=C) on x: its seven per-channel gates and per-step conductance read in
+   place as broadcast views, against copying them to the neurons' shape first (what it did before
+   the kernels read strided views; here by patching its broadcast, in this process only).
+3. A training step of a small channels-last spiking conv net (conv-BN-LIF twice, pooling,
    linear; the model and its input in torch.channels_last), eager and torch.compile, with the
    neurons in place and with the copy path of before (selected by making the layout check answer
    "no layout", in this process only).
@@ -68,10 +73,13 @@ def neuron_rows(args, device):
     x = torch.randn(shape, device=device) + 0.5
     g = torch.randn(shape, device=device)
     node = spikejit.LIFNode(step_mode="m").to(device)
+    frame = x[0]
     inputs = {
         "contiguous": lambda: (x, g),
         "channels-last, in place": lambda: (channels_last(x), channels_last(g)),
         "channels-last, copied first": lambda: (channels_last(x), channels_last(g)),
+        "repeated over T, in place": lambda: (frame.expand(x.shape), g),
+        "repeated over T, copied first": lambda: (frame.expand(x.shape), g),
     }
     neurons = x[0].numel()
     bandwidth = cuda_copy_bandwidth(device, x.numel())
@@ -96,6 +104,43 @@ def neuron_rows(args, device):
             share = None if bandwidth is None else minimal_bytes(mode, args.steps_t, neurons, 4) / (ms * 1e-3) / bandwidth
             rows.append([mode, case, fmt(ms), "–" if share is None else f"{100 * share:.0f} %"])
     return rows, bandwidth
+
+
+@contextlib.contextmanager
+def glif_copies_gates():
+    """GatedLIFNode hands its gates and conductance over as contiguous copies."""
+    broadcast = spikejit.GatedLIFNode._per_neuron
+    spikejit.GatedLIFNode._per_neuron = lambda self, *a: broadcast(self, *a).contiguous()
+    try:
+        yield
+    finally:
+        spikejit.GatedLIFNode._per_neuron = broadcast
+
+
+def glif_rows(args, device):
+    shape = (args.steps_t, args.batch, args.channels, args.size, args.size)
+    x = torch.randn(shape, device=device) + 0.5
+    g = torch.randn(shape, device=device)
+    node = spikejit.GatedLIFNode(T=args.steps_t, inplane=args.channels).to(device)
+    xt = x.detach().requires_grad_()
+
+    def infer():
+        with torch.no_grad():
+            node.reset()
+            node(x)
+
+    def train():
+        node.reset()
+        node.zero_grad(set_to_none=True)
+        xt.grad = None
+        node(xt).backward(g)
+
+    rows = []
+    for path, context in (("in place", contextlib.nullcontext), ("copied first", glif_copies_gates)):
+        for mode, call in (("infer", infer), ("train", train)):
+            with context():
+                rows.append([mode, path, fmt(median_ms(call, device, args.calls, args.bursts))])
+    return rows
 
 
 class ConvSNN(nn.Module):
@@ -149,6 +194,8 @@ def main(argv=None):
     if bandwidth is not None:
         print(f"copy bandwidth: {bandwidth / 1e12:.2f} TB/s\n")
     print(markdown_table(["mode", "input", "ms per call", "of copy bandwidth"], rows))
+    print("\n## GatedLIFNode: per-channel gates and per-step conductance as broadcast views\n")
+    print(markdown_table(["mode", "gates", "ms per call"], glif_rows(args, device)))
     print("\n## A training step of a channels-last conv SNN (conv-BN-LIF x2, linear)\n")
     print(markdown_table(["mode", "neurons' layouts", "ms per step"], network_rows(args, device)))
 

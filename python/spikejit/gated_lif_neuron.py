@@ -12,7 +12,8 @@ sub-reset value (see neurons/gated_lif.sj). Every parameter goes through its sig
 parameters are those of SpikingJelly's module, by name and shape, so its state dict loads. Multi
 step only, over exactly T steps; the spike that gates the reset starts at 0 at every call, and v
 carries over until reset(), as there. The sigmoids, the per-channel broadcast and their
-gradients run in PyTorch; the T steps in one kernel.
+gradients run in PyTorch; the T steps in one kernel, which reads the broadcast gates and
+conductance where they lie (strided views, no copy to the neurons' shape).
 """
 import math
 from typing import Optional, Union

@@ -53,3 +53,11 @@ def pytest_configure(config):
 def random_input(*shape, device="cpu", dtype=torch.float32, scale=1.5):
     """Random currents around the threshold (never all zeros)."""
     return (torch.randn(*shape, dtype=torch.float64) * scale + 0.3).to(device=device, dtype=dtype)
+
+
+def copies_in(step):
+    """The names of the copying ATen ops that run during step()."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        step()
+    copying = {"aten::clone", "aten::copy_", "aten::contiguous", "aten::_to_copy"}
+    return sorted({event.key for event in profile.key_averages() if event.key in copying})

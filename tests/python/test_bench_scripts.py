@@ -138,6 +138,7 @@ def test_profile_save_policies_dry_run_measures_every_policy(neuron):
 def test_layout_bench_dry_run_measures_every_case():
     out = run_bench("bench_layouts.py", "--dry-run", "--device", "cpu")
     for row in ("| infer | channels-last, in place |", "| train | channels-last, copied first |",
+                "| train | repeated over T, in place |", "| infer | copied first |",
                 "| eager | in place |", "| compile | copied (before) |"):
         assert row in out, out
 

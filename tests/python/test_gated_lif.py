@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import spikejit
-from conftest import device_params, random_input
+from conftest import copies_in, device_params, random_input
 from module_checks import (assert_close_to_reference, backward_with_random_cotangents,
                            check_checkpoints_give_per_step_gradients, check_compiles_like_eager,
                            check_pickled_module_runs)
@@ -61,6 +61,20 @@ def test_matches_spikingjelly(opts, surrogate, device):
 @pytest.mark.parametrize("opts", CASES, ids=str)
 def test_float64_matches_spikingjelly(opts):
     compare(opts, torch.device("cpu"), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_gates_and_conductance_are_read_in_place(device):
+    """The per-channel gates and the per-step conductance reach the kernels as broadcast views:
+    no copy runs, forward or backward."""
+    node = spikejit.GatedLIFNode(T=4, inplane=3).to(device)
+    x = random_input(4, 2, 3, 5, 6, device=device).requires_grad_()
+    node(x).sum().backward()
+    node.reset()
+    assert copies_in(lambda: node(x).sum().backward()) == []
+    with torch.no_grad():
+        node.reset()
+        assert copies_in(lambda: node(x)) == []
 
 
 def test_v_carries_over_until_reset_as_in_spikingjelly():

@@ -7,7 +7,7 @@ import torch._dynamo
 from torch import nn
 
 import spikejit
-from conftest import device_params, random_input
+from conftest import copies_in, device_params, random_input
 
 T, B, C, H, W = 4, 3, 8, 5, 6
 
@@ -25,14 +25,6 @@ def layouts():
         "batch innermost": lambda x: x.permute(0, 2, 3, 4, 1).contiguous().permute(0, 4, 1, 2, 3),
         "time inside (copied)": lambda x: x.transpose(0, 1).contiguous().transpose(0, 1),
     }
-
-
-def copies_in(step):
-    """The names of the copying ATen ops that run during step()."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-        step()
-    copying = {"aten::clone", "aten::copy_", "aten::contiguous", "aten::_to_copy"}
-    return sorted({event.key for event in profile.key_averages() if event.key in copying})
 
 
 def nodes():

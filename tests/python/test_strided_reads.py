@@ -8,17 +8,9 @@ from torch import nn
 
 import spikejit
 from spikejit import _core, _kernel_calls
-from conftest import device_params, random_input
+from conftest import copies_in, device_params, random_input
 
 T, B, C, L = 5, 3, 8, 11
-
-
-def copies_in(step):
-    """The names of the copying ATen ops that run during step()."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-        step()
-    copying = {"aten::clone", "aten::copy_", "aten::contiguous", "aten::_to_copy"}
-    return sorted({event.key for event in profile.key_averages() if event.key in copying})
 
 
 def lif_run(x_seq, v0, g_s, g_v):
