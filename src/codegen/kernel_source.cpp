@@ -199,22 +199,22 @@ std::string constants(const KernelPlan& p) {
   unsigned long long strided_mask = 0;
   std::string slot_layouts = "{";
   int strided = 0;
-  for (size_t i = 0; i < static_cast<size_t>(kMaxBuffers); ++i) {
-    const bool is_strided = i < p.slots.size() && p.slots[i].strided;
+  for (size_t i = 0; i < p.slots.size(); ++i) {
+    const bool is_strided = p.slots[i].strided;
     if (is_strided) strided_mask |= 1ull << i;
     slot_layouts += (i ? ", " : "") + std::to_string(is_strided ? strided++ : -1);
   }
   slot_layouts += "}";
   std::string s;
   s += "\n// ---- this neuron and kernel ----------------------------------------------------------------\n";
-  s += "// Slots read through strided views (bit s: slot s), and the index of each one's layout.\n";
+  s += "// Slots read through strided views (bit s: slot s).\n";
   s += "[[maybe_unused]] constexpr unsigned long long kStridedSlots = " + hex64(strided_mask) + ";\n";
-  s += "[[maybe_unused]] constexpr int kSlotLayout[kMaxBuffers] = " + slot_layouts + ";\n";
   s += "struct SpikejitArgs {\n  long long steps;    // T\n  long long neurons;  // N\n  void* buffers[kMaxBuffers];\n";
-  if (strided > 0) s += "  SjReadLayout layouts[" + std::to_string(strided) + "];\n";
+  if (strided > 0) s += "  SjReadLayout layouts[" + std::to_string(strided) + "];  // of the strided slots, in order\n";
   s += "};\n";
   s += "// The layout of strided slot `slot` (never called for others).\n";
   if (strided > 0) {
+    s += "constexpr int kSlotLayout[kMaxBuffers] = " + slot_layouts + ";  // index in layouts, per slot\n";
     s += "__device__ __forceinline__ const SjReadLayout& slot_layout(const SpikejitArgs& a, int slot) {\n"
          "  return a.layouts[kSlotLayout[slot]];\n}\n";
   } else {

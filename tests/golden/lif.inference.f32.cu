@@ -22,10 +22,15 @@
 //   2: output 0 (s) [T, N]
 // ---- kernel ABI (shared with the runtime) ----------------------------------------------------
 constexpr int kMaxBuffers = 64;
-struct SpikejitArgs {
-  long long steps;    // T
-  long long neurons;  // N
-  void* buffers[kMaxBuffers];
+constexpr int kMaxReadDims = 4;
+// A strided view (spikejit::ReadLayout): element n (row-major over S) of step t is at
+// t * step_stride + sum_d (n / (sizes[0] ... sizes[d-1]) % sizes[d]) * strides[d], in elements.
+// SpikejitArgs (with the kernel's buffers, below) ends with one per strided slot.
+struct SjReadLayout {
+  long long step_stride;
+  long long dims;
+  long long sizes[kMaxReadDims];
+  long long strides[kMaxReadDims];
 };
 
 #define SJ_AT_LEAST_1(n) ((n) > 0 ? (n) : 1)
@@ -179,6 +184,29 @@ __device__ __forceinline__ void row_prefetch_l2(const void* base, long long offs
   if (base != nullptr) asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const T*>(base) + offset));
 }
 
+// Element n of step t of a strided view, in elements from its start.
+__device__ __forceinline__ long long strided_offset(const SjReadLayout& l, long long t, long long n) {
+  long long at = t * l.step_stride;
+#pragma unroll
+  for (int d = 0; d < kMaxReadDims; ++d) {
+    if (d < l.dims) {
+      at += n % l.sizes[d] * l.strides[d];
+      n /= l.sizes[d];
+    }
+  }
+  return at;
+}
+
+// This thread's elements n0 .. n0 + count - 1 of step t of a strided view (zero past count, like
+// row_load; a null base reads zeros).
+template <int EPT>
+__device__ __forceinline__ void strided_load(const void* base, const SjReadLayout& l, long long t, long long n0,
+                                             int count, Row<EPT>& r) {
+  const storage* p = static_cast<const storage*>(base);
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) r.v[e] = __ldg(base != nullptr && e < count ? p + strided_offset(l, t, n0 + e) : sj_zero_row);
+}
+
 // Rows of the compute type (checkpoints): element by element.
 template <int EPT>
 __device__ __forceinline__ void real_row_load(const void* base, long long offset, int count, real (&r)[EPT]) {
@@ -198,6 +226,16 @@ __device__ __forceinline__ void real_row_store(void* base, long long offset, int
 }
 
 // ---- this neuron and kernel ----------------------------------------------------------------
+// Slots read through strided views (bit s: slot s).
+[[maybe_unused]] constexpr unsigned long long kStridedSlots = 0x0ull;
+struct SpikejitArgs {
+  long long steps;    // T
+  long long neurons;  // N
+  void* buffers[kMaxBuffers];
+};
+// The layout of strided slot `slot` (never called for others).
+__device__ const SjReadLayout sj_no_layout = {};
+__device__ __forceinline__ const SjReadLayout& slot_layout(const SpikejitArgs&, int) { return sj_no_layout; }
 [[maybe_unused]] constexpr int kInputs = 1, kStates = 1, kOutputs = 1, kParams = 0, kSaved = 0;
 [[maybe_unused]] constexpr int kInputsA = SJ_AT_LEAST_1(kInputs), kStatesA = SJ_AT_LEAST_1(kStates),
                                kOutputsA = SJ_AT_LEAST_1(kOutputs), kParamsA = SJ_AT_LEAST_1(kParams),
@@ -296,13 +334,33 @@ __device__ __forceinline__ bool rows_aligned(const SpikejitArgs& a) {
   return bits == 0;
 }
 
+// This thread's elements of step t of a slot that is read (t = 0 for [N] buffers): a row, or
+// element by element through the slot's strided view.
+template <int EPT, bool VEC>
+__device__ __forceinline__ void slot_load(const SpikejitArgs& a, int slot, long long t, long long n0, int count,
+                                          Row<EPT>& r) {
+  if constexpr (kStridedSlots != 0) {
+    if ((kStridedSlots >> slot) & 1ull) {
+      strided_load<EPT>(a.buffers[slot], slot_layout(a, slot), t, n0, count, r);
+      return;
+    }
+  }
+  row_load<EPT, VEC>(a.buffers[slot], t * a.neurons + n0, count, r);
+}
+
+// Asks L2 for this thread's row of step t of a slot, unless it is read through a strided view.
+__device__ __forceinline__ void slot_prefetch_l2(const SpikejitArgs& a, int slot, long long t, long long n0) {
+  if (((kStridedSlots >> slot) & 1ull) == 0) row_prefetch_l2<storage>(a.buffers[slot], t * a.neurons + n0);
+}
+
+// [N] buffers (t = 0) of consecutive slots.
 template <int ROWS, int EPT, bool VEC>
-__device__ __forceinline__ void load_rows(const SpikejitArgs& a, int first_slot, long long offset, int count,
+__device__ __forceinline__ void load_rows(const SpikejitArgs& a, int first_slot, long long n0, int count,
                                           real (&out)[SJ_AT_LEAST_1(ROWS)][EPT]) {
 #pragma unroll
   for (int i = 0; i < ROWS; ++i) {
     Row<EPT> r;
-    row_load<EPT, VEC>(a.buffers[first_slot + i], offset, count, r);
+    slot_load<EPT, VEC>(a, first_slot + i, 0, n0, count, r);
 #pragma unroll
     for (int e = 0; e < EPT; ++e) out[i][e] = to_real(r.v[e]);
   }
@@ -333,7 +391,7 @@ __device__ __forceinline__ void load_params(const SpikejitArgs& a, long long n0,
       for (int e = 0; e < EPT; ++e) pr[i][e] = v;
     } else {
       Row<EPT> r;
-      row_load<EPT, VEC>(a.buffers[kSlotParam + i], n0, count, r);
+      slot_load<EPT, VEC>(a, kSlotParam + i, 0, n0, count, r);
 #pragma unroll
       for (int e = 0; e < EPT; ++e) pr[i][e] = to_real(r.v[e]);
     }
@@ -392,10 +450,10 @@ __device__ __forceinline__ int thread_elements(const SpikejitArgs& a, long long&
 
 // ---- forward -------------------------------------------------------------------------------
 template <int EPT, bool VEC>
-__device__ __forceinline__ void load_inputs(const SpikejitArgs& a, long long offset, int count,
+__device__ __forceinline__ void load_inputs(const SpikejitArgs& a, long long t, long long n0, int count,
                                             Row<EPT> (&rows)[kInputsA]) {
 #pragma unroll
-  for (int i = 0; i < kInputs; ++i) row_load<EPT, VEC>(a.buffers[kSlotInput + i], offset, count, rows[i]);
+  for (int i = 0; i < kInputs; ++i) slot_load<EPT, VEC>(a, kSlotInput + i, t, n0, count, rows[i]);
 }
 
 // One step t for the thread's elements n0 .. n0 + count - 1: stores the step's rows and updates
@@ -474,13 +532,12 @@ __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0
   load_params<EPT, VEC>(a, n0, count, pr);
   if (T > 0) {
     // Row t + DEPTH is loaded before step t runs (the last row again near the end).
-    const long long last_row = last * N + n0;
-    long long ahead_row = n0;
+    long long ahead = 0;
     Row<EPT> ring[DEPTH][kInputsA];
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
-      load_inputs<EPT, VEC>(a, ahead_row < last_row ? ahead_row : last_row, count, ring[d]);
-      ahead_row += N;
+      load_inputs<EPT, VEC>(a, ahead < last ? ahead : last, n0, count, ring[d]);
+      ++ahead;
     }
     for (long long t0 = 0; t0 < T; t0 += DEPTH) {
 #pragma unroll
@@ -489,15 +546,15 @@ __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0
         Row<EPT> xr[kInputsA];
 #pragma unroll
         for (int i = 0; i < kInputs; ++i) xr[i] = ring[d][i];
-        load_inputs<EPT, VEC>(a, ahead_row < last_row ? ahead_row : last_row, count, ring[d]);
+        load_inputs<EPT, VEC>(a, ahead < last ? ahead : last, n0, count, ring[d]);
         if constexpr (DEPTH > 1 && kRingL2Ahead > 0) {
-          const long long far = ahead_row + kRingL2Ahead * N;
-          if (far <= last_row) {
+          const long long far = ahead + kRingL2Ahead;
+          if (far <= last) {
 #pragma unroll
-            for (int i = 0; i < kInputs; ++i) row_prefetch_l2<storage>(a.buffers[kSlotInput + i], far);
+            for (int i = 0; i < kInputs; ++i) slot_prefetch_l2(a, kSlotInput + i, far, n0);
           }
         }
-        ahead_row += N;
+        ++ahead;
         if constexpr (kCheckpointEvery > 0) {
           constexpr int K = kCheckpointEvery > 0 ? kCheckpointEvery : 1;
           if (t < T && t % K == 0) {

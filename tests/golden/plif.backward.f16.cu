@@ -29,10 +29,15 @@
 //   8: workspace 0 [scalar params, blocks] double
 // ---- kernel ABI (shared with the runtime) ----------------------------------------------------
 constexpr int kMaxBuffers = 64;
-struct SpikejitArgs {
-  long long steps;    // T
-  long long neurons;  // N
-  void* buffers[kMaxBuffers];
+constexpr int kMaxReadDims = 4;
+// A strided view (spikejit::ReadLayout): element n (row-major over S) of step t is at
+// t * step_stride + sum_d (n / (sizes[0] ... sizes[d-1]) % sizes[d]) * strides[d], in elements.
+// SpikejitArgs (with the kernel's buffers, below) ends with one per strided slot.
+struct SjReadLayout {
+  long long step_stride;
+  long long dims;
+  long long sizes[kMaxReadDims];
+  long long strides[kMaxReadDims];
 };
 
 #define SJ_AT_LEAST_1(n) ((n) > 0 ? (n) : 1)
@@ -194,6 +199,29 @@ __device__ __forceinline__ void row_prefetch_l2(const void* base, long long offs
   if (base != nullptr) asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const T*>(base) + offset));
 }
 
+// Element n of step t of a strided view, in elements from its start.
+__device__ __forceinline__ long long strided_offset(const SjReadLayout& l, long long t, long long n) {
+  long long at = t * l.step_stride;
+#pragma unroll
+  for (int d = 0; d < kMaxReadDims; ++d) {
+    if (d < l.dims) {
+      at += n % l.sizes[d] * l.strides[d];
+      n /= l.sizes[d];
+    }
+  }
+  return at;
+}
+
+// This thread's elements n0 .. n0 + count - 1 of step t of a strided view (zero past count, like
+// row_load; a null base reads zeros).
+template <int EPT>
+__device__ __forceinline__ void strided_load(const void* base, const SjReadLayout& l, long long t, long long n0,
+                                             int count, Row<EPT>& r) {
+  const storage* p = static_cast<const storage*>(base);
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) r.v[e] = __ldg(base != nullptr && e < count ? p + strided_offset(l, t, n0 + e) : sj_zero_row);
+}
+
 // Rows of the compute type (checkpoints): element by element.
 template <int EPT>
 __device__ __forceinline__ void real_row_load(const void* base, long long offset, int count, real (&r)[EPT]) {
@@ -213,6 +241,16 @@ __device__ __forceinline__ void real_row_store(void* base, long long offset, int
 }
 
 // ---- this neuron and kernel ----------------------------------------------------------------
+// Slots read through strided views (bit s: slot s).
+[[maybe_unused]] constexpr unsigned long long kStridedSlots = 0x0ull;
+struct SpikejitArgs {
+  long long steps;    // T
+  long long neurons;  // N
+  void* buffers[kMaxBuffers];
+};
+// The layout of strided slot `slot` (never called for others).
+__device__ const SjReadLayout sj_no_layout = {};
+__device__ __forceinline__ const SjReadLayout& slot_layout(const SpikejitArgs&, int) { return sj_no_layout; }
 [[maybe_unused]] constexpr int kInputs = 1, kStates = 1, kOutputs = 1, kParams = 1, kSaved = 2;
 [[maybe_unused]] constexpr int kInputsA = SJ_AT_LEAST_1(kInputs), kStatesA = SJ_AT_LEAST_1(kStates),
                                kOutputsA = SJ_AT_LEAST_1(kOutputs), kParamsA = SJ_AT_LEAST_1(kParams),
@@ -359,13 +397,33 @@ __device__ __forceinline__ bool rows_aligned(const SpikejitArgs& a) {
   return bits == 0;
 }
 
+// This thread's elements of step t of a slot that is read (t = 0 for [N] buffers): a row, or
+// element by element through the slot's strided view.
+template <int EPT, bool VEC>
+__device__ __forceinline__ void slot_load(const SpikejitArgs& a, int slot, long long t, long long n0, int count,
+                                          Row<EPT>& r) {
+  if constexpr (kStridedSlots != 0) {
+    if ((kStridedSlots >> slot) & 1ull) {
+      strided_load<EPT>(a.buffers[slot], slot_layout(a, slot), t, n0, count, r);
+      return;
+    }
+  }
+  row_load<EPT, VEC>(a.buffers[slot], t * a.neurons + n0, count, r);
+}
+
+// Asks L2 for this thread's row of step t of a slot, unless it is read through a strided view.
+__device__ __forceinline__ void slot_prefetch_l2(const SpikejitArgs& a, int slot, long long t, long long n0) {
+  if (((kStridedSlots >> slot) & 1ull) == 0) row_prefetch_l2<storage>(a.buffers[slot], t * a.neurons + n0);
+}
+
+// [N] buffers (t = 0) of consecutive slots.
 template <int ROWS, int EPT, bool VEC>
-__device__ __forceinline__ void load_rows(const SpikejitArgs& a, int first_slot, long long offset, int count,
+__device__ __forceinline__ void load_rows(const SpikejitArgs& a, int first_slot, long long n0, int count,
                                           real (&out)[SJ_AT_LEAST_1(ROWS)][EPT]) {
 #pragma unroll
   for (int i = 0; i < ROWS; ++i) {
     Row<EPT> r;
-    row_load<EPT, VEC>(a.buffers[first_slot + i], offset, count, r);
+    slot_load<EPT, VEC>(a, first_slot + i, 0, n0, count, r);
 #pragma unroll
     for (int e = 0; e < EPT; ++e) out[i][e] = to_real(r.v[e]);
   }
@@ -396,7 +454,7 @@ __device__ __forceinline__ void load_params(const SpikejitArgs& a, long long n0,
       for (int e = 0; e < EPT; ++e) pr[i][e] = v;
     } else {
       Row<EPT> r;
-      row_load<EPT, VEC>(a.buffers[kSlotParam + i], n0, count, r);
+      slot_load<EPT, VEC>(a, kSlotParam + i, 0, n0, count, r);
 #pragma unroll
       for (int e = 0; e < EPT; ++e) pr[i][e] = to_real(r.v[e]);
     }
@@ -487,7 +545,7 @@ __device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, long long 
       if (is_packed_saved(i)) {
         packed_row_load<EPT>(a.buffers[kSlotSaved + i], t, n0, count, N, r.saved[i]);
       } else {
-        row_load<EPT, VEC>(a.buffers[kSlotSaved + i], t * N + n0, count, r.saved[i]);
+        slot_load<EPT, VEC>(a, kSlotSaved + i, t, n0, count, r.saved[i]);
       }
     }
   }
@@ -506,7 +564,7 @@ __device__ __forceinline__ void prefetch_step_rows_l2(const SpikejitArgs& a, lon
   const long long offset = t * a.neurons + n0;
 #pragma unroll
   for (int i = 0; i < kSaved; ++i) {
-    if (!is_packed_saved(i)) row_prefetch_l2<storage>(a.buffers[kSlotSaved + i], offset);
+    if (!is_packed_saved(i)) slot_prefetch_l2(a, kSlotSaved + i, t, n0);
   }
 #pragma unroll
   for (int i = 0; i < kOutputs; ++i) {
@@ -654,7 +712,7 @@ __device__ __forceinline__ void load_segment(const SpikejitArgs& a, long long se
   for (int u = 0; u < K; ++u) {
     if (s0 + u < a.steps) {
 #pragma unroll
-      for (int i = 0; i < kInputs; ++i) row_load<EPT, VEC>(a.buffers[kSlotInput + i], (s0 + u) * N + n0, count, r.x[u][i]);
+      for (int i = 0; i < kInputs; ++i) slot_load<EPT, VEC>(a, kSlotInput + i, s0 + u, n0, count, r.x[u][i]);
     }
   }
 }
@@ -710,7 +768,7 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
           if constexpr (kPrefetch) {
             xr[i] = cur.x[u][i];
           } else {
-            row_load<EPT, VEC>(a.buffers[kSlotInput + i], (s0 + u) * N + n0, count, xr[i]);
+            slot_load<EPT, VEC>(a, kSlotInput + i, s0 + u, n0, count, xr[i]);
           }
         }
         if constexpr (!kPrefetch && kL2Ahead > 0) {
@@ -718,7 +776,7 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
           const long long ahead = (seg - (u + kL2Ahead) / K) * K + (u + kL2Ahead) % K;
           if (ahead >= 0 && ahead < T) {
 #pragma unroll
-            for (int i = 0; i < kInputs; ++i) row_prefetch_l2<storage>(a.buffers[kSlotInput + i], ahead * N + n0);
+            for (int i = 0; i < kInputs; ++i) slot_prefetch_l2(a, kSlotInput + i, ahead, n0);
           }
         }
         real draws[kStreamsA][EPT];
