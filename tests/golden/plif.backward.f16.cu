@@ -199,27 +199,48 @@ __device__ __forceinline__ void row_prefetch_l2(const void* base, long long offs
   if (base != nullptr) asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const T*>(base) + offset));
 }
 
-// Element n of step t of a strided view, in elements from its start.
-__device__ __forceinline__ long long strided_offset(const SjReadLayout& l, long long t, long long n) {
-  long long at = t * l.step_stride;
+// The offset of neuron n within a step of a strided view (elements), and n's index along the
+// innermost merged dimension (`inner`). Integer division is tens of instructions, 64-bit division
+// many more: 32-bit where the values fit, as they do below 2^32 neurons.
+__device__ __forceinline__ long long strided_neuron_offset(const SjReadLayout& l, long long n, long long& inner) {
+  long long at = 0;
+  inner = 0;
 #pragma unroll
   for (int d = 0; d < kMaxReadDims; ++d) {
     if (d < l.dims) {
-      at += n % l.sizes[d] * l.strides[d];
-      n /= l.sizes[d];
+      const long long size = l.sizes[d];
+      long long quotient;
+      if ((((unsigned long long)n | (unsigned long long)size) >> 32) == 0) {
+        quotient = (long long)((unsigned)n / (unsigned)size);
+      } else {
+        quotient = n / size;
+      }
+      const long long index = n - quotient * size;
+      if (d == 0) inner = index;
+      at += index * l.strides[d];
+      n = quotient;
     }
   }
   return at;
 }
 
 // This thread's elements n0 .. n0 + count - 1 of step t of a strided view (zero past count, like
-// row_load; a null base reads zeros).
+// row_load; a null base reads zeros). One division chain for n0; the next elements step along the
+// innermost dimension while they stay on it.
 template <int EPT>
 __device__ __forceinline__ void strided_load(const void* base, const SjReadLayout& l, long long t, long long n0,
                                              int count, Row<EPT>& r) {
-  const storage* p = static_cast<const storage*>(base);
+  const storage* p = static_cast<const storage*>(base) + t * l.step_stride;
+  long long inner;
+  const long long first = strided_neuron_offset(l, n0, inner);
 #pragma unroll
-  for (int e = 0; e < EPT; ++e) r.v[e] = __ldg(base != nullptr && e < count ? p + strided_offset(l, t, n0 + e) : sj_zero_row);
+  for (int e = 0; e < EPT; ++e) {
+    long long at = first, unused;
+    if (e > 0 && l.dims > 0) {
+      at = inner + e < l.sizes[0] ? first + e * l.strides[0] : strided_neuron_offset(l, n0 + e, unused);
+    }
+    r.v[e] = __ldg(base != nullptr && e < count ? p + at : sj_zero_row);
+  }
 }
 
 // Rows of the compute type (checkpoints): element by element.
