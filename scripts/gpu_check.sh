@@ -15,7 +15,7 @@
 #
 # `--only PARTS` runs the build and the comma-separated parts named, for machines that limit a
 # command's time. Parts, with their time on one H100 host (16 cores) at 52c9862:
-#   cpp          ctest and compute-sanitizer                       about 3.5 min
+#   cpp          ctest and compute-sanitizer                       about 3.5-4 min
 #   python       pip install and the Python tests on CUDA          about 7 min
 #   bench        the kernels, the modules against SpikingJelly,
 #                the host time of a call, training memory          about 5 min

@@ -1228,7 +1228,7 @@ TEST_F(CudaKernels, StridedReadsEqualTheCpu) {
     for (DType d : {DType::F32, DType::F16, DType::BF16}) {
       for (int layout = 0; layout < kStridedLayouts; ++layout) {
         const bool large = (layout + static_cast<int>(d)) % 2 == 0;
-        for (Job j : jobs_for(*np, d, static_cast<size_t>(layout), large ? 300000 : 1, large ? 300011 : 3000)) {
+        for (Job j : jobs_for(*np, d, static_cast<size_t>(layout), large ? 100000 : 1, large ? 100011 : 3000)) {
           j.strided_layout = layout;
           if (j.training || j.backward) j.checkpoint_every = rng_() % 3 == 0 ? 1 + static_cast<int64_t>(rng_() % 6) : 0;
           if (!j.backward && rng_() % 8 == 0) j.steps = 0;
