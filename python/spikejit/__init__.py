@@ -35,6 +35,7 @@ from .ternary_neuron import TernaryIFNode, TernaryLIFNode
 from .readout_neuron import NonSpikingIFNode, NonSpikingLIFNode
 from .gated_lif_neuron import GatedLIFNode
 from .online_neurons import OTTTLIFNode, SLTTLIFNode
+from .simple_neuron import SimpleBaseNode, SimpleIFNode, SimpleLIFNode
 from .nn import PackedSpikeConv2d, PackedSpikeLinear, packed_spikes
 from .recompute import Recompute
 from .scan import (eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available,
@@ -48,7 +49,7 @@ __all__ = [
     "ComplementaryLIFNode", "KLIFNode", "CUBALIFNode", "LIAFNode", "GatedLIFNode", "RAFNode", "TernaryIFNode",
     "TernaryLIFNode",
     "NonSpikingIFNode", "NonSpikingLIFNode", "SLTTLIFNode", "OTTTLIFNode", "ActivationAwareIFNode",
-    "HalfThresholdIFNode", "STBIFNode",
+    "HalfThresholdIFNode", "STBIFNode", "SimpleBaseNode", "SimpleIFNode", "SimpleLIFNode",
     "FlexSN", "FlexSNKernel",
     "multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step", "plif_multi_step",
     "eager_scan", "eager_scan_final_state", "lowerable_scan", "lowerable_scan_final_state",

@@ -14,6 +14,13 @@ from conftest import random_input
 from spikingjelly.activation_based import functional as sj_functional
 
 T = 6
+class _SimpleQuadratic(spikejit.SimpleBaseNode):
+    """A SimpleBaseNode subclass, as its users write them."""
+
+    def neuronal_charge(self, x):
+        self.v = self.v + 0.1 * self.v * self.v + x
+
+
 MODULES = {
     "IFNode": lambda: spikejit.IFNode(step_mode="m"),
     "LIFNode": lambda: spikejit.LIFNode(step_mode="m"),
@@ -38,6 +45,9 @@ MODULES = {
                                                                     channel_dim=1, step_mode="m"),
     "HalfThresholdIFNode": lambda: spikejit.HalfThresholdIFNode(step_mode="m"),
     "STBIFNode": lambda: spikejit.STBIFNode(q_threshold=0.1, level=16, sym=True, step_mode="m"),
+    "SimpleBaseNode": lambda: _SimpleQuadratic(step_mode="m"),
+    "SimpleIFNode": lambda: spikejit.SimpleIFNode(step_mode="m"),
+    "SimpleLIFNode": lambda: spikejit.SimpleLIFNode(tau=2.0, decay_input=True, step_mode="m"),
 }
 SINGLE_STEP = {"SLTTLIFNode", "OTTTLIFNode"}
 
