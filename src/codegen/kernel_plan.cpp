@@ -119,7 +119,7 @@ void mark_strided(KernelPlan& p) {
                           "mask " + std::to_string(g.mask));
     }
     for (BufferSlot& slot : p.slots) {
-      if (slot.role != g.role || ((g.mask >> slot.index) & 1u) == 0) continue;
+      if (slot.role != g.role || slot.index >= 64 || ((g.mask >> slot.index) & 1u) == 0) continue;
       if (slot.scalar_param || slot.packed) {
         throw ArgumentError(g.name, "strided views of per-neuron buffers only",
                             "bit " + std::to_string(slot.index) + ", a scalar parameter or packed value");

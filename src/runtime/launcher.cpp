@@ -29,10 +29,12 @@ struct SpikejitArgs {
 };
 static_assert(sizeof(ReadLayout) == sizeof(long long) * (2 + 2 * kMaxReadDims), "SjReadLayout's fields");
 
-// Bit i: views[i] is present and not contiguous (validate() accepted it as a strided view).
+// Bit i: views[i] is present and not contiguous (validate() accepted it as a strided view). A
+// kernel has at most kMaxBuffers (64) slots, so that later entries cannot run anyway (plan_kernel
+// names the program).
 uint64_t strided_mask(const std::vector<TensorView>& views) {
   uint64_t mask = 0;
-  for (size_t i = 0; i < views.size(); ++i) {
+  for (size_t i = 0; i < views.size() && i < 64; ++i) {
     if (views[i].present && !views[i].is_contiguous()) mask |= uint64_t{1} << i;
   }
   return mask;
