@@ -50,6 +50,7 @@ from torch import Tensor
 
 from . import _core, _kernel_calls
 from ._func_transforms import FuncInference, FuncTraining, refuse_second_derivative, transforms_active
+from ._layout import memory_order
 from ._kernel_calls import (ActiveReference, check_call, check_strided, current_stream, describe, inference,
                             inference_buffers, keep_for_backward, neurons_of, output_gradients, program_counts,
                             resolve_checkpoint_every, row_bytes, saved_for_backward, seed_for_backward, seed_tensors,
@@ -327,7 +328,8 @@ _PLAIN_TYPES = (Tensor, torch.nn.Parameter)
 
 def is_plain_eager(inputs, init_states, params) -> bool:
     """Whether a call can go straight to the C++ calls (run_plain): plain tensors (None states
-    too), none left over from a finished torch.func transform, inputs[0] contiguous; outside
+    too), none left over from a finished torch.func transform, inputs[0] contiguous or strided
+    but not a permuted dense layout (those run in their memory order, see _layout); outside
     torch.compile, tensor subclasses and modes, torch.func transforms and forward-mode AD. The
     layers of run_neuron each ask part of this; asking once saves 5-7 µs of a small call, which is
     bound by the host (docs/benchmarks.md)."""
@@ -339,7 +341,7 @@ def is_plain_eager(inputs, init_states, params) -> bool:
             if t is not None and (type(t) not in _PLAIN_TYPES or _is_functorch_wrapped(t)):
                 return False
     x = inputs[0] if len(inputs) > 0 else None
-    return x is not None and x.layout is torch.strided and x.is_contiguous()
+    return x is not None and x.layout is torch.strided and (x.is_contiguous() or memory_order(x) is None)
 
 
 def run_plain(handle: int, num_outputs: int, num_states: int, inputs, init_states, params, store_state_seqs: bool,

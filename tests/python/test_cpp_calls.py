@@ -274,7 +274,9 @@ def test_calls_the_layers_must_see_are_not_plain():
     """The gate of the plain path closes for what only the layers handle."""
     x, v = random_input(4, 8), random_input(8)
     assert ops.is_plain_eager([x], [v, None], [torch.nn.Parameter(torch.ones(()))])
-    assert not ops.is_plain_eager([x.t()], [], [])                       # memory order: permuted views
+    permuted = random_input(4, 3, 8).permute(0, 2, 1)
+    assert not ops.is_plain_eager([permuted], [], [])                    # memory order: permuted views
+    assert ops.is_plain_eager([x.t()], [], []) and ops.is_plain_eager([x[0].expand(4, 8)], [], [])  # strided
     assert not ops.is_plain_eager([x.to_sparse()], [], [])               # the layers name the bad layout
     assert not ops.is_plain_eager([x], [[0.0]], [])                      # not a tensor: the checks name it
     with torch.autograd.forward_ad.dual_level():                          # forward-mode tangents
