@@ -3,10 +3,13 @@
 C++) and the Python one (SPIKEJIT_CPP_CALLS=0), side by side in one process, alternated.
 
     .venv/bin/python bench/python/bench_host_paths.py [--device cpu] [--steps 1] [--neurons 16]
+        [--input contiguous|repeated]
 
 At these sizes a step is bound by the host. Printed per path: best-of-bursts µs per call of the
 training forward (x requires grad), of the forward plus y.sum().backward(), and of inference
 under torch.no_grad(), each followed by the module's reset; one row per path and round.
+`--input repeated`: x is one step's values expanded over T (a strided view the kernels read in
+place), not a contiguous [T, N] tensor.
 """
 import argparse
 import os
@@ -28,6 +31,8 @@ def parse_args(argv=None):
     parser.add_argument("--bursts", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=2, help="alternations of the two paths")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    parser.add_argument("--input", choices=("contiguous", "repeated"), default="contiguous",
+                        help="x as a [T, N] tensor, or one step expanded over T")
     args = parser.parse_args(argv)
     for name in ("steps", "neurons", "calls", "bursts", "rounds", "threads"):
         if getattr(args, name) < 1:
@@ -42,13 +47,14 @@ def best_us(call, device, calls, bursts):
     return min(burst_ms(call, device, calls) for _ in range(bursts)) * 1e3
 
 
-def calls_of(node, x):
+def calls_of(node, x, leaf):
+    """The timed calls on x, whose gradient reaches `leaf` (x itself, or what it expands)."""
     def train_forward():
         node(x)
         node.reset()
 
     def train_step():
-        x.grad = None
+        leaf.grad = None
         node(x).sum().backward()
         node.reset()
 
@@ -66,10 +72,15 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     node = spikejit_node(args.neuron, device, torch.float32)
-    x = torch.randn(args.steps, args.neurons, device=device).requires_grad_()
-    calls = calls_of(node, x)
+    if args.input == "repeated":
+        leaf = torch.randn(args.neurons, device=device).requires_grad_()
+        x = leaf.expand(args.steps, args.neurons)
+    else:
+        leaf = x = torch.randn(args.steps, args.neurons, device=device).requires_grad_()
+    calls = calls_of(node, x, leaf)
     paths = [("Python", False), ("C++", True)] if _kernel_calls.CPP_CALLS else [("Python", False)]
-    print(f"# {args.neuron}, T = {args.steps}, N = {args.neurons}, {device}, {args.threads} thread(s), "
+    print(f"# {args.neuron}, T = {args.steps}, N = {args.neurons} ({args.input} input), {device}, "
+          f"{args.threads} thread(s), "
           f"torch {torch.__version__}: µs per call, best of {args.bursts} bursts of {args.calls}\n")
     if not _kernel_calls.CPP_CALLS:
         print("(the C++ path is not in this build or SPIKEJIT_CPP_CALLS=0: the Python path only)\n")

@@ -74,6 +74,12 @@ def test_profile_step_runs_on_the_cpu():
         assert row in out, out
 
 
+def test_host_paths_bench_takes_a_repeated_input():
+    out = run_bench("bench_host_paths.py", "--calls", "20", "--bursts", "1", "--rounds", "1", "--steps", "4",
+                    "--input", "repeated")
+    assert "(repeated input)" in out and "| 1 | C++ |" in out, out
+
+
 def test_host_paths_bench_reports_both_paths():
     out = run_bench("bench_host_paths.py", "--calls", "20", "--bursts", "1", "--rounds", "1")
     assert re.search(r"^\| 1 \| Python \|( [0-9.]+ \|){3}$", out, re.M), out

@@ -28,6 +28,7 @@ from spikingjelly.activation_based import surrogate as sj_surrogate
 
 FP32 = dict(rtol=1e-5, atol=1e-5)
 NEAR_THRESHOLD = 1e-4
+RUNAWAY = 100.0
 
 
 def reference(kind, x, v0, w0, opts, surrogate):
@@ -92,14 +93,17 @@ def compare(kind, opts, device, dtype=torch.float32, shape=(12, 3, 37), surrogat
     keep = torch.ones(shape[1:], dtype=torch.bool, device=device)
     if kind == "eif" and dtype != torch.float64:
         keep = ((h_ref - opts["v_threshold"]).abs() > NEAR_THRESHOLD).all(dim=0)
-        assert keep.float().mean() > 0.9, "too many neurons near the threshold to compare"
+        # A neuron whose v runs away (soft reset, small delta_T) grows like exp(v / delta_T): an
+        # ulp of exp is multiplied by v / delta_T at every step (2.7e-5 relative at v = 2.4e5).
+        keep &= torch.nan_to_num(v_ref.abs(), nan=float("inf")).le(RUNAWAY).all(dim=0)
+        assert keep.float().mean() > 0.9, "too many neurons near the threshold or running away to compare"
     assert torch.equal(s[:, keep], s_ref[:, keep]), "spikes differ"
     assert 0 < float(s_ref.mean()) < 1, "the case should fire some spikes, not all"
     pairs = [(v[:, keep], v_ref[:, keep]), (gx[:, keep], gx_ref[:, keep]), (gv[keep], gv_ref[keep])]
     if w0 is not None:
         pairs.append((gw[keep], gw_ref[keep]))
     for ours, theirs in pairs:
-        assert_close_to_reference(ours, theirs)
+        assert_close_to_reference(ours, theirs, exp_differs=kind == "eif")
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
