@@ -26,7 +26,9 @@ def quadratic_on(base):
     class Quadratic(base):
         def __init__(self, leak=0.9, **kwargs):
             super().__init__(**kwargs)
-            self.a = nn.Parameter(torch.tensor(0.15))
+            # Small enough that v stays bounded (past (1 - leak) / a it would grow without bound,
+            # and the comparison with it: an ulp grows by 1 + 2 a v a step).
+            self.a = nn.Parameter(torch.tensor(0.02))
             self.leak = leak
 
         def neuronal_charge(self, x):
