@@ -84,7 +84,9 @@ struct TrainingNode final : torch::autograd::Node {
     b.checkpoint_every = spec.checkpoint_every;
     if (spec.checkpoint_every > 0) {
       for (int j = 0; j < spec.num_states; ++j) b.saved.push_back(view_of(saved_tensors[j]));
-      for (size_t j = spec.num_states; j < saved_tensors.size(); ++j) b.inputs.push_back(read_at(saved_tensors[j], true));
+      for (size_t j = spec.num_states; j < saved_tensors.size(); ++j) {
+        b.inputs.push_back(read_at(saved_tensors[j], true));
+      }
     } else {
       // Packed or not, each saved value keeps its place in both lists (absent in the other).
       for (size_t j = 0; j < saved_tensors.size(); ++j) {

@@ -108,9 +108,10 @@ void mark_strided(KernelPlan& p) {
     int count;
   };
   const KernelSpec& spec = p.spec;
+  const int params = static_cast<int>(p.params.size());
   const Group groups[] = {{"spec.strided_inputs", spec.strided_inputs, BufferRole::Input, p.inputs},
                           {"spec.strided_states", spec.strided_states, BufferRole::InitialState, p.states},
-                          {"spec.strided_params", spec.strided_params, BufferRole::Param, static_cast<int>(p.params.size())},
+                          {"spec.strided_params", spec.strided_params, BufferRole::Param, params},
                           {"spec.strided_saved", spec.strided_saved, BufferRole::Saved, p.saved}};
   int strided = 0;
   for (const Group& g : groups) {

@@ -219,7 +219,8 @@ std::string constants(const KernelPlan& p) {
          "  return a.layouts[kSlotLayout[slot]];\n}\n";
   } else {
     s += "__device__ const SjReadLayout sj_no_layout = {};\n"
-         "__device__ __forceinline__ const SjReadLayout& slot_layout(const SpikejitArgs&, int) { return sj_no_layout; }\n";
+         "__device__ __forceinline__ const SjReadLayout& slot_layout(const SpikejitArgs&, int) {\n"
+         "  return sj_no_layout;\n}\n";
   }
   s += "[[maybe_unused]] constexpr int kInputs = " + std::to_string(p.inputs) + ", kStates = " + std::to_string(p.states) +
        ", kOutputs = " + std::to_string(p.outputs) + ", kParams = " + std::to_string(p.params.size()) +

@@ -281,7 +281,8 @@ void each_saved(Checker& c, const Program& program, const std::vector<TensorView
                           packed_saved[i].describe());
     }
     const bool input = program.saved_inputs(pack_spikes)[i] >= 0;
-    c.tensor(name, saved[i], c.sequence(), !(forward && input), forward, forward ? Access::Contiguous : Access::Strided);
+    const Access access = forward ? Access::Contiguous : Access::Strided;  // (the backward only reads it)
+    c.tensor(name, saved[i], c.sequence(), !(forward && input), forward, access);
   }
 }
 

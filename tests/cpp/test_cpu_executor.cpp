@@ -1201,7 +1201,9 @@ TEST_F(Validation, StridedReadsOnlyWhereAllowed) {
   ForwardBuffers m;
   m.steps = s_.steps;
   m.neuron_shape = s_.neuron_shape;
-  for (int i = 0; i <= kMaxStridedReads; ++i) m.inputs.push_back(TensorView(x.data(), DType::F32, s_.seq_shape(), {0, 0, 0}));
+  for (int i = 0; i <= kMaxStridedReads; ++i) {
+    m.inputs.push_back(TensorView(x.data(), DType::F32, s_.seq_shape(), {0, 0, 0}));
+  }
   m.outputs = {out.view()};
   try {
     validate(many, m);

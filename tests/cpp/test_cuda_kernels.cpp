@@ -848,7 +848,8 @@ void check_backward(const Job& job, std::mt19937_64& rng, CUstream stream) {
     if (gpu && job.strided_layout >= 0 && job.checkpoint_every == 0) {  // a saved input is the input's view
       const std::vector<TensorView> inputs = views(in.inputs);
       for (size_t i = 0; i < b.saved.size(); ++i) {
-        if ((job.strided_saved_mask() >> i) & 1u) b.saved[i] = inputs[static_cast<size_t>(p.saved_inputs(job.pack_spikes)[i])];
+        if (((job.strided_saved_mask() >> i) & 1u) == 0) continue;
+        b.saved[i] = inputs[static_cast<size_t>(p.saved_inputs(job.pack_spikes)[i])];
       }
     }
     return b;

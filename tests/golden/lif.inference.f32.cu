@@ -256,7 +256,9 @@ struct SpikejitArgs {
 };
 // The layout of strided slot `slot` (never called for others).
 __device__ const SjReadLayout sj_no_layout = {};
-__device__ __forceinline__ const SjReadLayout& slot_layout(const SpikejitArgs&, int) { return sj_no_layout; }
+__device__ __forceinline__ const SjReadLayout& slot_layout(const SpikejitArgs&, int) {
+  return sj_no_layout;
+}
 [[maybe_unused]] constexpr int kInputs = 1, kStates = 1, kOutputs = 1, kParams = 0, kSaved = 0;
 [[maybe_unused]] constexpr int kInputsA = SJ_AT_LEAST_1(kInputs), kStatesA = SJ_AT_LEAST_1(kStates),
                                kOutputsA = SJ_AT_LEAST_1(kOutputs), kParamsA = SJ_AT_LEAST_1(kParams),

@@ -46,7 +46,9 @@ inline Strided make_strided(Layout l, bool sequence, int64_t T, int64_t B, int64
     case Layout::RepeatedOverSteps: elements = B * C, st = 0, sb = C, sc = 1; break;
     case Layout::OnePerChannel: elements = (sequence ? T : 1) * C, st = C, sb = 0, sc = 1; break;
     case Layout::Transposed: elements = (sequence ? T : 1) * B * C, st = B * C, sb = 1, sc = B; break;
-    case Layout::EveryOtherElement: elements = 2 * (sequence ? T : 1) * B * C, st = 2 * B * C, sb = 2 * C, sc = 2; break;
+    case Layout::EveryOtherElement:
+      elements = 2 * (sequence ? T : 1) * B * C, st = 2 * B * C, sb = 2 * C, sc = 2;
+      break;
     case Layout::OneValuePerStep: elements = sequence ? T : 1, st = 1, sb = 0, sc = 0; break;
   }
   Strided s{Buffer(dtype, {elements}), {}, {}};
