@@ -13,23 +13,27 @@ from conftest import copies_in, device_params, random_input
 T, B, C, L = 5, 3, 8, 11
 
 
-def lif_run(x_seq, v0, g_s, g_v):
-    s, v, v_seq = spikejit.lif_multi_step(x_seq, v0, tau=1.7, store_v_seq=True, checkpoint_every=0)
+def lif_run(x_seq, v0, g_s, g_v, checkpoint_every=0):
+    s, v, v_seq = spikejit.lif_multi_step(x_seq, v0, tau=1.7, store_v_seq=True, checkpoint_every=checkpoint_every)
     if x_seq.requires_grad:
         torch.autograd.backward([s, v_seq], [g_s, g_v])
     return s, v, v_seq
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
-def test_repeated_input_and_per_channel_state_equal_their_copies(device):
+@pytest.mark.parametrize("checkpoint_every", [0, 2], ids=["saved per step", "checkpoints"])
+def test_repeated_input_and_per_channel_state_equal_their_copies(checkpoint_every, device):
+    """Per step the backward reads the saved input through its view; with checkpoints it
+    recomputes from the inputs, read the same way."""
     frame = random_input(B, C, L, device=device).requires_grad_()  # the same input at every step
     v_channel = (0.3 * torch.randn(C, 1, device=device)).requires_grad_()  # one starting v per channel
     g_s, g_v = torch.randn(T, B, C, L, device=device), torch.randn(T, B, C, L, device=device)
     x_seq, v0 = frame.expand(T, B, C, L), v_channel.expand(B, C, L)
     assert x_seq.stride()[0] == 0 and v0.stride() == (0, 1, 0)
-    ours = lif_run(x_seq, v0, g_s, g_v)
+    ours = lif_run(x_seq, v0, g_s, g_v, checkpoint_every)
     frame2, v_channel2 = frame.detach().clone().requires_grad_(), v_channel.detach().clone().requires_grad_()
-    dense = lif_run(frame2.expand(T, B, C, L).contiguous(), v_channel2.expand(B, C, L).contiguous(), g_s, g_v)
+    dense = lif_run(frame2.expand(T, B, C, L).contiguous(), v_channel2.expand(B, C, L).contiguous(), g_s, g_v,
+                    checkpoint_every)
     assert 0 < float(ours[0].detach().mean()) < 1
     for a, b in zip(ours, dense):
         assert torch.equal(a, b)
