@@ -17,7 +17,8 @@ that step (charge, fire, reset) is traced into spikejit's IR like a FlexSN core 
 constructor (the subclass's too) has run, and all T steps of a call run in one kernel, trained
 with the surrogate's gradient; torch.compile sees one op. The plain numbers the step reads
 (self.a, v_threshold, the surrogate's alpha, ...) are compiled into the kernel: assigning an
-attribute of the module traces again (or takes the kernel traced for those numbers before); a
+attribute of the module traces again (or takes the kernel traced for those numbers before, of
+the 8 most recently used); a
 number changed inside a submodule (`node.surrogate_function.alpha = 3`) counts once the submodule
 is assigned again. Tensors and parameters the step reads are the kernel's parameters, read where
 they live at each call and learned as in PyTorch. A step the tracer cannot translate raises
@@ -43,6 +44,9 @@ from ._stateful_module import StatefulModule
 __all__ = ["SimpleBaseNode", "SimpleIFNode", "SimpleLIFNode"]
 
 _PLAIN_NUMBERS = (bool, int, float, type(None))
+# Traced steps a module keeps (the most recently traced): a number assigned anew at each epoch (an
+# annealed tau) would otherwise keep one kernel per value for the module's life.
+_KEPT_KERNELS = 8
 
 
 def _spikejit_surrogate(surrogate_function) -> _surrogate.SurrogateFunction:
@@ -121,10 +125,12 @@ class SimpleBaseNode(StatefulModule, metaclass=_TracedOnceBuilt):
     def _retrace(self) -> None:
         """Makes the traced step for the numbers the module and its submodules hold now current."""
         key = (_plain_numbers(self),) + tuple(_plain_numbers(m) for m in self.children())
-        kernel = self._kernels.get(key)
+        kernel = self._kernels.pop(key, None)
         if kernel is None:
             kernel = FlexSN(self._step, num_inputs=1, num_states=1, num_outputs=1, strict=True)
-            self._kernels[key] = kernel
+            if len(self._kernels) == _KEPT_KERNELS:
+                del self._kernels[next(iter(self._kernels))]  # the least recently made current
+        self._kernels[key] = kernel  # (last: the most recent)
         self.__dict__["_current"] = kernel
 
     def _set_attribute(self, name, value):

@@ -122,6 +122,25 @@ def test_a_changed_number_traces_again():
     torch.testing.assert_close(ours.v, theirs.v, rtol=1e-5, atol=1e-5)
 
 
+def test_a_number_assigned_anew_many_times_keeps_a_few_kernels():
+    """An annealed number traces once per value but keeps only the most recent kernels; one
+    assigned back is traced again where it was dropped, with the same results."""
+    x = random_input(6, 2, 9, scale=0.8)
+    node = make("lif", spikejit, dict(tau=2.0, decay_input=True))
+    node.step_mode = "m"
+    first = node(x)
+    for tau in (2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0, 6.5, 7.0):
+        node.tau = tau
+    assert len(node._kernels) == 8
+    last = node._current  # tau = 7.0
+    node.reset()
+    node.tau = 2.0
+    assert len(node._kernels) == 8
+    assert torch.equal(node(x), first)
+    node.tau = 7.0  # still kept: the same kernel, made the most recent
+    assert node._current is last and next(reversed(node._kernels.values())) is last
+
+
 def test_single_steps_carry_v_like_spikingjelly_and_reset():
     x = random_input(6, 3, 11, scale=0.8)
     ours, theirs = make("lif", spikejit, dict(tau=2.0, decay_input=False)), make(
