@@ -306,23 +306,30 @@ __device__ __forceinline__ long long strided_neuron_offset(const SjReadLayout& l
   return at;
 }
 
-// This thread's elements n0 .. n0 + count - 1 of step t of a strided view (zero past count, like
-// row_load; a null base reads zeros). One division chain for n0; the next elements step along the
-// innermost dimension while they stay on it.
+// The offsets within a step of a strided view of neurons n0 .. n0 + EPT - 1 (elements; the same
+// at every step, so the time loops compute them once: the compiler does not move the division
+// chains out of a loop itself, they sit behind branches). One division chain for n0; the next
+// neurons step along the innermost dimension while they stay on it.
 template <int EPT>
-__device__ __forceinline__ void strided_load(const void* base, const SjReadLayout& l, long long t, long long n0,
-                                             int count, Row<EPT>& r) {
-  const storage* p = static_cast<const storage*>(base) + t * l.step_stride;
+__device__ __forceinline__ void strided_offsets(const SjReadLayout& l, long long n0, long long (&at)[EPT]) {
   long long inner;
-  const long long first = strided_neuron_offset(l, n0, inner);
+  at[0] = strided_neuron_offset(l, n0, inner);
 #pragma unroll
-  for (int e = 0; e < EPT; ++e) {
-    long long at = first, unused;
-    if (e > 0 && l.dims > 0) {
-      at = inner + e < l.sizes[0] ? first + e * l.strides[0] : strided_neuron_offset(l, n0 + e, unused);
-    }
-    r.v[e] = __ldg(base != nullptr && e < count ? p + at : sj_zero_row);
+  for (int e = 1; e < EPT; ++e) {
+    long long unused;
+    const bool along_inner = l.dims > 0 && inner + e < l.sizes[0];
+    at[e] = along_inner ? at[0] + e * l.strides[0] : strided_neuron_offset(l, n0 + e, unused);
   }
+}
+
+// This thread's elements (offsets `at` of strided_offsets, count of them) of step t of a strided
+// view; zero past count, like row_load; a null base reads zeros.
+template <int EPT>
+__device__ __forceinline__ void strided_load(const void* base, const SjReadLayout& l, long long t,
+                                             const long long (&at)[EPT], int count, Row<EPT>& r) {
+  const storage* p = static_cast<const storage*>(base) + t * l.step_stride;
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) r.v[e] = __ldg(base != nullptr && e < count ? p + at[e] : sj_zero_row);
 }
 
 // Rows of the compute type (checkpoints): element by element.

@@ -33,14 +33,30 @@ __device__ __forceinline__ bool rows_aligned(const SpikejitArgs& a) {
   return bits == 0;
 }
 
+// The offsets of this thread's elements in each strided slot (strided_offsets), by layout index.
+template <int EPT>
+struct StridedOffsets {
+  long long at[kLayoutsA][EPT];
+};
+
+template <int EPT>
+__device__ __forceinline__ StridedOffsets<EPT> strided_offsets_of(const SpikejitArgs& a, long long n0) {
+  StridedOffsets<EPT> o;
+#pragma unroll
+  for (int slot = 0; slot < kMaxBuffers; ++slot) {
+    if ((kStridedSlots >> slot) & 1ull) strided_offsets<EPT>(slot_layout(a, slot), n0, o.at[kSlotLayout[slot]]);
+  }
+  return o;
+}
+
 // This thread's elements of step t of a slot that is read (t = 0 for [N] buffers): a row, or
-// element by element through the slot's strided view.
+// element by element through the slot's strided view (`so`: its offsets).
 template <int EPT, bool VEC>
-__device__ __forceinline__ void slot_load(const SpikejitArgs& a, int slot, long long t, long long n0, int count,
-                                          Row<EPT>& r) {
+__device__ __forceinline__ void slot_load(const SpikejitArgs& a, const StridedOffsets<EPT>& so, int slot, long long t,
+                                          long long n0, int count, Row<EPT>& r) {
   if constexpr (kStridedSlots != 0) {
     if ((kStridedSlots >> slot) & 1ull) {
-      strided_load<EPT>(a.buffers[slot], slot_layout(a, slot), t, n0, count, r);
+      strided_load<EPT>(a.buffers[slot], slot_layout(a, slot), t, so.at[kSlotLayout[slot]], count, r);
       return;
     }
   }
@@ -54,12 +70,12 @@ __device__ __forceinline__ void slot_prefetch_l2(const SpikejitArgs& a, int slot
 
 // [N] buffers (t = 0) of consecutive slots.
 template <int ROWS, int EPT, bool VEC>
-__device__ __forceinline__ void load_rows(const SpikejitArgs& a, int first_slot, long long n0, int count,
-                                          real (&out)[SJ_AT_LEAST_1(ROWS)][EPT]) {
+__device__ __forceinline__ void load_rows(const SpikejitArgs& a, const StridedOffsets<EPT>& so, int first_slot,
+                                          long long n0, int count, real (&out)[SJ_AT_LEAST_1(ROWS)][EPT]) {
 #pragma unroll
   for (int i = 0; i < ROWS; ++i) {
     Row<EPT> r;
-    slot_load<EPT, VEC>(a, first_slot + i, 0, n0, count, r);
+    slot_load<EPT, VEC>(a, so, first_slot + i, 0, n0, count, r);
 #pragma unroll
     for (int e = 0; e < EPT; ++e) out[i][e] = to_real(r.v[e]);
   }
@@ -79,8 +95,8 @@ __device__ __forceinline__ void store_rows(const SpikejitArgs& a, int first_slot
 
 // Scalar parameters are broadcast to every element.
 template <int EPT, bool VEC>
-__device__ __forceinline__ void load_params(const SpikejitArgs& a, long long n0, int count,
-                                            real (&pr)[kParamsA][EPT]) {
+__device__ __forceinline__ void load_params(const SpikejitArgs& a, const StridedOffsets<EPT>& so, long long n0,
+                                            int count, real (&pr)[kParamsA][EPT]) {
 #pragma unroll
   for (int i = 0; i < kParams; ++i) {
     if (is_scalar_param(i)) {
@@ -90,7 +106,7 @@ __device__ __forceinline__ void load_params(const SpikejitArgs& a, long long n0,
       for (int e = 0; e < EPT; ++e) pr[i][e] = v;
     } else {
       Row<EPT> r;
-      slot_load<EPT, VEC>(a, kSlotParam + i, 0, n0, count, r);
+      slot_load<EPT, VEC>(a, so, kSlotParam + i, 0, n0, count, r);
 #pragma unroll
       for (int e = 0; e < EPT; ++e) pr[i][e] = to_real(r.v[e]);
     }
@@ -151,10 +167,10 @@ __device__ __forceinline__ int thread_elements(const SpikejitArgs& a, long long&
 const char* const kForwardBodies = R"(
 // ---- forward -------------------------------------------------------------------------------
 template <int EPT, bool VEC>
-__device__ __forceinline__ void load_inputs(const SpikejitArgs& a, long long t, long long n0, int count,
-                                            Row<EPT> (&rows)[kInputsA]) {
+__device__ __forceinline__ void load_inputs(const SpikejitArgs& a, const StridedOffsets<EPT>& so, long long t,
+                                            long long n0, int count, Row<EPT> (&rows)[kInputsA]) {
 #pragma unroll
-  for (int i = 0; i < kInputs; ++i) slot_load<EPT, VEC>(a, kSlotInput + i, t, n0, count, rows[i]);
+  for (int i = 0; i < kInputs; ++i) slot_load<EPT, VEC>(a, so, kSlotInput + i, t, n0, count, rows[i]);
 }
 
 // One step t for the thread's elements n0 .. n0 + count - 1: stores the step's rows and updates
@@ -222,22 +238,23 @@ __device__ __forceinline__ void forward_apply(const SpikejitArgs& a, bool live, 
 template <int EPT, int DEPTH, bool VEC>
 __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0, int count) {
   const long long T = a.steps, N = a.neurons, last = T - 1;
+  const StridedOffsets<EPT> so = strided_offsets_of<EPT>(a, n0);
   real st[kStatesA][EPT], pr[kParamsA][EPT];
-  load_rows<kStates, EPT, VEC>(a, kSlotInitialState, n0, count, st);
+  load_rows<kStates, EPT, VEC>(a, so, kSlotInitialState, n0, count, st);
 #pragma unroll
   for (int i = 0; i < kStates; ++i) {
     if (a.buffers[kSlotInitialState + i] != nullptr) continue;  // absent: the declared default
 #pragma unroll
     for (int e = 0; e < EPT; ++e) st[i][e] = state_default(i);
   }
-  load_params<EPT, VEC>(a, n0, count, pr);
+  load_params<EPT, VEC>(a, so, n0, count, pr);
   if (T > 0) {
     // Row t + DEPTH is loaded before step t runs (the last row again near the end).
     long long ahead = 0;
     Row<EPT> ring[DEPTH][kInputsA];
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
-      load_inputs<EPT, VEC>(a, ahead < last ? ahead : last, n0, count, ring[d]);
+      load_inputs<EPT, VEC>(a, so, ahead < last ? ahead : last, n0, count, ring[d]);
       ++ahead;
     }
     for (long long t0 = 0; t0 < T; t0 += DEPTH) {
@@ -247,7 +264,7 @@ __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0
         Row<EPT> xr[kInputsA];
 #pragma unroll
         for (int i = 0; i < kInputs; ++i) xr[i] = ring[d][i];
-        load_inputs<EPT, VEC>(a, ahead < last ? ahead : last, n0, count, ring[d]);
+        load_inputs<EPT, VEC>(a, so, ahead < last ? ahead : last, n0, count, ring[d]);
         if constexpr (DEPTH > 1 && kRingL2Ahead > 0) {
           const long long far = ahead + kRingL2Ahead;
           if (far <= last) {
@@ -329,8 +346,8 @@ __device__ __forceinline__ void grad_row_load(int repeat, const void* base, long
 }
 
 template <int EPT, bool VEC, bool SAVED>
-__device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, long long t, long long n0, int count,
-                                               StepRows<EPT>& r) {
+__device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, const StridedOffsets<EPT>& so, long long t,
+                                               long long n0, int count, StepRows<EPT>& r) {
   const long long N = a.neurons;
   if constexpr (SAVED) {
 #pragma unroll
@@ -338,7 +355,7 @@ __device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, long long 
       if (is_packed_saved(i)) {
         packed_row_load<EPT>(a.buffers[kSlotSaved + i], t, n0, count, N, r.saved[i]);
       } else {
-        slot_load<EPT, VEC>(a, kSlotSaved + i, t, n0, count, r.saved[i]);
+        slot_load<EPT, VEC>(a, so, kSlotSaved + i, t, n0, count, r.saved[i]);
       }
     }
   }
@@ -406,10 +423,10 @@ __device__ __forceinline__ void backward_apply(const SpikejitArgs& a, bool live,
 }
 
 template <int EPT>
-__device__ __forceinline__ void backward_init(const SpikejitArgs& a, long long n0, int count,
-                                              real (&carry)[kStatesA][EPT], real (&gacc)[kParamsA][EPT]) {
+__device__ __forceinline__ void backward_init(const SpikejitArgs& a, const StridedOffsets<EPT>& so, long long n0,
+                                              int count, real (&carry)[kStatesA][EPT], real (&gacc)[kParamsA][EPT]) {
   if constexpr (kReadGradFinalStates) {
-    load_rows<kStates, EPT, false>(a, kSlotGradFinalState, n0, count, carry);
+    load_rows<kStates, EPT, false>(a, so, kSlotGradFinalState, n0, count, carry);
   } else {
 #pragma unroll
     for (int i = 0; i < kStates; ++i)
@@ -452,9 +469,10 @@ template <int EPT, int DEPTH, bool VEC>
 __device__ __forceinline__ void backward_rows(const SpikejitArgs& a, long long n0, int count,
                                               double (&partial)[kScalarParamCountA]) {
   const long long T = a.steps, N = a.neurons;
+  const StridedOffsets<EPT> so = strided_offsets_of<EPT>(a, n0);
   real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamsA][EPT];
-  backward_init<EPT>(a, n0, count, carry, gacc);
-  load_params<EPT, VEC>(a, n0, count, pr);
+  backward_init<EPT>(a, so, n0, count, carry, gacc);
+  load_params<EPT, VEC>(a, so, n0, count, pr);
   if (T > 0) {
     // Like the forward, backwards: step t - DEPTH is loaded before step t runs (step 0 again
     // near the end).
@@ -462,7 +480,7 @@ __device__ __forceinline__ void backward_rows(const SpikejitArgs& a, long long n
     StepRows<EPT> ring[DEPTH];
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
-      load_step_rows<EPT, VEC, true>(a, ahead > 0 ? ahead : 0, n0, count, ring[d]);
+      load_step_rows<EPT, VEC, true>(a, so, ahead > 0 ? ahead : 0, n0, count, ring[d]);
       --ahead;
     }
     for (long long t0 = T - 1; t0 >= 0; t0 -= DEPTH) {
@@ -470,7 +488,7 @@ __device__ __forceinline__ void backward_rows(const SpikejitArgs& a, long long n
       for (int d = 0; d < DEPTH; ++d) {
         const long long t = t0 - d;
         const StepRows<EPT> cur = ring[d];
-        load_step_rows<EPT, VEC, true>(a, ahead > 0 ? ahead : 0, n0, count, ring[d]);
+        load_step_rows<EPT, VEC, true>(a, so, ahead > 0 ? ahead : 0, n0, count, ring[d]);
         if constexpr (DEPTH > 1 && kRingL2Ahead > 0) {
           if (ahead >= kRingL2Ahead) prefetch_step_rows_l2(a, ahead - kRingL2Ahead, n0);
         }
@@ -496,8 +514,8 @@ struct SegmentRows {
 };
 
 template <int EPT, bool VEC, int K, int UNROLL>
-__device__ __forceinline__ void load_segment(const SpikejitArgs& a, long long seg, long long n0, int count,
-                                             SegmentRows<EPT, K>& r) {
+__device__ __forceinline__ void load_segment(const SpikejitArgs& a, const StridedOffsets<EPT>& so, long long seg,
+                                             long long n0, int count, SegmentRows<EPT, K>& r) {
   const long long N = a.neurons, s0 = seg * K;
 #pragma unroll
   for (int i = 0; i < kStates; ++i) real_row_load<EPT>(a.buffers[kSlotSaved + i], seg * N + n0, count, r.st[i]);
@@ -505,7 +523,7 @@ __device__ __forceinline__ void load_segment(const SpikejitArgs& a, long long se
   for (int u = 0; u < K; ++u) {
     if (s0 + u < a.steps) {
 #pragma unroll
-      for (int i = 0; i < kInputs; ++i) slot_load<EPT, VEC>(a, kSlotInput + i, s0 + u, n0, count, r.x[u][i]);
+      for (int i = 0; i < kInputs; ++i) slot_load<EPT, VEC>(a, so, kSlotInput + i, s0 + u, n0, count, r.x[u][i]);
     }
   }
 }
@@ -528,22 +546,23 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
   // Otherwise: steps of input rows asked of L2 ahead of the recomputation.
   constexpr int kL2Ahead = kCheckpointL2AheadBytes / (kInputsA * EPT * (int)sizeof(storage));
   const long long T = a.steps, N = a.neurons;
+  const StridedOffsets<EPT> so = strided_offsets_of<EPT>(a, n0);
   real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamsA][EPT];
-  backward_init<EPT>(a, n0, count, carry, gacc);
-  load_params<EPT, VEC>(a, n0, count, pr);
+  backward_init<EPT>(a, so, n0, count, carry, gacc);
+  load_params<EPT, VEC>(a, so, n0, count, pr);
   const long long segments = (T + K - 1) / K;
   // Without prefetching, a segment's inputs are loaded step by step as it is recomputed (held
   // whole, a long segment's rows would double its local memory).
   constexpr int kHeldRows = kPrefetch ? K : 1;
   SegmentRows<EPT, kHeldRows> next;
-  if (kPrefetch && segments > 0) load_segment<EPT, VEC, kHeldRows, kUnroll>(a, segments - 1, n0, count, next);
+  if (kPrefetch && segments > 0) load_segment<EPT, VEC, kHeldRows, kUnroll>(a, so, segments - 1, n0, count, next);
   for (long long seg = segments - 1; seg >= 0; --seg) {
     const long long s0 = seg * K;
     const int len = T - s0 < K ? (int)(T - s0) : K;
     SegmentRows<EPT, kHeldRows> cur;
     if constexpr (kPrefetch) {
       cur = next;
-      if (seg > 0) load_segment<EPT, VEC, kHeldRows, kUnroll>(a, seg - 1, n0, count, next);
+      if (seg > 0) load_segment<EPT, VEC, kHeldRows, kUnroll>(a, so, seg - 1, n0, count, next);
     } else {
 #pragma unroll
       for (int i = 0; i < kStates; ++i) {
@@ -561,7 +580,7 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
           if constexpr (kPrefetch) {
             xr[i] = cur.x[u][i];
           } else {
-            slot_load<EPT, VEC>(a, kSlotInput + i, s0 + u, n0, count, xr[i]);
+            slot_load<EPT, VEC>(a, so, kSlotInput + i, s0 + u, n0, count, xr[i]);
           }
         }
         if constexpr (!kPrefetch && kL2Ahead > 0) {
@@ -597,7 +616,7 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
     for (int u = K - 1; u >= 0; --u) {
       if (u < len) {
         StepRows<EPT> g;
-        load_step_rows<EPT, VEC, false>(a, s0 + u, n0, count, g);
+        load_step_rows<EPT, VEC, false>(a, so, s0 + u, n0, count, g);
         backward_apply<EPT, VEC>(a, true, (s0 + u) * N + n0, count, ring[u], g, pr, carry, gacc);
       }
     }

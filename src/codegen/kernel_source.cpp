@@ -212,9 +212,12 @@ std::string constants(const KernelPlan& p) {
   s += "struct SpikejitArgs {\n  long long steps;    // T\n  long long neurons;  // N\n  void* buffers[kMaxBuffers];\n";
   if (strided > 0) s += "  SjReadLayout layouts[" + std::to_string(strided) + "];  // of the strided slots, in order\n";
   s += "};\n";
+  s += "[[maybe_unused]] constexpr int kLayouts = " + std::to_string(strided) +
+       ", kLayoutsA = SJ_AT_LEAST_1(kLayouts);\n";
+  s += "// Index in layouts, per slot (-1: not strided).\n";
+  s += "[[maybe_unused]] constexpr int kSlotLayout[kMaxBuffers] = " + slot_layouts + ";\n";
   s += "// The layout of strided slot `slot` (never called for others).\n";
   if (strided > 0) {
-    s += "constexpr int kSlotLayout[kMaxBuffers] = " + slot_layouts + ";  // index in layouts, per slot\n";
     s += "__device__ __forceinline__ const SjReadLayout& slot_layout(const SpikejitArgs& a, int slot) {\n"
          "  return a.layouts[kSlotLayout[slot]];\n}\n";
   } else {

@@ -209,23 +209,30 @@ __device__ __forceinline__ long long strided_neuron_offset(const SjReadLayout& l
   return at;
 }
 
-// This thread's elements n0 .. n0 + count - 1 of step t of a strided view (zero past count, like
-// row_load; a null base reads zeros). One division chain for n0; the next elements step along the
-// innermost dimension while they stay on it.
+// The offsets within a step of a strided view of neurons n0 .. n0 + EPT - 1 (elements; the same
+// at every step, so the time loops compute them once: the compiler does not move the division
+// chains out of a loop itself, they sit behind branches). One division chain for n0; the next
+// neurons step along the innermost dimension while they stay on it.
 template <int EPT>
-__device__ __forceinline__ void strided_load(const void* base, const SjReadLayout& l, long long t, long long n0,
-                                             int count, Row<EPT>& r) {
-  const storage* p = static_cast<const storage*>(base) + t * l.step_stride;
+__device__ __forceinline__ void strided_offsets(const SjReadLayout& l, long long n0, long long (&at)[EPT]) {
   long long inner;
-  const long long first = strided_neuron_offset(l, n0, inner);
+  at[0] = strided_neuron_offset(l, n0, inner);
 #pragma unroll
-  for (int e = 0; e < EPT; ++e) {
-    long long at = first, unused;
-    if (e > 0 && l.dims > 0) {
-      at = inner + e < l.sizes[0] ? first + e * l.strides[0] : strided_neuron_offset(l, n0 + e, unused);
-    }
-    r.v[e] = __ldg(base != nullptr && e < count ? p + at : sj_zero_row);
+  for (int e = 1; e < EPT; ++e) {
+    long long unused;
+    const bool along_inner = l.dims > 0 && inner + e < l.sizes[0];
+    at[e] = along_inner ? at[0] + e * l.strides[0] : strided_neuron_offset(l, n0 + e, unused);
   }
+}
+
+// This thread's elements (offsets `at` of strided_offsets, count of them) of step t of a strided
+// view; zero past count, like row_load; a null base reads zeros.
+template <int EPT>
+__device__ __forceinline__ void strided_load(const void* base, const SjReadLayout& l, long long t,
+                                             const long long (&at)[EPT], int count, Row<EPT>& r) {
+  const storage* p = static_cast<const storage*>(base) + t * l.step_stride;
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) r.v[e] = __ldg(base != nullptr && e < count ? p + at[e] : sj_zero_row);
 }
 
 // Rows of the compute type (checkpoints): element by element.
@@ -254,6 +261,9 @@ struct SpikejitArgs {
   long long neurons;  // N
   void* buffers[kMaxBuffers];
 };
+[[maybe_unused]] constexpr int kLayouts = 0, kLayoutsA = SJ_AT_LEAST_1(kLayouts);
+// Index in layouts, per slot (-1: not strided).
+[[maybe_unused]] constexpr int kSlotLayout[kMaxBuffers] = {-1, -1, -1};
 // The layout of strided slot `slot` (never called for others).
 __device__ const SjReadLayout sj_no_layout = {};
 __device__ __forceinline__ const SjReadLayout& slot_layout(const SpikejitArgs&, int) {
@@ -357,14 +367,30 @@ __device__ __forceinline__ bool rows_aligned(const SpikejitArgs& a) {
   return bits == 0;
 }
 
+// The offsets of this thread's elements in each strided slot (strided_offsets), by layout index.
+template <int EPT>
+struct StridedOffsets {
+  long long at[kLayoutsA][EPT];
+};
+
+template <int EPT>
+__device__ __forceinline__ StridedOffsets<EPT> strided_offsets_of(const SpikejitArgs& a, long long n0) {
+  StridedOffsets<EPT> o;
+#pragma unroll
+  for (int slot = 0; slot < kMaxBuffers; ++slot) {
+    if ((kStridedSlots >> slot) & 1ull) strided_offsets<EPT>(slot_layout(a, slot), n0, o.at[kSlotLayout[slot]]);
+  }
+  return o;
+}
+
 // This thread's elements of step t of a slot that is read (t = 0 for [N] buffers): a row, or
-// element by element through the slot's strided view.
+// element by element through the slot's strided view (`so`: its offsets).
 template <int EPT, bool VEC>
-__device__ __forceinline__ void slot_load(const SpikejitArgs& a, int slot, long long t, long long n0, int count,
-                                          Row<EPT>& r) {
+__device__ __forceinline__ void slot_load(const SpikejitArgs& a, const StridedOffsets<EPT>& so, int slot, long long t,
+                                          long long n0, int count, Row<EPT>& r) {
   if constexpr (kStridedSlots != 0) {
     if ((kStridedSlots >> slot) & 1ull) {
-      strided_load<EPT>(a.buffers[slot], slot_layout(a, slot), t, n0, count, r);
+      strided_load<EPT>(a.buffers[slot], slot_layout(a, slot), t, so.at[kSlotLayout[slot]], count, r);
       return;
     }
   }
@@ -378,12 +404,12 @@ __device__ __forceinline__ void slot_prefetch_l2(const SpikejitArgs& a, int slot
 
 // [N] buffers (t = 0) of consecutive slots.
 template <int ROWS, int EPT, bool VEC>
-__device__ __forceinline__ void load_rows(const SpikejitArgs& a, int first_slot, long long n0, int count,
-                                          real (&out)[SJ_AT_LEAST_1(ROWS)][EPT]) {
+__device__ __forceinline__ void load_rows(const SpikejitArgs& a, const StridedOffsets<EPT>& so, int first_slot,
+                                          long long n0, int count, real (&out)[SJ_AT_LEAST_1(ROWS)][EPT]) {
 #pragma unroll
   for (int i = 0; i < ROWS; ++i) {
     Row<EPT> r;
-    slot_load<EPT, VEC>(a, first_slot + i, 0, n0, count, r);
+    slot_load<EPT, VEC>(a, so, first_slot + i, 0, n0, count, r);
 #pragma unroll
     for (int e = 0; e < EPT; ++e) out[i][e] = to_real(r.v[e]);
   }
@@ -403,8 +429,8 @@ __device__ __forceinline__ void store_rows(const SpikejitArgs& a, int first_slot
 
 // Scalar parameters are broadcast to every element.
 template <int EPT, bool VEC>
-__device__ __forceinline__ void load_params(const SpikejitArgs& a, long long n0, int count,
-                                            real (&pr)[kParamsA][EPT]) {
+__device__ __forceinline__ void load_params(const SpikejitArgs& a, const StridedOffsets<EPT>& so, long long n0,
+                                            int count, real (&pr)[kParamsA][EPT]) {
 #pragma unroll
   for (int i = 0; i < kParams; ++i) {
     if (is_scalar_param(i)) {
@@ -414,7 +440,7 @@ __device__ __forceinline__ void load_params(const SpikejitArgs& a, long long n0,
       for (int e = 0; e < EPT; ++e) pr[i][e] = v;
     } else {
       Row<EPT> r;
-      slot_load<EPT, VEC>(a, kSlotParam + i, 0, n0, count, r);
+      slot_load<EPT, VEC>(a, so, kSlotParam + i, 0, n0, count, r);
 #pragma unroll
       for (int e = 0; e < EPT; ++e) pr[i][e] = to_real(r.v[e]);
     }
@@ -473,10 +499,10 @@ __device__ __forceinline__ int thread_elements(const SpikejitArgs& a, long long&
 
 // ---- forward -------------------------------------------------------------------------------
 template <int EPT, bool VEC>
-__device__ __forceinline__ void load_inputs(const SpikejitArgs& a, long long t, long long n0, int count,
-                                            Row<EPT> (&rows)[kInputsA]) {
+__device__ __forceinline__ void load_inputs(const SpikejitArgs& a, const StridedOffsets<EPT>& so, long long t,
+                                            long long n0, int count, Row<EPT> (&rows)[kInputsA]) {
 #pragma unroll
-  for (int i = 0; i < kInputs; ++i) slot_load<EPT, VEC>(a, kSlotInput + i, t, n0, count, rows[i]);
+  for (int i = 0; i < kInputs; ++i) slot_load<EPT, VEC>(a, so, kSlotInput + i, t, n0, count, rows[i]);
 }
 
 // One step t for the thread's elements n0 .. n0 + count - 1: stores the step's rows and updates
@@ -544,22 +570,23 @@ __device__ __forceinline__ void forward_apply(const SpikejitArgs& a, bool live, 
 template <int EPT, int DEPTH, bool VEC>
 __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0, int count) {
   const long long T = a.steps, N = a.neurons, last = T - 1;
+  const StridedOffsets<EPT> so = strided_offsets_of<EPT>(a, n0);
   real st[kStatesA][EPT], pr[kParamsA][EPT];
-  load_rows<kStates, EPT, VEC>(a, kSlotInitialState, n0, count, st);
+  load_rows<kStates, EPT, VEC>(a, so, kSlotInitialState, n0, count, st);
 #pragma unroll
   for (int i = 0; i < kStates; ++i) {
     if (a.buffers[kSlotInitialState + i] != nullptr) continue;  // absent: the declared default
 #pragma unroll
     for (int e = 0; e < EPT; ++e) st[i][e] = state_default(i);
   }
-  load_params<EPT, VEC>(a, n0, count, pr);
+  load_params<EPT, VEC>(a, so, n0, count, pr);
   if (T > 0) {
     // Row t + DEPTH is loaded before step t runs (the last row again near the end).
     long long ahead = 0;
     Row<EPT> ring[DEPTH][kInputsA];
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
-      load_inputs<EPT, VEC>(a, ahead < last ? ahead : last, n0, count, ring[d]);
+      load_inputs<EPT, VEC>(a, so, ahead < last ? ahead : last, n0, count, ring[d]);
       ++ahead;
     }
     for (long long t0 = 0; t0 < T; t0 += DEPTH) {
@@ -569,7 +596,7 @@ __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0
         Row<EPT> xr[kInputsA];
 #pragma unroll
         for (int i = 0; i < kInputs; ++i) xr[i] = ring[d][i];
-        load_inputs<EPT, VEC>(a, ahead < last ? ahead : last, n0, count, ring[d]);
+        load_inputs<EPT, VEC>(a, so, ahead < last ? ahead : last, n0, count, ring[d]);
         if constexpr (DEPTH > 1 && kRingL2Ahead > 0) {
           const long long far = ahead + kRingL2Ahead;
           if (far <= last) {

@@ -224,23 +224,30 @@ __device__ __forceinline__ long long strided_neuron_offset(const SjReadLayout& l
   return at;
 }
 
-// This thread's elements n0 .. n0 + count - 1 of step t of a strided view (zero past count, like
-// row_load; a null base reads zeros). One division chain for n0; the next elements step along the
-// innermost dimension while they stay on it.
+// The offsets within a step of a strided view of neurons n0 .. n0 + EPT - 1 (elements; the same
+// at every step, so the time loops compute them once: the compiler does not move the division
+// chains out of a loop itself, they sit behind branches). One division chain for n0; the next
+// neurons step along the innermost dimension while they stay on it.
 template <int EPT>
-__device__ __forceinline__ void strided_load(const void* base, const SjReadLayout& l, long long t, long long n0,
-                                             int count, Row<EPT>& r) {
-  const storage* p = static_cast<const storage*>(base) + t * l.step_stride;
+__device__ __forceinline__ void strided_offsets(const SjReadLayout& l, long long n0, long long (&at)[EPT]) {
   long long inner;
-  const long long first = strided_neuron_offset(l, n0, inner);
+  at[0] = strided_neuron_offset(l, n0, inner);
 #pragma unroll
-  for (int e = 0; e < EPT; ++e) {
-    long long at = first, unused;
-    if (e > 0 && l.dims > 0) {
-      at = inner + e < l.sizes[0] ? first + e * l.strides[0] : strided_neuron_offset(l, n0 + e, unused);
-    }
-    r.v[e] = __ldg(base != nullptr && e < count ? p + at : sj_zero_row);
+  for (int e = 1; e < EPT; ++e) {
+    long long unused;
+    const bool along_inner = l.dims > 0 && inner + e < l.sizes[0];
+    at[e] = along_inner ? at[0] + e * l.strides[0] : strided_neuron_offset(l, n0 + e, unused);
   }
+}
+
+// This thread's elements (offsets `at` of strided_offsets, count of them) of step t of a strided
+// view; zero past count, like row_load; a null base reads zeros.
+template <int EPT>
+__device__ __forceinline__ void strided_load(const void* base, const SjReadLayout& l, long long t,
+                                             const long long (&at)[EPT], int count, Row<EPT>& r) {
+  const storage* p = static_cast<const storage*>(base) + t * l.step_stride;
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) r.v[e] = __ldg(base != nullptr && e < count ? p + at[e] : sj_zero_row);
 }
 
 // Rows of the compute type (checkpoints): element by element.
@@ -269,6 +276,9 @@ struct SpikejitArgs {
   long long neurons;  // N
   void* buffers[kMaxBuffers];
 };
+[[maybe_unused]] constexpr int kLayouts = 0, kLayoutsA = SJ_AT_LEAST_1(kLayouts);
+// Index in layouts, per slot (-1: not strided).
+[[maybe_unused]] constexpr int kSlotLayout[kMaxBuffers] = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
 // The layout of strided slot `slot` (never called for others).
 __device__ const SjReadLayout sj_no_layout = {};
 __device__ __forceinline__ const SjReadLayout& slot_layout(const SpikejitArgs&, int) {
@@ -420,14 +430,30 @@ __device__ __forceinline__ bool rows_aligned(const SpikejitArgs& a) {
   return bits == 0;
 }
 
+// The offsets of this thread's elements in each strided slot (strided_offsets), by layout index.
+template <int EPT>
+struct StridedOffsets {
+  long long at[kLayoutsA][EPT];
+};
+
+template <int EPT>
+__device__ __forceinline__ StridedOffsets<EPT> strided_offsets_of(const SpikejitArgs& a, long long n0) {
+  StridedOffsets<EPT> o;
+#pragma unroll
+  for (int slot = 0; slot < kMaxBuffers; ++slot) {
+    if ((kStridedSlots >> slot) & 1ull) strided_offsets<EPT>(slot_layout(a, slot), n0, o.at[kSlotLayout[slot]]);
+  }
+  return o;
+}
+
 // This thread's elements of step t of a slot that is read (t = 0 for [N] buffers): a row, or
-// element by element through the slot's strided view.
+// element by element through the slot's strided view (`so`: its offsets).
 template <int EPT, bool VEC>
-__device__ __forceinline__ void slot_load(const SpikejitArgs& a, int slot, long long t, long long n0, int count,
-                                          Row<EPT>& r) {
+__device__ __forceinline__ void slot_load(const SpikejitArgs& a, const StridedOffsets<EPT>& so, int slot, long long t,
+                                          long long n0, int count, Row<EPT>& r) {
   if constexpr (kStridedSlots != 0) {
     if ((kStridedSlots >> slot) & 1ull) {
-      strided_load<EPT>(a.buffers[slot], slot_layout(a, slot), t, n0, count, r);
+      strided_load<EPT>(a.buffers[slot], slot_layout(a, slot), t, so.at[kSlotLayout[slot]], count, r);
       return;
     }
   }
@@ -441,12 +467,12 @@ __device__ __forceinline__ void slot_prefetch_l2(const SpikejitArgs& a, int slot
 
 // [N] buffers (t = 0) of consecutive slots.
 template <int ROWS, int EPT, bool VEC>
-__device__ __forceinline__ void load_rows(const SpikejitArgs& a, int first_slot, long long n0, int count,
-                                          real (&out)[SJ_AT_LEAST_1(ROWS)][EPT]) {
+__device__ __forceinline__ void load_rows(const SpikejitArgs& a, const StridedOffsets<EPT>& so, int first_slot,
+                                          long long n0, int count, real (&out)[SJ_AT_LEAST_1(ROWS)][EPT]) {
 #pragma unroll
   for (int i = 0; i < ROWS; ++i) {
     Row<EPT> r;
-    slot_load<EPT, VEC>(a, first_slot + i, 0, n0, count, r);
+    slot_load<EPT, VEC>(a, so, first_slot + i, 0, n0, count, r);
 #pragma unroll
     for (int e = 0; e < EPT; ++e) out[i][e] = to_real(r.v[e]);
   }
@@ -466,8 +492,8 @@ __device__ __forceinline__ void store_rows(const SpikejitArgs& a, int first_slot
 
 // Scalar parameters are broadcast to every element.
 template <int EPT, bool VEC>
-__device__ __forceinline__ void load_params(const SpikejitArgs& a, long long n0, int count,
-                                            real (&pr)[kParamsA][EPT]) {
+__device__ __forceinline__ void load_params(const SpikejitArgs& a, const StridedOffsets<EPT>& so, long long n0,
+                                            int count, real (&pr)[kParamsA][EPT]) {
 #pragma unroll
   for (int i = 0; i < kParams; ++i) {
     if (is_scalar_param(i)) {
@@ -477,7 +503,7 @@ __device__ __forceinline__ void load_params(const SpikejitArgs& a, long long n0,
       for (int e = 0; e < EPT; ++e) pr[i][e] = v;
     } else {
       Row<EPT> r;
-      slot_load<EPT, VEC>(a, kSlotParam + i, 0, n0, count, r);
+      slot_load<EPT, VEC>(a, so, kSlotParam + i, 0, n0, count, r);
 #pragma unroll
       for (int e = 0; e < EPT; ++e) pr[i][e] = to_real(r.v[e]);
     }
@@ -559,8 +585,8 @@ __device__ __forceinline__ void grad_row_load(int repeat, const void* base, long
 }
 
 template <int EPT, bool VEC, bool SAVED>
-__device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, long long t, long long n0, int count,
-                                               StepRows<EPT>& r) {
+__device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, const StridedOffsets<EPT>& so, long long t,
+                                               long long n0, int count, StepRows<EPT>& r) {
   const long long N = a.neurons;
   if constexpr (SAVED) {
 #pragma unroll
@@ -568,7 +594,7 @@ __device__ __forceinline__ void load_step_rows(const SpikejitArgs& a, long long 
       if (is_packed_saved(i)) {
         packed_row_load<EPT>(a.buffers[kSlotSaved + i], t, n0, count, N, r.saved[i]);
       } else {
-        slot_load<EPT, VEC>(a, kSlotSaved + i, t, n0, count, r.saved[i]);
+        slot_load<EPT, VEC>(a, so, kSlotSaved + i, t, n0, count, r.saved[i]);
       }
     }
   }
@@ -636,10 +662,10 @@ __device__ __forceinline__ void backward_apply(const SpikejitArgs& a, bool live,
 }
 
 template <int EPT>
-__device__ __forceinline__ void backward_init(const SpikejitArgs& a, long long n0, int count,
-                                              real (&carry)[kStatesA][EPT], real (&gacc)[kParamsA][EPT]) {
+__device__ __forceinline__ void backward_init(const SpikejitArgs& a, const StridedOffsets<EPT>& so, long long n0,
+                                              int count, real (&carry)[kStatesA][EPT], real (&gacc)[kParamsA][EPT]) {
   if constexpr (kReadGradFinalStates) {
-    load_rows<kStates, EPT, false>(a, kSlotGradFinalState, n0, count, carry);
+    load_rows<kStates, EPT, false>(a, so, kSlotGradFinalState, n0, count, carry);
   } else {
 #pragma unroll
     for (int i = 0; i < kStates; ++i)
@@ -682,9 +708,10 @@ template <int EPT, int DEPTH, bool VEC>
 __device__ __forceinline__ void backward_rows(const SpikejitArgs& a, long long n0, int count,
                                               double (&partial)[kScalarParamCountA]) {
   const long long T = a.steps, N = a.neurons;
+  const StridedOffsets<EPT> so = strided_offsets_of<EPT>(a, n0);
   real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamsA][EPT];
-  backward_init<EPT>(a, n0, count, carry, gacc);
-  load_params<EPT, VEC>(a, n0, count, pr);
+  backward_init<EPT>(a, so, n0, count, carry, gacc);
+  load_params<EPT, VEC>(a, so, n0, count, pr);
   if (T > 0) {
     // Like the forward, backwards: step t - DEPTH is loaded before step t runs (step 0 again
     // near the end).
@@ -692,7 +719,7 @@ __device__ __forceinline__ void backward_rows(const SpikejitArgs& a, long long n
     StepRows<EPT> ring[DEPTH];
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
-      load_step_rows<EPT, VEC, true>(a, ahead > 0 ? ahead : 0, n0, count, ring[d]);
+      load_step_rows<EPT, VEC, true>(a, so, ahead > 0 ? ahead : 0, n0, count, ring[d]);
       --ahead;
     }
     for (long long t0 = T - 1; t0 >= 0; t0 -= DEPTH) {
@@ -700,7 +727,7 @@ __device__ __forceinline__ void backward_rows(const SpikejitArgs& a, long long n
       for (int d = 0; d < DEPTH; ++d) {
         const long long t = t0 - d;
         const StepRows<EPT> cur = ring[d];
-        load_step_rows<EPT, VEC, true>(a, ahead > 0 ? ahead : 0, n0, count, ring[d]);
+        load_step_rows<EPT, VEC, true>(a, so, ahead > 0 ? ahead : 0, n0, count, ring[d]);
         if constexpr (DEPTH > 1 && kRingL2Ahead > 0) {
           if (ahead >= kRingL2Ahead) prefetch_step_rows_l2(a, ahead - kRingL2Ahead, n0);
         }
@@ -726,8 +753,8 @@ struct SegmentRows {
 };
 
 template <int EPT, bool VEC, int K, int UNROLL>
-__device__ __forceinline__ void load_segment(const SpikejitArgs& a, long long seg, long long n0, int count,
-                                             SegmentRows<EPT, K>& r) {
+__device__ __forceinline__ void load_segment(const SpikejitArgs& a, const StridedOffsets<EPT>& so, long long seg,
+                                             long long n0, int count, SegmentRows<EPT, K>& r) {
   const long long N = a.neurons, s0 = seg * K;
 #pragma unroll
   for (int i = 0; i < kStates; ++i) real_row_load<EPT>(a.buffers[kSlotSaved + i], seg * N + n0, count, r.st[i]);
@@ -735,7 +762,7 @@ __device__ __forceinline__ void load_segment(const SpikejitArgs& a, long long se
   for (int u = 0; u < K; ++u) {
     if (s0 + u < a.steps) {
 #pragma unroll
-      for (int i = 0; i < kInputs; ++i) slot_load<EPT, VEC>(a, kSlotInput + i, s0 + u, n0, count, r.x[u][i]);
+      for (int i = 0; i < kInputs; ++i) slot_load<EPT, VEC>(a, so, kSlotInput + i, s0 + u, n0, count, r.x[u][i]);
     }
   }
 }
@@ -758,22 +785,23 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
   // Otherwise: steps of input rows asked of L2 ahead of the recomputation.
   constexpr int kL2Ahead = kCheckpointL2AheadBytes / (kInputsA * EPT * (int)sizeof(storage));
   const long long T = a.steps, N = a.neurons;
+  const StridedOffsets<EPT> so = strided_offsets_of<EPT>(a, n0);
   real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamsA][EPT];
-  backward_init<EPT>(a, n0, count, carry, gacc);
-  load_params<EPT, VEC>(a, n0, count, pr);
+  backward_init<EPT>(a, so, n0, count, carry, gacc);
+  load_params<EPT, VEC>(a, so, n0, count, pr);
   const long long segments = (T + K - 1) / K;
   // Without prefetching, a segment's inputs are loaded step by step as it is recomputed (held
   // whole, a long segment's rows would double its local memory).
   constexpr int kHeldRows = kPrefetch ? K : 1;
   SegmentRows<EPT, kHeldRows> next;
-  if (kPrefetch && segments > 0) load_segment<EPT, VEC, kHeldRows, kUnroll>(a, segments - 1, n0, count, next);
+  if (kPrefetch && segments > 0) load_segment<EPT, VEC, kHeldRows, kUnroll>(a, so, segments - 1, n0, count, next);
   for (long long seg = segments - 1; seg >= 0; --seg) {
     const long long s0 = seg * K;
     const int len = T - s0 < K ? (int)(T - s0) : K;
     SegmentRows<EPT, kHeldRows> cur;
     if constexpr (kPrefetch) {
       cur = next;
-      if (seg > 0) load_segment<EPT, VEC, kHeldRows, kUnroll>(a, seg - 1, n0, count, next);
+      if (seg > 0) load_segment<EPT, VEC, kHeldRows, kUnroll>(a, so, seg - 1, n0, count, next);
     } else {
 #pragma unroll
       for (int i = 0; i < kStates; ++i) {
@@ -791,7 +819,7 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
           if constexpr (kPrefetch) {
             xr[i] = cur.x[u][i];
           } else {
-            slot_load<EPT, VEC>(a, kSlotInput + i, s0 + u, n0, count, xr[i]);
+            slot_load<EPT, VEC>(a, so, kSlotInput + i, s0 + u, n0, count, xr[i]);
           }
         }
         if constexpr (!kPrefetch && kL2Ahead > 0) {
@@ -827,7 +855,7 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
     for (int u = K - 1; u >= 0; --u) {
       if (u < len) {
         StepRows<EPT> g;
-        load_step_rows<EPT, VEC, false>(a, s0 + u, n0, count, g);
+        load_step_rows<EPT, VEC, false>(a, so, s0 + u, n0, count, g);
         backward_apply<EPT, VEC>(a, true, (s0 + u) * N + n0, count, ring[u], g, pr, carry, gacc);
       }
     }
