@@ -58,9 +58,11 @@ JOBS=${JOBS:-$(nproc)}
 BUDGET_S=${BUDGET_S:-570}
 SANITIZER_FILTER=${SANITIZER_FILTER:-CudaKernels.MultiState*:CudaKernels.CheckpointEdges*:CudaKernels.EdgeShapes*:CudaKernels.Rejects*:CudaKernels.PackedEdge*:CudaKernels.PackedVector*:CudaKernels.PackedRejects*:CudaKernels.DrawsEqual*:CudaKernels.LongSequences*}
 mkdir -p "$OUT" "$BUILD"
-# pytest-xdist, when installed, spreads the Python tests over processes.
+# pytest-xdist, when installed, spreads the Python tests over processes. The wall time is set by
+# a few cold torch.compile tests (about a minute each): worksteal lets idle workers take queued
+# tests from a busy one, instead of the fixed shares of the default scheduling.
 PYTEST_PARALLEL=()
-python3 -c "import xdist" > /dev/null 2>&1 && PYTEST_PARALLEL=(-n 12)
+python3 -c "import xdist" > /dev/null 2>&1 && PYTEST_PARALLEL=(-n 12 --dist worksteal)
 export SPIKEJIT_REQUIRE_CUDA=1
 export SPIKEJIT_CACHE_DIR=${SPIKEJIT_CACHE_DIR:-$BUILD/kernel-cache}
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$BUILD/inductor-cache}
