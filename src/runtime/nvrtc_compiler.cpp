@@ -105,12 +105,13 @@ std::string numbered_source(const std::string& source) {
 }
 
 std::string compile_cuda(const std::string& source, const std::string& target,
-                         const std::string& what) {
+                         const std::string& what, std::string* ptxas_report) {
   if (!is_valid_target(target)) {
     throw ArgumentError("arch", "sm_<digits> or compute_<digits> (e.g. sm_90)", "'" + target + "'");
   }
   const NvrtcApi& api = nvrtc();
   std::vector<std::string> options = compile_options(target, source);
+  if (ptxas_report != nullptr) options.push_back("--ptxas-options=-v");
   std::vector<const char*> option_ptrs;
   for (const std::string& o : options) option_ptrs.push_back(o.c_str());
 
@@ -150,6 +151,7 @@ std::string compile_cuda(const std::string& source, const std::string& target,
     throw CompileError(message, log);
   }
 
+  if (ptxas_report != nullptr) *ptxas_report = log;
   bool ptx = target.compare(0, 8, "compute_") == 0;
   size_t size = 0;
   nvrtcResult sized = ptx ? api.nvrtcGetPTXSize(program.get(), &size)

@@ -19,9 +19,11 @@ std::vector<std::string> compile_options(const std::string& target, const std::s
 
 // Compiles with compile_options(); returns the cubin (sm_) or NUL-terminated PTX (compute_).
 // `what` names the kernel for messages ("neuron lif, kernel inference (<entry>)").
-// Throws CompileError with the log, the options and the numbered source.
-std::string compile_cuda(const std::string& source, const std::string& target,
-                         const std::string& what);
+// Throws CompileError with the log, the options and the numbered source. `ptxas_report`
+// (cubins; a tool's option, not the runtime's): ptxas also reports each entry's registers,
+// spills and stack ("ptxas info : Used 40 registers ..." lines), which this receives.
+std::string compile_cuda(const std::string& source, const std::string& target, const std::string& what,
+                         std::string* ptxas_report = nullptr);
 
 // The source with 1-based line numbers ("  12 | text").
 std::string numbered_source(const std::string& source);
