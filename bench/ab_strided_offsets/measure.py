@@ -37,7 +37,8 @@ def main():
         infer = inference_ms(node, x, args, device)
         train = training_step_ms(node, x, grad, args, device)
         share = 100 * 8 * x.numel() / (infer * 1e-3) / bandwidth
-        print(f"{label}\t{name}\tinfer {infer:.4f} ms\t{share:.0f} % of copy BW (8 B/neuron-step)\ttrain {train:.4f} ms")
+        print(f"{label}\t{name}\tinfer {infer:.4f} ms\t{share:.0f} % of copy BW (8 B/neuron-step)\t"
+              f"train {train:.4f} ms")
 
 
 if __name__ == "__main__":

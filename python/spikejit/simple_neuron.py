@@ -18,9 +18,10 @@ constructor (the subclass's too) has run, and all T steps of a call run in one k
 with the surrogate's gradient; torch.compile sees one op. The plain numbers the step reads
 (self.a, v_threshold, the surrogate's alpha, ...) are compiled into the kernel: assigning an
 attribute of the module traces again (or takes the kernel traced for those numbers before, of
-the 8 most recently used); a number changed inside a submodule (`node.surrogate_function.alpha =
-3`) counts once the submodule is assigned again. Tensors and parameters the step reads are the kernel's parameters, read where
-they live at each call and learned as in PyTorch. A step the tracer cannot translate raises
+the 8 most recently used); a number changed inside a submodule
+(`node.surrogate_function.alpha = 3`) counts once the submodule is assigned again. Tensors and
+parameters the step reads are the kernel's parameters, read where they live at each call and
+learned as in PyTorch. A step the tracer cannot translate raises
 UnsupportedCoreError naming the op.
 
 SimpleIFNode and SimpleLIFNode are SpikingJelly's: SimpleLIFNode's charge
