@@ -41,6 +41,10 @@ void bind_program(nb::module_& m) {
           "tangent", [](const Program& p) { return Program(autodiff::tangent(p.neuron())); },
           "The tangent neuron (forward mode): inputs, states, parameters and outputs of this neuron, "
           "then one tangent of each in that order; its inference is this neuron's JVP.")
+      .def(
+          "adjoint", [](const Program& p) { return Program(autodiff::adjoint(p.neuron())); },
+          "The adjoint neuron (this neuron's backward step as a neuron, run backward in time): see "
+          "spikejit/autodiff.h. Its gradients are this neuron's second derivatives.")
       .def_prop_ro("name", [](const Program& p) { return p.neuron().name; })
       .def_prop_ro("inputs", [](const Program& p) { return names(p.neuron().inputs); })
       .def_prop_ro("states", [](const Program& p) { return names(p.neuron().states); })

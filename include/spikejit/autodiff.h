@@ -24,6 +24,20 @@ ir::Step differentiate(const ir::Step& forward, bool pack_spikes = false);
 // `differentiate` computes. Inference of this neuron is the JVP of n over a whole sequence.
 ir::Neuron tangent(const ir::Neuron& n);
 
+// The adjoint neuron of `n`: n's backward step as a neuron that runs backward in time, so that
+// its own gradients (n's second derivatives) come from differentiating it like any neuron.
+//   inputs   n's inputs at step t, n's states before step t (at t - 1), the gradients of n's
+//            outputs at t, the gradients of n's state sequences at t (`grad_<name>_seq`)
+//   states   the gradient of each of n's states (`grad_<name>`: dL/d states[t-1] after the step,
+//            start: the final states' gradients), then each parameter's gradient summed over
+//            the steps so far (start: 0; a scalar parameter's still per neuron)
+//   outputs  the gradient of each input at t (`grad_<name>`)
+// Run on the time-reversed sequences, its final states are the gradients of n's initial states
+// and of its parameters (summed over the neurons for a scalar one). The backward step's math,
+// recomputing the forward step from the inputs and states instead of reading saved values.
+// Throws ArgumentError for a neuron with uniform() draws (they depend on the step's index).
+ir::Neuron adjoint(const ir::Neuron& n);
+
 // The surrogate derivative g'(x) as IR nodes appended to `nodes` (used by `differentiate`,
 // exposed for tests). Returns the id of the result.
 ir::ValueId append_surrogate_derivative(std::vector<ir::Node>& nodes, const ir::Surrogate& s,

@@ -38,6 +38,7 @@ from .online_neurons import OTTTLIFNode, SLTTLIFNode
 from .simple_neuron import SimpleBaseNode, SimpleIFNode, SimpleLIFNode
 from .nn import PackedSpikeConv2d, PackedSpikeLinear, packed_spikes
 from .recompute import Recompute
+from ._double_backward import double_backward
 from .scan import (eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available,
                    lowerable_scan_final_state)
 
@@ -56,7 +57,7 @@ __all__ = [
     "lowerable_scan_available", "bit_spike_compress", "bit_spike_decompress", "pack_spike_rows",
     "unpack_spike_rows", "cuda_available", "cuda_unavailable_reason", "cpu_fused_available",
     "cpu_fused_unavailable_reason",
-    "PackedSpikeLinear", "PackedSpikeConv2d", "packed_spikes", "Recompute",
+    "PackedSpikeLinear", "PackedSpikeConv2d", "packed_spikes", "Recompute", "double_backward",
     "surrogate", "registry", "ops", "cpu_pool",
 ]
 

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 from torch.fx.experimental.symbolic_shapes import guard_scalar
 
-from . import _core, ops, registry
+from . import _core, _double_backward, ops, registry
 from ._forward_mode import has_tangents, run_with_tangents
 from ._func_transforms import transforms_active
 from ._kernel_calls import (check_checkpoint_every, check_pack_spikes, check_seed, initial_states, program_counts,
@@ -219,6 +219,9 @@ def run_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_stat
     the outputs returned as uint8 bit rows (see spikejit.ops). `seed`: the draws of a neuron with
     random numbers (see call_seed; None draws one)."""
     seed = call_seed(handle, inputs, seed)
+    if _double_backward.enabled() and needs_grad(inputs, init_states, params):
+        return _double_backward.run(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
+                                    packed_outputs, pack_spikes, seed)
     if (type(packed_outputs) is int and packed_outputs == 0 and pack_spikes is False
             and getattr(_call_hooks, "hook", None) is None and ops.is_plain_eager(inputs, init_states, params)):
         check_checkpoint_every(checkpoint_every)

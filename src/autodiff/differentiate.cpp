@@ -6,6 +6,7 @@
 #include "autodiff/emitter.h"
 #include "autodiff/rules.h"
 #include "autodiff/save_plan.h"
+#include "autodiff/sweep.h"
 #include "spikejit/autodiff.h"
 #include "spikejit/error.h"
 
@@ -152,24 +153,30 @@ void compact_saved(ir::Step& b) {
 
 }  // namespace
 
-ir::Step differentiate(const ir::Step& forward, bool pack_spikes) {
+SweptStep sweep(const ir::Step& forward) {
   check_forward(forward);
   Sweep sweep(forward);
   sweep.run();
+  SweptStep out;
+  for (int i = 0; i < forward.num_inputs; ++i) out.grad_inputs.push_back(sweep.leaf_grad(Op::Input, i));
+  for (int i = 0; i < forward.num_states; ++i) out.grad_prev_states.push_back(sweep.leaf_grad(Op::State, i));
+  for (size_t i = 0; i < forward.params.size(); ++i)
+    out.grad_params.push_back(sweep.leaf_grad(Op::Param, static_cast<int>(i)));
+  out.nodes = std::move(sweep.nodes());
+  return out;
+}
 
+ir::Step differentiate(const ir::Step& forward, bool pack_spikes) {
+  SweptStep swept = sweep(forward);
   ir::Step b;
   b.num_inputs = forward.num_inputs;
   b.num_states = forward.num_states;
   b.num_outputs = forward.num_outputs;
   b.params = forward.params;
-  for (int i = 0; i < forward.num_inputs; ++i)
-    b.grad_inputs.push_back(sweep.leaf_grad(Op::Input, i));
-  for (int i = 0; i < forward.num_states; ++i)
-    b.grad_prev_states.push_back(sweep.leaf_grad(Op::State, i));
-  for (size_t i = 0; i < forward.params.size(); ++i)
-    b.grad_params.push_back(sweep.leaf_grad(Op::Param, static_cast<int>(i)));
-
-  b.nodes = std::move(sweep.nodes());
+  b.grad_inputs = std::move(swept.grad_inputs);
+  b.grad_prev_states = std::move(swept.grad_prev_states);
+  b.grad_params = std::move(swept.grad_params);
+  b.nodes = std::move(swept.nodes);
   const std::vector<ValueId> needed = forward_values_needed(b.nodes, forward.nodes.size(), b);
   b.saved = choose_saved(forward.nodes, needed, pack_spikes);
   for (size_t k = 0; k < b.saved.size(); ++k) {

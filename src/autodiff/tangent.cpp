@@ -8,9 +8,11 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autodiff/emitter.h"
+#include "autodiff/fresh_names.h"
 #include "autodiff/rules.h"
 #include "spikejit/autodiff.h"
 
@@ -24,33 +26,18 @@ using ir::ValueId;
 // name of the neuron has it. One per name, whatever declares or binds it.
 class TangentNames {
  public:
-  explicit TangentNames(const ir::Neuron& n) {
-    for (const auto& d : n.inputs) taken_.insert(d.name);
-    for (const auto& d : n.states) taken_.insert(d.name);
-    for (const auto& d : n.constants) taken_.insert(d.name);
-    for (const auto& d : n.params) taken_.insert(d.name);
-    for (const auto& d : n.outputs) taken_.insert(d.name);
-    for (const auto& a : n.body) taken_.insert(a.name);
-  }
+  explicit TangentNames(const ir::Neuron& n) : names_(n) {}
 
   const std::string& of(const std::string& name) {
     auto found = tangent_.find(name);
     if (found != tangent_.end()) return found->second;
-    std::string candidate = name + "_tangent";
-    while (taken_.count(candidate)) candidate += "_";
-    taken_.insert(candidate);
-    return tangent_.emplace(name, candidate).first->second;
+    return tangent_.emplace(name, names_.fresh(name + "_tangent")).first->second;
   }
 
-  // A name no one has: `base`, with "_" appended until it is free.
-  std::string fresh(std::string base) {
-    while (taken_.count(base)) base += "_";
-    taken_.insert(base);
-    return base;
-  }
+  std::string fresh(std::string base) { return names_.fresh(std::move(base)); }
 
  private:
-  std::set<std::string> taken_;
+  FreshNames names_;
   std::map<std::string, std::string> tangent_;
 };
 

@@ -1,0 +1,142 @@
+"""Second and higher derivatives through the neuron kernels: `with spikejit.double_backward():`.
+
+A neuron call's usual backward runs the kernels of its backward step, whose results have no graph
+of their own, so a gradient of those gradients is refused. Calls made inside
+`with spikejit.double_backward():` (the forward pass; the backward may run anywhere) take this path
+instead. The forward runs the inference kernels and keeps the call's inputs, initial states and
+parameters. The backward runs the neuron's adjoint neuron (_core.Program.adjoint: the backward step
+as a neuron of its own) over the time-reversed sequences: the call's inputs, the states before
+each step (recomputed by a forward call) and the incoming gradients. Both are calls of this same
+kind, so under create_graph=True the gradients have a graph of kernel calls whose own backward is
+the adjoint neuron's adjoint, and so on, to any order.
+
+The second derivatives are those of a plain PyTorch loop over the steps in which each spike is
+an autograd function with the surrogate's derivative as its backward (written with
+differentiable ops): the surrogate's second derivative where the gradient depends on the
+potential, and the surrogate's derivative for a spike recomputed inside the backward.
+
+Costs: the call keeps its inputs instead of the usual saved values, and a backward runs the
+forward again. First derivatives equal the usual path's up to rounding (a scalar parameter's
+gradient is summed over the neurons in another order). Eager mode only; refused under
+torch.compile and torch.func transforms, for neurons that draw random numbers (the adjoint runs
+the steps in reverse), packed outputs and packed saved spikes.
+"""
+import threading
+
+import torch
+
+from . import registry
+from ._func_transforms import transforms_active
+from ._kernel_calls import ActiveReference, inference, program_counts, split_inference_results
+
+__all__ = ["double_backward"]
+
+_mode = threading.local()
+
+
+class double_backward:
+    """Neuron calls made inside `with spikejit.double_backward():` can be differentiated more than
+    once (create_graph=True, then a gradient of the gradients). See the module's docstring."""
+
+    def __enter__(self):
+        self._previous = enabled()
+        _mode.on = True
+        return self
+
+    def __exit__(self, *exc):
+        _mode.on = self._previous
+
+
+def enabled() -> bool:
+    """Whether this thread is inside `with spikejit.double_backward():`."""
+    return getattr(_mode, "on", False)
+
+
+def run(handle: int, num_outputs: int, num_states: int, inputs, init_states, params, store_state_seqs: bool,
+        packed_outputs, pack_spikes, seed):
+    """spikejit.functional.run_neuron's (outputs, final_states, state_seqs or None) for a call that
+    needs gradients inside double_backward()."""
+    _check_call(handle, packed_outputs, pack_spikes, seed)
+    x = inputs[0]
+    if not isinstance(x, torch.Tensor) or x.dim() < 1:  # (the kernels' own checks word the rest)
+        raise ValueError(f"inputs[0]: expected a sequence [T, *S], got {x!r}")
+    _, counts = program_counts(handle)
+    states = [torch.full(x.shape[1:], counts.state_defaults[j], dtype=x.dtype, device=x.device) if s is None else s
+              for j, s in enumerate(init_states or [None] * counts.states)]
+    results = call(handle, list(inputs), states, list(params), bool(store_state_seqs))
+    return split_inference_results(results, num_outputs, num_states, bool(store_state_seqs))
+
+
+def _check_call(handle, packed_outputs, pack_spikes, seed) -> None:
+    name = "spikejit.double_backward()"
+    if torch.compiler.is_compiling():
+        raise RuntimeError(f"{name} is for eager mode: under torch.compile a neuron call has first derivatives only")
+    if transforms_active():
+        raise RuntimeError(f"{name} works with torch.autograd (create_graph=True), not under torch.func transforms")
+    if seed is not None or program_counts(handle)[1].random:
+        raise ValueError(f"handle: {name} expected a neuron without random draws (its adjoint runs the steps in "
+                         f"reverse, where the draws would differ), got neuron "
+                         f"'{registry.program(handle).name}', which draws random numbers")
+    if type(packed_outputs) is not int or packed_outputs != 0:
+        raise ValueError(f"packed_outputs: expected 0 inside {name} (bit rows carry no gradient), got "
+                         f"{packed_outputs!r}")
+    if pack_spikes is not False:
+        raise ValueError(f"pack_spikes: expected False inside {name} (it saves the inputs, not spikes), got "
+                         f"{pack_spikes!r}")
+
+
+def call(handle: int, inputs, init_states, params, store_state_seqs: bool):
+    """[*outputs, *state_seqs (if store_state_seqs), *final_states] of the neuron, differentiable
+    any number of times where a gradient is needed; every initial state given."""
+    tensors = (*inputs, *init_states, *params)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return list(_Differentiable.apply(handle, store_state_seqs, len(inputs), len(init_states), *tensors))
+    return inference(handle, inputs, init_states, params, store_state_seqs, True)
+
+
+def adjoint_handle_of(handle: int) -> int:
+    """The handle of the neuron's adjoint neuron, made once, owned by `handle`'s entry."""
+    return registry.derived_handle(handle, "adjoint", lambda program: program.adjoint())
+
+
+class _Differentiable(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, handle, store_state_seqs, num_inputs, num_states, *tensors):
+        ni, ns = num_inputs, num_states
+        results = inference(handle, list(tensors[:ni]), list(tensors[ni:ni + ns]), list(tensors[ni + ns:]),
+                            store_state_seqs, True)
+        ctx.save_for_backward(*tensors)
+        ctx.handle, ctx.store_state_seqs, ctx.num_inputs, ctx.num_states = handle, store_state_seqs, ni, ns
+        ctx.active_reference = ActiveReference(handle)  # the kernels stay registered for the backward
+        ctx.set_materialize_grads(False)
+        return tuple(results)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None,) * 4 + tuple(gradients(ctx.handle, ctx.store_state_seqs, ctx.num_inputs, ctx.num_states,
+                                             ctx.saved_tensors, grads))
+
+
+def gradients(handle: int, store_state_seqs: bool, num_inputs: int, num_states: int, tensors, grads):
+    """The gradients of a call's inputs, initial states and parameters (`tensors`) from those of its
+    results (`grads`, None: zero), by the adjoint neuron; with a graph under create_graph=True."""
+    _, counts = program_counts(handle)
+    ni, ns, no = num_inputs, num_states, counts.outputs
+    inputs, init_states, params = tensors[:ni], tensors[ni:ni + ns], tensors[ni + ns:]
+    grad_outputs = grads[:no]
+    grad_seqs = grads[no:no + ns] if store_state_seqs else (None,) * ns
+    grad_finals = grads[len(grads) - ns:] if ns else ()
+    x = inputs[0]
+    steps = x.shape[0]
+    seqs = call(handle, list(inputs), list(init_states), list(params), True)[no:no + ns]
+    before = [torch.cat((s0.unsqueeze(0), seq))[:steps] for s0, seq in zip(init_states, seqs)]
+    sequences = [t.flip(0) for t in (*inputs, *before)]
+    sequences += [torch.zeros_like(x) if g is None else g.flip(0) for g in (*grad_outputs, *grad_seqs)]
+    neuron_shape = x.shape[1:]
+    states = [torch.zeros_like(s0) if g is None else g for g, s0 in zip(grad_finals, init_states)]
+    states += [x.new_zeros(neuron_shape) for _ in params]
+    results = call(adjoint_handle_of(handle), sequences, states, list(params), False)
+    finals = results[len(results) - ns - len(params):]
+    grad_params = [acc if kind == "per_neuron" else acc.sum().reshape(p.shape)
+                   for acc, p, kind in zip(finals[ns:], params, counts.params)]
+    return [r.flip(0) for r in results[:ni]] + list(finals[:ns]) + grad_params
