@@ -30,7 +30,8 @@ struct SecondDerivativeRefused final : torch::autograd::Node {
   std::string name() const override { return "spikejit::SecondDerivativeRefused"; }
   variable_list apply(variable_list&&) override {
     throw std::runtime_error("spikejit's neuron kernels have first derivatives only: a second derivative (a "
-                             "gradient of a gradient) cannot run through them");
+                             "gradient of a gradient) cannot run through them. For second and higher derivatives "
+                             "with torch.autograd, make the neuron calls inside `with spikejit.double_backward():`");
   }
 };
 

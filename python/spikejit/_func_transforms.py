@@ -33,7 +33,8 @@ def transforms_active() -> bool:
 def refuse_second_derivative(ctx, *grads):
     """The backward of gradients the kernels computed (they have no graph of their own)."""
     raise RuntimeError("spikejit's neuron kernels have first derivatives only: a second derivative (a gradient "
-                       "of a gradient) cannot run through them")
+                       "of a gradient) cannot run through them. For second and higher derivatives with "
+                       "torch.autograd, make the neuron calls inside `with spikejit.double_backward():`")
 
 
 def _fold(t, dim, kind, batch):

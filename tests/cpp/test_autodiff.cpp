@@ -1055,6 +1055,79 @@ TEST(AutodiffForwardMode, TangentsTransposeTheBackward) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// (6) The adjoint neuron: the backward step as a neuron, run backward in time.
+
+// The adjoint neuron's forward over the reversed sequence against BPTT with the backward step.
+void check_adjoint(const ir::Neuron& n, SeededRng& rng) {
+  const ir::Step f = ir::lower(n);
+  const ir::Step fa = ir::lower(autodiff::adjoint(n));
+  SCOPED_TRACE("adjoint step:\n" + ir::to_string(fa));
+  const int ni = f.num_inputs, ns = f.num_states, np = static_cast<int>(f.params.size());
+  ASSERT_EQ(fa.num_inputs, ni + ns + f.num_outputs + ns);
+  ASSERT_EQ(fa.num_states, ns + np);
+  ASSERT_EQ(fa.num_outputs, ni);
+  const int T = 8;
+  const Problem p = random_problem(f, T, rng, 1.5, {});
+  const testing::SequenceGrads want =
+      testing::run_backward(f, autodiff::differentiate(f), p.seq, p.grad_outputs, p.grad_states, false);
+  const testing::ForwardTrace trace = testing::run_forward(f, p.seq, false);
+  testing::Sequence reversed;
+  for (int t = T - 1; t >= 0; --t) {
+    std::vector<double> in = p.seq.inputs[t];
+    const std::vector<double>& before = t > 0 ? trace.states[t - 1] : p.seq.init_states;
+    in.insert(in.end(), before.begin(), before.end());
+    in.insert(in.end(), p.grad_outputs[t].begin(), p.grad_outputs[t].end());
+    in.insert(in.end(), p.grad_states[t].begin(), p.grad_states[t].end());
+    reversed.inputs.push_back(in);
+  }
+  reversed.init_states.assign(static_cast<size_t>(ns + np), 0.0);
+  reversed.params = p.seq.params;
+  const testing::ForwardTrace got = testing::run_forward(fa, reversed, false);
+  double scale = 1.0;
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < ni; ++i) scale = std::max(scale, std::fabs(want.inputs[t][i]));
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < ni; ++i)
+      expect_close(got.outputs[T - 1 - t][i], want.inputs[t][i], 1e-12 * scale,
+                   "gradient of input " + std::to_string(i) + " at t = " + std::to_string(t));
+  for (int j = 0; j < ns; ++j)
+    expect_close(got.states[T - 1][j], want.init_states[j], 1e-12 * scale, "gradient of initial state " + std::to_string(j));
+  for (int k = 0; k < np; ++k)
+    expect_close(got.states[T - 1][ns + k], want.params[k], 1e-12 * scale * T, "gradient of parameter " + std::to_string(k));
+}
+
+TEST(AutodiffAdjoint, ReversedRunEqualsTheBackward) {
+  SeededRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (const Variant& v : forward_mode_neurons(rng)) {
+    SCOPED_TRACE(v.label);
+    for (int trial = 0; trial < 3; ++trial) check_adjoint(v.neuron, rng);
+  }
+}
+
+TEST(AutodiffAdjoint, IsANeuronOfItsOwn) {
+  // Its canonical text parses back to the same neuron, and it has an adjoint in turn.
+  const ir::Neuron a = autodiff::adjoint(adaptive_lif());
+  const ir::Neuron again = frontend::parse(frontend::print(a), "adjoint.sj");
+  EXPECT_EQ(frontend::print(again), frontend::print(a));
+  const ir::Neuron aa = autodiff::adjoint(a);
+  EXPECT_EQ(aa.outputs.size(), a.inputs.size());
+  EXPECT_EQ(aa.states.size(), a.states.size() + a.params.size());
+}
+
+TEST(AutodiffAdjoint, RefusesRandomDraws) {
+  const ir::Neuron n = frontend::parse("neuron noisy\ninput x\nstate v = 0\noutput s\n"
+                                       "v = v * 0.5 + x + uniform()\ns = spike(v - 1, sigmoid(alpha = 4))\n",
+                                       "noisy.sj");
+  try {
+    autodiff::adjoint(n);
+    FAIL() << "no error";
+  } catch (const ArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("draws random numbers"), std::string::npos) << e.what();
+  }
+}
+
 // op_step's computation as a neuron (inputs a, b, c; output y = op of them, Bool ops as floats).
 ir::Neuron op_neuron(Op op) {
   NeuronBuilder b("one_op");
