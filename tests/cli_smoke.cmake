@@ -48,6 +48,9 @@ endif()
 expect(RC 0 OUT "^[0-9a-f]+\n$" ARGS check ${lif} --hash)
 expect(RC 0 OUT "forward step.*backward step.*saved 0 = forward %" ARGS grad ${lif})
 expect(RC 0 OUT "neuron lif_tangent.*input x_tangent.*state v_tangent = 0.*output s_tangent" ARGS grad ${lif} --tangent)
+expect(RC 0 OUT "neuron lif_adjoint.*input x.*input v.*input grad_s.*input grad_v_seq.*state grad_v = 0.*output grad_x"
+       ARGS grad ${lif} --adjoint)
+expect(RC 2 ERR "--tangent and --adjoint" ARGS grad ${lif} --adjoint --tangent)
 expect(RC 0 OUT "saved 0 = forward %[0-9]+ \\(packed bits\\).*saves 1 value.*\\(bits\\)"
        ARGS grad ${SRC}/tests/neurons/ste_lif.sj --pack-spikes)
 expect(RC 0 OUT "output s: firing rate 0\\.[0-9]+.*neuron-steps/s"

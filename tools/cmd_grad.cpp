@@ -1,5 +1,6 @@
 // spikejit grad FILE: the lowered forward step, the backward step autodiff derives from it, and
-// the values the training forward saves for the backward; or, with --tangent, the tangent neuron.
+// the values the training forward saves for the backward; or, with --tangent / --adjoint, the
+// tangent / adjoint neuron.
 #include <iostream>
 
 #include "cli.h"
@@ -9,7 +10,7 @@
 namespace spikejit::cli {
 
 static const char* const kAbout =
-    "usage: spikejit grad FILE [--set NAME=VALUE]... [--pack-spikes] [--tangent]\n"
+    "usage: spikejit grad FILE [--set NAME=VALUE]... [--pack-spikes] [--tangent | --adjoint]\n"
     "\n"
     "Prints the neuron's lowered forward step, its backward step (one reverse step of\n"
     "backpropagation through time: gradients of the inputs, of the previous states and of the\n"
@@ -21,17 +22,22 @@ static const char* const kAbout =
     "  --tangent       instead, forward mode: the tangent neuron (the neuron's step, then the\n"
     "                  tangents of its outputs and next states from those of its inputs, states\n"
     "                  and parameters), whose inference over a sequence is the JVP\n"
+    "  --adjoint       instead, the adjoint neuron (the backward step as a neuron, run over the\n"
+    "                  reversed sequences; the Python package differentiates it for second\n"
+    "                  derivatives)\n"
     "\n";
 
 int cmd_grad(int argc, char** argv) {
-  const Args args(argc, argv, {"set"}, {"pack-spikes", "tangent"});
+  const Args args(argc, argv, {"set"}, {"pack-spikes", "tangent", "adjoint"});
   if (args.help()) {
     std::cout << kAbout << kNeuronSourceHelp;
     return 0;
   }
   const Program program = load_program(args.single_positional("FILE"), args.values("set"));
-  if (args.flag("tangent")) {
-    std::cout << Program(autodiff::tangent(program.neuron())).canonical();
+  if (args.flag("tangent") && args.flag("adjoint")) throw UsageError("--tangent and --adjoint print different neurons: give one");
+  if (args.flag("tangent") || args.flag("adjoint")) {
+    const ir::Neuron& n = program.neuron();
+    std::cout << Program(args.flag("tangent") ? autodiff::tangent(n) : autodiff::adjoint(n)).canonical();
     return 0;
   }
   const ir::Step& backward = program.backward(args.flag("pack-spikes"));
