@@ -188,3 +188,8 @@ def test_cpu_allocator_bench_reports_every_size_and_implementation():
     rows = [line for line in out.splitlines() if line.startswith("| 4 | 64 |") or line.startswith("| 2 | 128 |")]
     assert {row.split("|")[3].strip() for row in rows} >= {"spikejit"}, out
     assert len(rows) == 2 * len({row.split("|")[3].strip() for row in rows}), out
+
+
+def test_double_backward_bench_dry_run():
+    out = run_bench("bench_double_backward.py", "--dry-run", "--device", "cpu")
+    assert "| LIF | 4 | 64 |" in out and "| PLIF | 4 | 64 |" in out, out

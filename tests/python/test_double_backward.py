@@ -109,6 +109,31 @@ def test_modules_give_the_usual_first_derivatives_and_second_ones(device):
     torch.testing.assert_close(twice.w.grad, reference.w.grad, **tolerance)
 
 
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_single_step_modules_carry_second_derivatives_through_their_state(device):
+    """step_mode "s": each call's final state is the next call's initial state, so the second
+    derivatives run back through every call."""
+    dtype, tolerance = precision(device)
+    sj_neuron = pytest.importorskip("spikingjelly.activation_based.neuron")
+    x = random_input(6, 3, 8, device=device, dtype=dtype)
+    q = torch.randn_like(x)
+
+    def second(node, mode):
+        node.reset()
+        xr = x.clone().requires_grad_()
+        with mode():
+            s = torch.stack([node(xr[t]) for t in range(x.shape[0])])
+        (g,) = torch.autograd.grad((s * q).sum() + (node.v ** 2).sum(), xr, create_graph=True)
+        (gg,) = torch.autograd.grad((g ** 2).sum(), xr)
+        return g.detach(), gg
+
+    ours = second(spikejit.LIFNode(tau=3.0, step_mode="s").to(device, dtype), spikejit.double_backward)
+    reference = second(sj_neuron.LIFNode(tau=3.0, step_mode="s").to(device, dtype), torch.enable_grad)
+    assert reference[1].abs().max() > 0
+    for got, want in zip(ours, reference):
+        torch.testing.assert_close(got, want, rtol=tolerance["rtol"], atol=tolerance["atol"] * (1 + want.abs().max()))
+
+
 def smooth_core(x, u, v, p, a):
     """Two inputs, two states, two outputs, no spike: finite differences see every derivative."""
     h = v + (x - v) * torch.sigmoid(a) + 0.3 * u * torch.tanh(p)
