@@ -19,8 +19,8 @@
 #   python       pip install and the Python tests on CUDA          about 7 min
 #   bench        the kernels, the modules against SpikingJelly,
 #                the host time of a call, training memory          about 5 min
-#   bench-extra  FlexSN, CUDA graphs, layouts, forward mode, stochastic and nonlinear
-#                neurons, the host CPU, compression                about 4.5 min
+#   bench-extra  FlexSN, CUDA graphs, layouts, forward mode, second derivatives, stochastic
+#                and nonlinear neurons, the host CPU, compression  about 5 min
 # `tests` is cpp,python. Without --only, everything runs (about 20 minutes).
 # BUDGET_S (default 570) guards a call: a benchmark step that would start with less time left than
 # it needs is not run, and the summary says so (the run then FAILs).
@@ -190,6 +190,7 @@ if [[ $installed -eq 0 ]] && wanted bench-extra; then
   bench_step 90 graphbench bench.txt python3 "$ROOT/bench/python/bench_cuda_graphs.py"
   bench_step 60 layoutbench bench.txt python3 "$ROOT/bench/python/bench_layouts.py"
   bench_step 40 fwdbench bench.txt python3 "$ROOT/bench/python/bench_forward_mode.py"
+  bench_step 40 doublebench bench.txt python3 "$ROOT/bench/python/bench_double_backward.py" --device cuda
   bench_step 40 randbench bench.txt python3 "$ROOT/bench/python/bench_random_neurons.py"
   bench_step 45 nonlinearbench bench.txt python3 "$ROOT/bench/python/bench_nonlinear_neurons.py"
   # The host CPU as a 2-core machine (two cores, two threads), like the machines CI runs on.
