@@ -21,6 +21,7 @@ gradient is summed over the neurons in another order). Eager mode only; refused 
 torch.compile and torch.func transforms, for neurons that draw random numbers (the adjoint runs
 the steps in reverse), packed outputs and packed saved spikes.
 """
+import contextlib
 import threading
 
 import torch
@@ -34,17 +35,21 @@ __all__ = ["double_backward"]
 _mode = threading.local()
 
 
-class double_backward:
-    """Neuron calls made inside `with spikejit.double_backward():` can be differentiated more than
-    once (create_graph=True, then a gradient of the gradients). See the module's docstring."""
+class double_backward(contextlib.ContextDecorator):
+    """Neuron calls made inside `with spikejit.double_backward():` (or in a function decorated with
+    `@spikejit.double_backward()`) can be differentiated more than once (create_graph=True, then a
+    gradient of the gradients). See the module's docstring."""
+
+    def __init__(self):
+        self._previous = []  # a stack: the same object may be entered again while inside
 
     def __enter__(self):
-        self._previous = enabled()
+        self._previous.append(enabled())
         _mode.on = True
         return self
 
     def __exit__(self, *exc):
-        _mode.on = self._previous
+        _mode.on = self._previous.pop()
 
 
 def enabled() -> bool:

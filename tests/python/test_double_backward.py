@@ -255,3 +255,9 @@ def test_the_mode_is_per_thread_and_restored():
         worker.start()
         worker.join()
     assert seen == [False] and not spikejit._double_backward.enabled()
+
+    @spikejit.double_backward()
+    def inside(depth):
+        return spikejit._double_backward.enabled() and (depth == 0 or inside(depth - 1))
+
+    assert inside(2) and not spikejit._double_backward.enabled()
