@@ -45,6 +45,7 @@ struct Policy {
   int64_t checkpoint_every = 0;
   bool pack_spikes = false;
   std::optional<uintptr_t> seed;
+  bool reverse = false;  // forward: the steps last to first (inference)
 };
 
 const void* seed_pointer(const Policy& policy) {
@@ -112,6 +113,7 @@ ForwardBuffers forward_buffers(int64_t steps, const Shape& neuron_shape, const B
   b.checkpoint_every = policy.checkpoint_every;
   b.pack_spikes = policy.pack_spikes;
   b.seed = seed_pointer(policy);
+  b.reverse = policy.reverse;
   return b;
 }
 
@@ -157,10 +159,10 @@ void cpu_forward(const Program& program, int64_t steps, const Shape& neuron_shap
                  const Buffers& outputs, const Buffers& state_seqs, const Buffers& final_states,
                  const Buffers& saved, int threads, const std::string& compute,
                  int64_t checkpoint_every, const PackedBuffers& packed_outputs,
-                 const PackedBuffers& packed_saved, bool pack_spikes, std::optional<uintptr_t> seed) {
+                 const PackedBuffers& packed_saved, bool pack_spikes, std::optional<uintptr_t> seed, bool reverse) {
   ForwardBuffers b = forward_buffers(steps, neuron_shape, inputs, initial_states, params, outputs,
                                      state_seqs, final_states, saved, packed_outputs, packed_saved,
-                                     {checkpoint_every, pack_spikes, seed});
+                                     {checkpoint_every, pack_spikes, seed, reverse});
   cpu::Options o = cpu_options(threads, compute);
   nb::gil_scoped_release release;
   cpu::forward(program, b, o);
@@ -186,10 +188,10 @@ void cuda_forward(const Program& program, int64_t steps, const Shape& neuron_sha
                   const Buffers& outputs, const Buffers& state_seqs, const Buffers& final_states,
                   const Buffers& saved, uintptr_t stream, int device, int64_t checkpoint_every,
                   const PackedBuffers& packed_outputs, const PackedBuffers& packed_saved, bool pack_spikes,
-                  std::optional<uintptr_t> seed) {
+                  std::optional<uintptr_t> seed, bool reverse) {
   ForwardBuffers b = forward_buffers(steps, neuron_shape, inputs, initial_states, params, outputs,
                                      state_seqs, final_states, saved, packed_outputs, packed_saved,
-                                     {checkpoint_every, pack_spikes, seed});
+                                     {checkpoint_every, pack_spikes, seed, reverse});
   nb::gil_scoped_release release;
   cuda::forward(program, b, reinterpret_cast<void*>(stream), device);
 }
@@ -225,8 +227,9 @@ void bind_kernels(nb::module_& m) {
   m.def("cpu_forward", &cpu_forward, "program"_a, "steps"_a, "neuron_shape"_a, "inputs"_a,
         "initial_states"_a, "params"_a, "outputs"_a, "state_seqs"_a, "final_states"_a, "saved"_a,
         "threads"_a = 0, "compute"_a = "auto", "checkpoint_every"_a = 0, "packed_outputs"_a = PackedBuffers(),
-        "packed_saved"_a = PackedBuffers(), "pack_spikes"_a = false, "seed"_a = nb::none(),
-        "Inference (saved empty) or training forward on CPU buffers.");
+        "packed_saved"_a = PackedBuffers(), "pack_spikes"_a = false, "seed"_a = nb::none(), "reverse"_a = false,
+        "Inference (saved empty) or training forward on CPU buffers (`reverse`: inference, the steps last to "
+        "first).");
   m.def("cpu_backward", &cpu_backward, "program"_a, "steps"_a, "neuron_shape"_a, "saved"_a,
         "params"_a, "grad_outputs"_a, "grad_state_seqs"_a, "grad_final_states"_a, "grad_inputs"_a,
         "grad_initial_states"_a, "grad_params"_a, "threads"_a = 0, "compute"_a = "auto",
@@ -237,8 +240,9 @@ void bind_kernels(nb::module_& m) {
   m.def("cuda_forward", &cuda_forward, "program"_a, "steps"_a, "neuron_shape"_a, "inputs"_a,
         "initial_states"_a, "params"_a, "outputs"_a, "state_seqs"_a, "final_states"_a, "saved"_a,
         "stream"_a, "device"_a, "checkpoint_every"_a = 0, "packed_outputs"_a = PackedBuffers(),
-        "packed_saved"_a = PackedBuffers(), "pack_spikes"_a = false, "seed"_a = nb::none(),
-        "Inference or training forward on device buffers, launched on `stream` (a CUstream).");
+        "packed_saved"_a = PackedBuffers(), "pack_spikes"_a = false, "seed"_a = nb::none(), "reverse"_a = false,
+        "Inference or training forward on device buffers, launched on `stream` (a CUstream; `reverse`: "
+        "inference, the steps last to first).");
   m.def("cuda_backward", &cuda_backward, "program"_a, "steps"_a, "neuron_shape"_a, "saved"_a,
         "params"_a, "grad_outputs"_a, "grad_state_seqs"_a, "grad_final_states"_a, "grad_inputs"_a,
         "grad_initial_states"_a, "grad_params"_a, "stream"_a, "device"_a, "inputs"_a = Buffers(),

@@ -104,9 +104,10 @@ struct EagerForward {
 // [T, ceil(N / 8)] where bit i of `packed_outputs` is set.
 std::vector<nb::object> infer_eager(const Program& program, const Handles& inputs, const Handles& init_states,
                                     const Handles& params, std::optional<nb::handle> seed, bool store_state_seqs,
-                                    bool final_state, int64_t packed_outputs) {
+                                    bool final_state, int64_t packed_outputs, bool reverse) {
   EagerForward call(program, inputs, init_states, params, seed);
   ForwardBuffers& b = call.buffers;
+  b.reverse = reverse;
   const int num_states = static_cast<int>(program.neuron().states.size());
   std::vector<at::Tensor> results = call.new_outputs(program, packed_outputs);
   for (int j = 0; store_state_seqs && j < num_states; ++j) {
@@ -215,9 +216,9 @@ std::vector<nb::object> train_eager(const Program& program, const Handles& input
 
 void bind_torch_calls(nb::module_& m) {
   m.def("infer_eager", &infer_eager, "program"_a, "inputs"_a, "init_states"_a, "params"_a, "seed"_a.none(),
-        "store_state_seqs"_a, "final_state"_a, "packed_outputs"_a,
+        "store_state_seqs"_a, "final_state"_a, "packed_outputs"_a, "reverse"_a = false,
         "Inference on torch tensors: [*outputs, *state_seqs, *final_states] (bit i of packed_outputs: output i "
-        "as uint8 bit rows).");
+        "as uint8 bit rows; `reverse`: the steps last to first).");
   m.def("train_forward", &train_forward, "program"_a, "inputs"_a, "init_states"_a, "params"_a, "seed"_a.none(),
         "store_state_seqs"_a, "checkpoint_every"_a, "pack_spikes"_a, "packed_outputs"_a,
         "A training forward on torch tensors without autograd: [*outputs, *final_states, *state_seqs, *saved] "

@@ -83,6 +83,13 @@ struct ForwardBuffers {
   // call's memory (host memory for the CPU backend, device memory for CUDA, read by the
   // kernels, so that a captured CUDA graph reads each replay's seed). Required when used.
   const void* seed = nullptr;
+  // Inference only (no saved values): the steps run last to first. Step T-1 runs first, from the
+  // initial states, and step 0 last; each step reads its own row of the inputs and writes its
+  // own row of the outputs and state sequences (state_seqs[t]: the states after the step that
+  // read inputs[t]); final_states are the states after step 0. The same as a forward call on the
+  // sequences reversed in time, with its results reversed back, without copying them. A neuron's
+  // draws stay those of each row's index.
+  bool reverse = false;
 };
 
 struct BackwardBuffers {

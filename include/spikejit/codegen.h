@@ -39,6 +39,7 @@ struct KernelSpec {
   KernelKind kind = KernelKind::Inference;
   DType storage = DType::F32;      // dtype of every sequence, state and parameter buffer
   bool store_state_seqs = false;   // forward kinds: also write states[t]
+  bool reverse = false;            // inference kinds: the steps last to first (ForwardBuffers::reverse)
   // Backward: which optional gradients are read (absent ones are zero, not read).
   bool grad_state_seqs = false;
   bool grad_final_states = false;

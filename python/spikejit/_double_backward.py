@@ -5,10 +5,11 @@ of their own, so a gradient of those gradients is refused. Calls made inside
 `with spikejit.double_backward():` (the forward pass; the backward may run anywhere) take this path
 instead. The forward runs the inference kernels and keeps the call's inputs, initial states and
 parameters. The backward runs the neuron's adjoint neuron (_core.Program.adjoint: the backward step
-as a neuron of its own) over the time-reversed sequences: the call's inputs, the states before
-each step (recomputed by a forward call) and the incoming gradients. Both are calls of this same
-kind, so under create_graph=True the gradients have a graph of kernel calls whose own backward is
-the adjoint neuron's adjoint, and so on, to any order.
+as a neuron of its own) with its steps last to first (the kernels' `reverse`, no copies) over the
+call's inputs, the states before each step (recomputed by a forward call) and the incoming
+gradients. Both are calls of this same kind, so under create_graph=True the gradients have a
+graph of kernel calls whose own backward is the adjoint neuron's adjoint, run first to last, and
+so on, to any order.
 
 The second derivatives are those of a plain PyTorch loop over the steps in which each spike is
 an autograd function with the surrogate's derivative as its backward (written with
@@ -90,13 +91,14 @@ def _check_call(handle, packed_outputs, pack_spikes, seed) -> None:
                          f"{pack_spikes!r}")
 
 
-def call(handle: int, inputs, init_states, params, store_state_seqs: bool):
-    """[*outputs, *state_seqs (if store_state_seqs), *final_states] of the neuron, differentiable
-    any number of times where a gradient is needed; every initial state given."""
+def call(handle: int, inputs, init_states, params, store_state_seqs: bool, reverse: bool = False):
+    """[*outputs, *state_seqs (if store_state_seqs), *final_states] of the neuron (its steps last to
+    first when `reverse`), differentiable any number of times where a gradient is needed; every
+    initial state given."""
     tensors = (*inputs, *init_states, *params)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return list(_Differentiable.apply(handle, store_state_seqs, len(inputs), len(init_states), *tensors))
-    return inference(handle, inputs, init_states, params, store_state_seqs, True)
+        return list(_Differentiable.apply(handle, store_state_seqs, reverse, len(inputs), len(init_states), *tensors))
+    return inference(handle, inputs, init_states, params, store_state_seqs, True, reverse=reverse)
 
 
 def adjoint_handle_of(handle: int) -> int:
@@ -106,25 +108,27 @@ def adjoint_handle_of(handle: int) -> int:
 
 class _Differentiable(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, handle, store_state_seqs, num_inputs, num_states, *tensors):
+    def forward(ctx, handle, store_state_seqs, reverse, num_inputs, num_states, *tensors):
         ni, ns = num_inputs, num_states
         results = inference(handle, list(tensors[:ni]), list(tensors[ni:ni + ns]), list(tensors[ni + ns:]),
-                            store_state_seqs, True)
+                            store_state_seqs, True, reverse=reverse)
         ctx.save_for_backward(*tensors)
-        ctx.handle, ctx.store_state_seqs, ctx.num_inputs, ctx.num_states = handle, store_state_seqs, ni, ns
+        ctx.handle, ctx.store_state_seqs, ctx.reverse = handle, store_state_seqs, reverse
+        ctx.num_inputs, ctx.num_states = ni, ns
         ctx.active_reference = ActiveReference(handle)  # the kernels stay registered for the backward
         ctx.set_materialize_grads(False)
         return tuple(results)
 
     @staticmethod
     def backward(ctx, *grads):
-        return (None,) * 4 + tuple(gradients(ctx.handle, ctx.store_state_seqs, ctx.num_inputs, ctx.num_states,
-                                             ctx.saved_tensors, grads))
+        return (None,) * 5 + tuple(gradients(ctx.handle, ctx.store_state_seqs, ctx.reverse, ctx.num_inputs,
+                                             ctx.num_states, ctx.saved_tensors, grads))
 
 
-def gradients(handle: int, store_state_seqs: bool, num_inputs: int, num_states: int, tensors, grads):
+def gradients(handle: int, store_state_seqs: bool, reverse: bool, num_inputs: int, num_states: int, tensors, grads):
     """The gradients of a call's inputs, initial states and parameters (`tensors`) from those of its
-    results (`grads`, None: zero), by the adjoint neuron; with a graph under create_graph=True."""
+    results (`grads`, None: zero), by the adjoint neuron, whose steps run in the opposite order to
+    the call's; with a graph under create_graph=True."""
     _, counts = program_counts(handle)
     ni, ns, no = num_inputs, num_states, counts.outputs
     inputs, init_states, params = tensors[:ni], tensors[ni:ni + ns], tensors[ni + ns:]
@@ -133,15 +137,18 @@ def gradients(handle: int, store_state_seqs: bool, num_inputs: int, num_states: 
     grad_finals = grads[len(grads) - ns:] if ns else ()
     x = inputs[0]
     steps = x.shape[0]
-    seqs = call(handle, list(inputs), list(init_states), list(params), True)[no:no + ns]
-    before = [torch.cat((s0.unsqueeze(0), seq))[:steps] for s0, seq in zip(init_states, seqs)]
-    sequences = [t.flip(0) for t in (*inputs, *before)]
-    sequences += [torch.zeros_like(x) if g is None else g.flip(0) for g in (*grad_outputs, *grad_seqs)]
-    neuron_shape = x.shape[1:]
+    # The states before each step: the initial ones, then the states after the step that ran before.
+    seqs = call(handle, list(inputs), list(init_states), list(params), True, reverse)[no:no + ns]
+    if reverse:
+        before = [torch.cat((seq[1:], s0.unsqueeze(0))) if steps else seq for s0, seq in zip(init_states, seqs)]
+    else:
+        before = [torch.cat((s0.unsqueeze(0), seq))[:steps] for s0, seq in zip(init_states, seqs)]
+    zero = x.new_zeros(()).expand(x.shape)  # an absent gradient (read in place, not copied)
+    sequences = [*inputs, *before, *(zero if g is None else g for g in (*grad_outputs, *grad_seqs))]
     states = [torch.zeros_like(s0) if g is None else g for g, s0 in zip(grad_finals, init_states)]
-    states += [x.new_zeros(neuron_shape) for _ in params]
-    results = call(adjoint_handle_of(handle), sequences, states, list(params), False)
+    states += [x.new_zeros(x.shape[1:]) for _ in params]
+    results = call(adjoint_handle_of(handle), sequences, states, list(params), False, not reverse)
     finals = results[len(results) - ns - len(params):]
     grad_params = [acc if kind == "per_neuron" else acc.sum().reshape(p.shape)
                    for acc, p, kind in zip(finals[ns:], params, counts.params)]
-    return [r.flip(0) for r in results[:ni]] + list(finals[:ns]) + grad_params
+    return list(results[:ni]) + list(finals[:ns]) + grad_params

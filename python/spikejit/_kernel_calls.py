@@ -443,7 +443,7 @@ def current_stream(device) -> int:
 
 def _launch_forward(program, device, seq_shape, inputs, init_states, params, outputs, state_seqs,
                     final_states, saved, checkpoint_every=0, packed_outputs=(), packed_saved=(), pack_spikes=False,
-                    seed=None):
+                    seed=None, reverse=False):
     """`inputs`, `init_states` and `params` must stay referenced by the caller until this returns
     (the kernels read them through raw pointers). Arguments go positionally: nanobind matches
     keywords by name on every call."""
@@ -451,7 +451,7 @@ def _launch_forward(program, device, seq_shape, inputs, init_states, params, out
     args = (program, seq_shape[0], seq_shape[1:], specs(inputs), specs(init_states), specs(params), specs(outputs),
             specs(state_seqs), specs(final_states), specs(saved))
     policy = (checkpoint_every, _packed_specs(packed_outputs), _packed_specs(packed_saved), pack_spikes,
-              _seed_pointer(seed))
+              _seed_pointer(seed), reverse)
     _launch(device, _core.cuda_forward, _core.cpu_forward, args, policy)
 
 
@@ -528,13 +528,14 @@ def split_training_results(results, num_outputs: int, num_states: int, store_sta
 
 
 def inference(handle: int, inputs, init_states, params, store_state_seqs: bool, final_state: bool,
-              packed_outputs: int = 0, seed=None):
-    """[*outputs, *state_seqs (if store_state_seqs), *final_states (if final_state)]."""
+              packed_outputs: int = 0, seed=None, reverse: bool = False):
+    """[*outputs, *state_seqs (if store_state_seqs), *final_states (if final_state)]. `reverse`: the
+    steps run last to first (ForwardBuffers::reverse in spikejit/buffers.h)."""
     program, counts = program_counts(handle)
     if CPP_CALLS and type(inputs[0]) is Tensor:  # (a tracer's fake tensors take the Python path)
         check_inference(counts, inputs, init_states, params, packed_outputs, seed)
         return _core.infer_eager(program, inputs, init_states, params, seed, store_state_seqs, final_state,
-                                 packed_outputs)
+                                 packed_outputs, reverse)
     seq_shape, outputs, state_seqs, final_states = inference_buffers(
         counts, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed)
     full, bits = outputs, ()
@@ -543,7 +544,7 @@ def inference(handle: int, inputs, init_states, params, store_state_seqs: bool, 
     read = _StridedReads()
     _launch_forward(program, inputs[0].device, seq_shape, read(inputs, True), read(init_states, False),
                     read(params, False), full, state_seqs, final_states, (), packed_outputs=bits,
-                    seed=seed if counts.random else None)
+                    seed=seed if counts.random else None, reverse=reverse)
     return outputs + state_seqs + final_states
 
 

@@ -34,6 +34,7 @@ std::string KernelSpec::key() const {
     case KernelKind::Inference:
     case KernelKind::InferenceFinalState:
       k += std::string(" store_state_seqs=") + (s.store_state_seqs ? "1" : "0");
+      if (s.reverse) k += " reverse=1";
       break;
     case KernelKind::TrainingForward:
       k += std::string(" store_state_seqs=") + (s.store_state_seqs ? "1" : "0") +

@@ -155,6 +155,7 @@ KernelSpec normalized(const KernelSpec& spec) {
   if (!forward_kind) s.store_state_seqs = false;
   if (!training) s.checkpoint_every = 0;
   if (!training) s.pack_spikes = false;
+  if (training) s.reverse = false;
   if (!forward_kind) s.packed_outputs.clear();
   trim_flags(s.packed_outputs);
   if (forward_kind) s.grad_output_layouts.clear();

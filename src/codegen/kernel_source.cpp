@@ -58,6 +58,7 @@ const char* dtype_tag(DType d) {
 std::string spec_tag(const KernelSpec& s) {
   std::string tag = dtype_tag(s.storage);
   if (s.store_state_seqs) tag += "_seq";
+  if (s.reverse) tag += "_rev";
   if (s.grad_state_seqs) tag += "_gseq";
   if (s.grad_final_states) tag += "_gfinal";
   if (s.checkpoint_every > 0) tag += "_ck" + std::to_string(s.checkpoint_every);
@@ -254,6 +255,7 @@ std::string constants(const KernelPlan& p) {
   s += "[[maybe_unused]] constexpr bool kStoreStateSeqs = " + b(spec.store_state_seqs) +
        ", kWriteFinalStates = " + b(spec.kind != KernelKind::Inference && !p.backward()) +
        ", kSaveSteps = " + b(training_forward && !p.checkpointed()) + ";\n";
+  s += "[[maybe_unused]] constexpr bool kReverse = " + b(spec.reverse) + ";  // the steps last to first\n";
   s += "[[maybe_unused]] constexpr bool kReadGradStateSeqs = " + b(spec.grad_state_seqs) +
        ", kReadGradFinalStates = " + b(spec.grad_final_states) + ";\n";
   s += "// Bit-packed rows: bit i of kPackedOutputs: output i is also written packed, to slot\n"

@@ -290,6 +290,7 @@ struct ForwardCall {
   // Outputs and saved values the step's instructions write straight into the caller's buffer.
   std::vector<bool> output_in_place, saved_in_place;
   uint64_t seed = 0;                  // of the random draws
+  bool reverse = false;               // the steps last to first (inference)
   int64_t checkpoint_every = 0;       // > 0: `checkpoints` instead of `saved`
   std::vector<LaneBuffer> checkpoints;  // per state, [ceil(T/k), N] in the compute type F
 };
@@ -335,10 +336,11 @@ void forward_block(const ForwardCall& c, int64_t block) {
       fill_lanes(s[p.carry_slot[i]], static_cast<F>(c.state_defaults[i]), n);
     }
   }
-  for (int64_t t = 0; t < c.steps; ++t) {
+  const int64_t first = c.reverse ? c.steps - 1 : 0, step = c.reverse ? -1 : 1;
+  for (int64_t k = 0, t = first; k < c.steps; ++k, t += step) {
     const int64_t row = t * c.neurons + start;
-    if (t + 1 < c.steps) {
-      for (const auto* buffers : {&c.inputs, &c.outputs, &c.saved}) prefetch_lanes(*buffers, row + c.neurons, n);
+    if (k + 1 < c.steps) {
+      for (const auto* buffers : {&c.inputs, &c.outputs, &c.saved}) prefetch_lanes(*buffers, row + step * c.neurons, n);
     }
     if (c.checkpoint_every > 0 && t % c.checkpoint_every == 0) {
       const int64_t at = t / c.checkpoint_every * c.neurons + start;
@@ -588,6 +590,7 @@ void forward(const Program& program, const ForwardBuffers& b, const Options& opt
     c.checkpoints = lane_buffers(b.saved, step.num_states);
   }
   c.seed = seed_of(program, b.seed);
+  c.reverse = b.reverse;
 
   const bool f64 = compute_in_f64(options, any_f64({&b.inputs, &b.initial_states, &b.params, &b.outputs,
                                                     &b.state_seqs, &b.final_states, &b.saved}));

@@ -371,6 +371,11 @@ void validate(const Program& program, const ForwardBuffers& b) {
   check_policy(b.checkpoint_every, b.pack_spikes);
   check_seed(program, b.seed, "every call draws");
   const bool checkpoints = b.checkpoint_every > 0;
+  if (b.reverse && (checkpoints || !b.saved.empty() || !b.packed_saved.empty())) {
+    throw ArgumentError("reverse", "an inference call (no saved values, checkpoint_every 0)",
+                        "a training forward (" + std::to_string(b.saved.size()) + " saved buffer(s), checkpoint_every " +
+                            std::to_string(b.checkpoint_every) + ")");
+  }
   if (checkpoints) {
     Checker::count("saved", b.saved, states, false, checkpoint_count_text(b.checkpoint_every));
   } else if (!b.saved.empty()) {

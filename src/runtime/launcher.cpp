@@ -307,6 +307,7 @@ void forward(const Program& program, const ForwardBuffers& b, void* stream, int 
               : any_present(b.final_states)   ? codegen::KernelKind::InferenceFinalState
                                               : codegen::KernelKind::Inference;
   spec.store_state_seqs = any_present(b.state_seqs);
+  spec.reverse = b.reverse;
   spec.checkpoint_every = static_cast<int>(b.checkpoint_every);
   spec.packed_outputs = present_flags(b.packed_outputs);
   spec.pack_spikes = spec.kind == codegen::KernelKind::TrainingForward && packs_saved_spikes(program, b.pack_spikes);

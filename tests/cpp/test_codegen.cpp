@@ -178,11 +178,14 @@ std::vector<KernelSpec> all_specs(DType storage) {
   std::vector<KernelSpec> out;
   for (KernelKind kind : {KernelKind::Inference, KernelKind::InferenceFinalState}) {
     for (bool seqs : {false, true}) {
-      KernelSpec s;
-      s.kind = kind;
-      s.storage = storage;
-      s.store_state_seqs = seqs;
-      out.push_back(s);
+      for (bool reverse : {false, true}) {
+        KernelSpec s;
+        s.kind = kind;
+        s.storage = storage;
+        s.store_state_seqs = seqs;
+        s.reverse = reverse;
+        out.push_back(s);
+      }
     }
   }
   for (int ck : {0, 3}) {
@@ -526,6 +529,11 @@ TEST(Codegen, KindNamesAndKeys) {
   a.kind = b.kind = KernelKind::TrainingForward;
   b.store_state_seqs = a.store_state_seqs;
   EXPECT_EQ(a.key(), b.key());
+  b.reverse = true;  // inference kinds only
+  EXPECT_EQ(a.key(), b.key());
+  a.kind = b.kind = KernelKind::Inference;
+  b.grad_output_layouts.clear();
+  EXPECT_NE(a.key(), b.key());
 }
 
 TEST(Codegen, RejectsBadSpecs) {

@@ -342,6 +342,51 @@ TEST(CpuExecutor, InferenceKindsWriteTheSameValuesAsTraining) {
   }
 }
 
+// A [T, ...] buffer with its rows in reverse order.
+Buffer reversed_rows(const Buffer& b, int64_t steps) {
+  Buffer out = b;
+  const int64_t row = steps == 0 ? 0 : b.numel() / steps;
+  for (int64_t t = 0; t < steps; ++t)
+    for (int64_t n = 0; n < row; ++n) out.set((steps - 1 - t) * row + n, b.get(t * row + n));
+  return out;
+}
+
+TEST(CpuExecutor, ReverseEqualsAForwardOverReversedSequences) {
+  for (const NamedProgram& np : all_programs()) {
+    if (np.program.uses_random()) continue;  // (draws follow the row index, not the order of the steps)
+    for (int64_t steps : {0, 1, 7}) {
+      Random rng;
+      SCOPED_TRACE(np.name + " T = " + std::to_string(steps) + " " + rng.trace());
+      Problem s = make_problem(np.program, steps, {3, 70}, DType::F32, rng);
+      Problem flipped = s;
+      for (Buffer& x : flipped.inputs) x = reversed_rows(x, steps);
+      ForwardRequest q{DType::F32, true, true, false, {}};
+      const ForwardRun want = run_forward(flipped, q);
+      q.reverse = true;
+      const ForwardRun got = run_forward(s, q);
+      for (size_t i = 0; i < got.outputs.size(); ++i)
+        EXPECT_TRUE(got.outputs[i].same_bits(reversed_rows(want.outputs[i], steps))) << "output " << i;
+      for (size_t i = 0; i < got.state_seqs.size(); ++i) {
+        EXPECT_TRUE(got.state_seqs[i].same_bits(reversed_rows(want.state_seqs[i], steps))) << "state seq " << i;
+        EXPECT_TRUE(got.final_states[i].same_bits(want.final_states[i])) << "final state " << i;
+      }
+    }
+  }
+}
+
+TEST(CpuExecutor, ReverseIsForInferenceOnly) {
+  Random rng;
+  Problem s = make_problem(all_programs()[0].program, 4, {5}, DType::F32, rng);
+  ForwardRequest q;
+  q.reverse = true;  // a training forward (q.training)
+  try {
+    run_forward(s, q);
+    FAIL() << "a reversed training forward was accepted";
+  } catch (const ArgumentError& e) {
+    EXPECT_EQ(e.argument(), "reverse");
+  }
+}
+
 TEST(CpuExecutor, DefaultInitialStatesWhenNoneAreGiven) {
   for (const NamedProgram& np : all_programs()) {
     Random rng;

@@ -537,6 +537,8 @@ struct Job {
   // >= 0: inputs, initial states and per-neuron parameters are strided views (layout of
   // strided_read_family), and so are the saved inputs of a per-step backward on the GPU.
   int strided_layout = -1;
+  // Inference: the steps last to first (ForwardBuffers::reverse).
+  bool reverse = false;
 
   // Whether the pack_spikes policy changes the kernels (as spikejit::cuda decides).
   bool packs_saved_spikes() const {
@@ -570,6 +572,7 @@ struct Job {
                : final_states ? codegen::KernelKind::InferenceFinalState
                               : codegen::KernelKind::Inference;
       s.store_state_seqs = state_seqs;
+      s.reverse = reverse;
       if (training) s.checkpoint_every = static_cast<int>(checkpoint_every);
       s.packed_outputs = packed_outputs;
       s.pack_spikes = training && packs_saved_spikes();
@@ -603,7 +606,8 @@ struct Job {
            (offset ? " offset=" + std::to_string(offset) : "") +
            (checkpoint_every ? " checkpoint_every=" + std::to_string(checkpoint_every) : "") +
            (packed_only ? " packed-only" : "") + (pack_spikes ? " pack_spikes" : "") +
-           (strided_layout >= 0 ? " strided layout " + std::to_string(strided_layout) : "") + " " + spec().key();
+           (strided_layout >= 0 ? " strided layout " + std::to_string(strided_layout) : "") +
+           (reverse ? " reversed" : "") + " " + spec().key();
   }
 };
 
@@ -725,6 +729,7 @@ void check_forward(const Job& job, std::mt19937_64& rng, CUstream stream) {
     b.steps = job.steps;
     b.neuron_shape = job.shape;
     b.checkpoint_every = job.training ? job.checkpoint_every : 0;
+    b.reverse = job.reverse;
     for (Family* fam : {&in.inputs, &in.initial_states, &in.params, &outputs, &state_seqs, &final_states, &saved}) {
       std::vector<TensorView> views = gpu ? fam->device_views() : fam->host_views();
       if (fam == &in.inputs) b.inputs = views;
@@ -1233,6 +1238,30 @@ TEST_F(CudaKernels, StridedReadsEqualTheCpu) {
           j.strided_layout = layout;
           if (j.training || j.backward) j.checkpoint_every = rng_() % 3 == 0 ? 1 + static_cast<int64_t>(rng_() % 6) : 0;
           if (!j.backward && rng_() % 8 == 0) j.steps = 0;
+          jobs.push_back(j);
+        }
+      }
+    }
+  }
+  compile_all(jobs);
+  for (const Job& j : jobs) run_job(j, rng_);
+}
+
+TEST_F(CudaKernels, ReversedInferenceEqualsTheCpu) {
+  // The CPU's reversed steps equal a forward over reversed sequences (test_cpu_executor).
+  SCOPED_TRACE(trace());
+  const NamedProgram lif{"lif", Program(builtins::lif_neuron())};
+  const NamedProgram adaptive{"adaptive", Program::from_text(kMultiState)};
+  std::vector<Job> jobs;
+  for (const NamedProgram* np : {&lif, &adaptive}) {
+    for (DType d : {DType::F32, DType::F16, DType::BF16}) {
+      for (size_t variant = 0; variant < 4; ++variant) {
+        const bool large = variant % 2 == 0;
+        for (Job j : jobs_for(*np, d, variant, large ? 50000 : 1, large ? 50011 : 3000)) {
+          if (j.training || j.backward) continue;
+          j.reverse = true;
+          if (variant == 3) j.steps = 40;  // past the deeper prefetch of small layers
+          if (variant == 1 && np == &lif) j.strided_layout = 0;
           jobs.push_back(j);
         }
       }

@@ -285,6 +285,7 @@ __device__ __forceinline__ const SjReadLayout& slot_layout(const SpikejitArgs&, 
                                kSlotGradInitialState = 0, kSlotGradParam = 0, kSlotWorkspace = 0, kSlotSeed = 0;
 [[maybe_unused]] constexpr unsigned long long kRowSlots = 0x7ull;  // slots accessed as rows of storage
 [[maybe_unused]] constexpr bool kStoreStateSeqs = false, kWriteFinalStates = false, kSaveSteps = false;
+[[maybe_unused]] constexpr bool kReverse = false;  // the steps last to first
 [[maybe_unused]] constexpr bool kReadGradStateSeqs = false, kReadGradFinalStates = false;
 // Bit-packed rows: bit i of kPackedOutputs: output i is also written packed, to slot
 // kPackedOutputSlot[i]; bit i of kPackedSaved: saved value i is stored / read packed.
@@ -567,6 +568,9 @@ __device__ __forceinline__ void forward_apply(const SpikejitArgs& a, bool live, 
   }
 }
 
+// The row of the k-th step to run: k, or T - 1 - k when the steps run last to first (kReverse).
+__device__ __forceinline__ long long step_row(long long k, long long T) { return kReverse ? T - 1 - k : k; }
+
 template <int EPT, int DEPTH, bool VEC>
 __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0, int count) {
   const long long T = a.steps, N = a.neurons, last = T - 1;
@@ -581,38 +585,39 @@ __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0
   }
   load_params<EPT, VEC>(a, so, n0, count, pr);
   if (T > 0) {
-    // Row t + DEPTH is loaded before step t runs (the last row again near the end).
+    // Step k + DEPTH's row is loaded before step k runs (the last step's again near the end).
+    // k counts the steps in the order they run; step_row gives the row each one reads and writes.
     long long ahead = 0;
     Row<EPT> ring[DEPTH][kInputsA];
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
-      load_inputs<EPT, VEC>(a, so, ahead < last ? ahead : last, n0, count, ring[d]);
+      load_inputs<EPT, VEC>(a, so, step_row(ahead < last ? ahead : last, T), n0, count, ring[d]);
       ++ahead;
     }
-    for (long long t0 = 0; t0 < T; t0 += DEPTH) {
+    for (long long k0 = 0; k0 < T; k0 += DEPTH) {
 #pragma unroll
       for (int d = 0; d < DEPTH; ++d) {
-        const long long t = t0 + d;
+        const long long k = k0 + d, t = k < T ? step_row(k, T) : k;  // (steps past T do not run)
         Row<EPT> xr[kInputsA];
 #pragma unroll
         for (int i = 0; i < kInputs; ++i) xr[i] = ring[d][i];
-        load_inputs<EPT, VEC>(a, so, ahead < last ? ahead : last, n0, count, ring[d]);
+        load_inputs<EPT, VEC>(a, so, step_row(ahead < last ? ahead : last, T), n0, count, ring[d]);
         if constexpr (DEPTH > 1 && kRingL2Ahead > 0) {
           const long long far = ahead + kRingL2Ahead;
           if (far <= last) {
 #pragma unroll
-            for (int i = 0; i < kInputs; ++i) slot_prefetch_l2(a, kSlotInput + i, far, n0);
+            for (int i = 0; i < kInputs; ++i) slot_prefetch_l2(a, kSlotInput + i, step_row(far, T), n0);
           }
         }
         ++ahead;
         if constexpr (kCheckpointEvery > 0) {
           constexpr int K = kCheckpointEvery > 0 ? kCheckpointEvery : 1;
-          if (t < T && t % K == 0) {
+          if (k < T && k % K == 0) {  // (never reversed: a training forward)
 #pragma unroll
-            for (int i = 0; i < kStates; ++i) real_row_store<EPT>(a.buffers[kSlotSaved + i], t / K * N + n0, count, st[i]);
+            for (int i = 0; i < kStates; ++i) real_row_store<EPT>(a.buffers[kSlotSaved + i], k / K * N + n0, count, st[i]);
           }
         }
-        forward_apply<EPT, VEC>(a, t < T, t, n0, count, xr, pr, st);
+        forward_apply<EPT, VEC>(a, k < T, t, n0, count, xr, pr, st);
       }
     }
   }

@@ -300,6 +300,7 @@ __device__ __forceinline__ const SjReadLayout& slot_layout(const SpikejitArgs&, 
                                kSlotGradInitialState = 6, kSlotGradParam = 7, kSlotWorkspace = 8, kSlotSeed = 0;
 [[maybe_unused]] constexpr unsigned long long kRowSlots = 0x7bull;  // slots accessed as rows of storage
 [[maybe_unused]] constexpr bool kStoreStateSeqs = false, kWriteFinalStates = false, kSaveSteps = false;
+[[maybe_unused]] constexpr bool kReverse = false;  // the steps last to first
 [[maybe_unused]] constexpr bool kReadGradStateSeqs = false, kReadGradFinalStates = true;
 // Bit-packed rows: bit i of kPackedOutputs: output i is also written packed, to slot
 // kPackedOutputSlot[i]; bit i of kPackedSaved: saved value i is stored / read packed.

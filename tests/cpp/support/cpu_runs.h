@@ -204,6 +204,7 @@ struct ForwardRequest {
   bool state_seqs = true, final_states = true, training = true;
   cpu::Options options;
   int64_t checkpoint_every = 0;  // training with checkpoints: `saved` holds them
+  bool reverse = false;          // inference: the steps last to first
 };
 
 inline bool computes_in_f64(const Problem& s, const ForwardRequest& q) {
@@ -241,6 +242,7 @@ inline ForwardRun run_forward(Problem& s, const ForwardRequest& q) {
   fb.final_states = views(r.final_states);
   fb.saved = views(r.saved);
   fb.checkpoint_every = q.checkpoint_every;
+  fb.reverse = q.reverse;
   if (s.program.uses_random()) fb.seed = &s.seed;
   cpu::forward(s.program, fb, q.options);
   return r;
