@@ -11,20 +11,9 @@
 #include "spikejit/error.h"
 
 namespace spikejit::autodiff {
-namespace {
 
 using ir::Op;
 using ir::ValueId;
-
-ValueId push_leaf(std::vector<ir::Node>& nodes, Op op, int index) {
-  ir::Node leaf;
-  leaf.op = op;
-  leaf.index = index;
-  nodes.push_back(leaf);
-  return static_cast<ValueId>(nodes.size() - 1);
-}
-
-}  // namespace
 
 ir::Neuron adjoint(const ir::Neuron& n) {
   const ir::Step forward = ir::lower(n);
@@ -55,13 +44,13 @@ ir::Neuron adjoint(const ir::Neuron& n) {
   for (size_t i = 0; i < swept.nodes.size(); ++i) {
     const ir::Node& node = swept.nodes[i];
     switch (node.op) {
-      case Op::Input: moved[i] = push_leaf(a.nodes, Op::Input, node.index); continue;
-      case Op::State: moved[i] = push_leaf(a.nodes, Op::Input, ni + node.index); continue;
-      case Op::Param: moved[i] = push_leaf(a.nodes, Op::Param, node.index); continue;
-      case Op::GradOutput: moved[i] = push_leaf(a.nodes, Op::Input, ni + ns + node.index); continue;
+      case Op::Input: moved[i] = e.leaf(Op::Input, node.index); continue;
+      case Op::State: moved[i] = e.leaf(Op::Input, ni + node.index); continue;
+      case Op::Param: moved[i] = e.leaf(Op::Param, node.index); continue;
+      case Op::GradOutput: moved[i] = e.leaf(Op::Input, ni + ns + node.index); continue;
       case Op::GradState:
-        moved[i] = e.add(push_leaf(a.nodes, Op::State, node.index),
-                         push_leaf(a.nodes, Op::Input, ni + ns + no + node.index));
+        moved[i] = e.add(e.leaf(Op::State, node.index),
+                         e.leaf(Op::Input, ni + ns + no + node.index));
         continue;
       default: break;
     }
@@ -85,7 +74,7 @@ ir::Neuron adjoint(const ir::Neuron& n) {
   }
   for (int k = 0; k < np; ++k) {  // summed over the steps
     a.states.push_back({names.fresh("grad_" + n.params[k].name), 0.0, -1});
-    next.push_back(e.add(push_leaf(a.nodes, Op::State, ns + k), moved[swept.grad_params[k]]));
+    next.push_back(e.add(e.leaf(Op::State, ns + k), moved[swept.grad_params[k]]));
   }
   std::vector<std::string> locals;
   for (size_t j = 0; j < next.size(); ++j) {

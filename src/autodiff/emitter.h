@@ -11,6 +11,14 @@ class Emitter {
  public:
   explicit Emitter(std::vector<ir::Node>& nodes) : nodes_(nodes) {}
 
+  // A slot leaf (input, state, parameter, ...) of slot `index`.
+  ir::ValueId leaf(ir::Op op, int index) {
+    ir::Node n;
+    n.op = op;
+    n.index = index;
+    return push(n);
+  }
+
   ir::ValueId literal(double v) {
     ir::Node n;
     n.op = ir::Op::Literal;

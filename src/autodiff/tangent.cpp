@@ -41,14 +41,6 @@ class TangentNames {
   std::map<std::string, std::string> tangent_;
 };
 
-ValueId add_leaf(std::vector<ir::Node>& nodes, Op op, int index) {
-  ir::Node leaf;
-  leaf.op = op;
-  leaf.index = index;
-  nodes.push_back(leaf);
-  return static_cast<ValueId>(nodes.size() - 1);
-}
-
 }  // namespace
 
 ir::Neuron tangent(const ir::Neuron& n) {
@@ -70,9 +62,9 @@ ir::Neuron tangent(const ir::Neuron& n) {
     const ir::Node node = n.nodes[i];
     if (node.type == ir::Type::Bool) continue;
     switch (node.op) {
-      case Op::Input: tangent_of[i] = add_leaf(t.nodes, Op::Input, ni + node.index); continue;
-      case Op::State: tangent_of[i] = add_leaf(t.nodes, Op::State, ns + node.index); continue;
-      case Op::Param: tangent_of[i] = add_leaf(t.nodes, Op::Param, np + node.index); continue;
+      case Op::Input: tangent_of[i] = e.leaf(Op::Input, ni + node.index); continue;
+      case Op::State: tangent_of[i] = e.leaf(Op::State, ns + node.index); continue;
+      case Op::Param: tangent_of[i] = e.leaf(Op::Param, np + node.index); continue;
       case Op::Literal:
       case Op::Constant:
       case Op::Uniform: continue;  // a draw does not depend on anything: its tangent is zero
