@@ -92,3 +92,32 @@ def test_runs_copies_loads_and_resets(name):
 def test_a_non_tensor_input_is_a_type_error_naming_it(name):
     with pytest.raises(TypeError, match=r"^x(_seq)?: expected a tensor, got list"):
         MODULES[name]()([[1.0, 2.0]])
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+def test_second_derivatives_run_and_keep_the_first(name):
+    """Inside spikejit.double_backward() the first derivatives (of the input and of every
+    parameter) equal the usual path's, and a second derivative runs (the adjoint neuron of every
+    shipped neuron); a module without any derivative is left out."""
+    x = random_input(T, 2, 3, 4, scale=1.0, dtype=torch.float64)
+    node = MODULES[name]().double()
+    weights = torch.randn_like(call(name, node, x).detach())
+    params = [p for p in node.parameters() if p.requires_grad]
+
+    def first_derivatives():
+        sj_functional.reset_net(node)
+        xr = x.clone().requires_grad_()
+        y = call(name, node, xr)
+        if not y.requires_grad:
+            pytest.skip(f"{name} has no derivative")
+        return xr, torch.autograd.grad((y * weights).sum(), [xr, *params], create_graph=True, allow_unused=True)
+
+    _, usual = first_derivatives()
+    with spikejit.double_backward():
+        xr, twice = first_derivatives()
+    for got, want in zip(twice, usual):
+        assert (got is None) == (want is None)
+        if got is not None:
+            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+    (second,) = torch.autograd.grad(sum((g ** 2).sum() for g in twice if g is not None), xr, allow_unused=True)
+    assert second is None or torch.isfinite(second).all()
