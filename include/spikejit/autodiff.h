@@ -35,7 +35,7 @@ ir::Neuron tangent(const ir::Neuron& n);
 // Run on the time-reversed sequences, its final states are the gradients of n's initial states
 // and of its parameters (summed over the neurons for a scalar one). The backward step's math,
 // recomputing the forward step from the inputs and states instead of reading saved values.
-// Throws ArgumentError for a neuron with uniform() draws (they depend on the step's index).
+// Throws ArgumentError for a neuron with uniform() draws (not supported).
 ir::Neuron adjoint(const ir::Neuron& n);
 
 // The surrogate derivative g'(x) as IR nodes appended to `nodes` (used by `differentiate`,

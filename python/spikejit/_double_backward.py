@@ -19,8 +19,8 @@ potential, and the surrogate's derivative for a spike recomputed inside the back
 Costs: the call keeps its inputs instead of the usual saved values, and a backward runs the
 forward again. First derivatives equal the usual path's up to rounding (a scalar parameter's
 gradient is summed over the neurons in another order). Eager mode only; refused under
-torch.compile and torch.func transforms, for neurons that draw random numbers (the adjoint runs
-the steps in reverse), packed outputs and packed saved spikes.
+torch.compile and torch.func transforms, for neurons that draw random numbers (not supported),
+packed outputs and packed saved spikes.
 """
 import contextlib
 import threading
@@ -80,9 +80,9 @@ def _check_call(handle, packed_outputs, pack_spikes, seed) -> None:
     if transforms_active():
         raise RuntimeError(f"{name} works with torch.autograd (create_graph=True), not under torch.func transforms")
     if seed is not None or program_counts(handle)[1].random:
-        raise ValueError(f"handle: {name} expected a neuron without random draws (its adjoint runs the steps in "
-                         f"reverse, where the draws would differ), got neuron "
-                         f"'{registry.program(handle).name}', which draws random numbers")
+        raise ValueError(f"handle: {name} expected a neuron without random draws (second derivatives of "
+                         f"stochastic neurons are not supported), got neuron '{registry.program(handle).name}', "
+                         f"which draws random numbers")
     if type(packed_outputs) is not int or packed_outputs != 0:
         raise ValueError(f"packed_outputs: expected 0 inside {name} (bit rows carry no gradient), got "
                          f"{packed_outputs!r}")

@@ -19,9 +19,10 @@ ir::Neuron adjoint(const ir::Neuron& n) {
   const ir::Step forward = ir::lower(n);
   for (const ir::Node& node : forward.nodes) {
     if (node.op == Op::Uniform) {
-      // Its draws depend on the step's index, which the adjoint runs in reverse.
-      throw ArgumentError("neuron", "a neuron without uniform() draws (an adjoint neuron has none)",
-                          "neuron " + n.name + ", which draws random numbers");
+      // (The adjoint would have to draw the forward's numbers again, numbered as the text format
+      // numbers them; not supported.)
+      throw ArgumentError("neuron", "a neuron without uniform() draws (adjoint neurons of stochastic neurons are "
+                          "not supported)", "neuron " + n.name + ", which draws random numbers");
     }
   }
   const SweptStep swept = sweep(forward);
