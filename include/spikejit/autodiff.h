@@ -32,9 +32,10 @@ ir::Neuron tangent(const ir::Neuron& n);
 //            start: the final states' gradients), then each parameter's gradient summed over
 //            the steps so far (start: 0; a scalar parameter's still per neuron)
 //   outputs  the gradient of each input at t (`grad_<name>`)
-// Run on the time-reversed sequences, its final states are the gradients of n's initial states
-// and of its parameters (summed over the neurons for a scalar one). The backward step's math,
-// recomputing the forward step from the inputs and states instead of reading saved values.
+// Run over n's sequences with its steps last to first (ForwardBuffers::reverse), its final states
+// are the gradients of n's initial states and of its parameters (summed over the neurons for a
+// scalar one). The backward step's math, recomputing the forward step from the inputs and
+// states instead of reading saved values.
 // Throws ArgumentError for a neuron with uniform() draws (not supported).
 ir::Neuron adjoint(const ir::Neuron& n);
 

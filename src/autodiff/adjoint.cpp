@@ -77,11 +77,7 @@ ir::Neuron adjoint(const ir::Neuron& n) {
     a.states.push_back({names.fresh("grad_" + n.params[k].name), 0.0, -1});
     next.push_back(e.add(e.leaf(Op::State, ns + k), moved[swept.grad_params[k]]));
   }
-  std::vector<std::string> locals;
-  for (size_t j = 0; j < next.size(); ++j) {
-    locals.push_back(names.fresh(a.states[j].name + "_next"));
-    a.body.push_back({locals.back(), next[j]});
-  }
+  for (size_t j = 0; j < next.size(); ++j) a.body.push_back({names.fresh(a.states[j].name + "_next"), next[j]});
   for (size_t j = 0; j < next.size(); ++j) a.body.push_back({a.states[j].name, next[j]});
   ir::verify(a);
   return a;
