@@ -219,7 +219,9 @@ def run_neuron(handle: int, num_outputs: int, num_states: int, inputs, init_stat
     the outputs returned as uint8 bit rows (see spikejit.ops). `seed`: the draws of a neuron with
     random numbers (see call_seed; None draws one)."""
     seed = call_seed(handle, inputs, seed)
-    if _double_backward.enabled() and needs_grad(inputs, init_states, params):
+    # (A hook steers its calls itself: spikejit.Recompute's recomputation stays first-order.)
+    if (_double_backward.enabled() and getattr(_call_hooks, "hook", None) is None
+            and needs_grad(inputs, init_states, params)):
         return _double_backward.run(handle, num_outputs, num_states, inputs, init_states, params, store_state_seqs,
                                     packed_outputs, pack_spikes, seed)
     if (type(packed_outputs) is int and packed_outputs == 0 and pack_spikes is False

@@ -261,3 +261,23 @@ def test_the_mode_is_per_thread_and_restored():
         return spikejit._double_backward.enabled() and (depth == 0 or inside(depth - 1))
 
     assert inside(2) and not spikejit._double_backward.enabled()
+
+
+def test_a_recompute_block_inside_the_mode_keeps_its_own_path(monkeypatch):
+    """spikejit.Recompute steers its neurons' calls (a hook): inside the mode they stay its own
+    (none takes the mode's path), with the same first derivatives as outside."""
+    taken = []
+    mode_run = spikejit._double_backward.run
+    monkeypatch.setattr(spikejit._double_backward, "run", lambda *a: taken.append(a) or mode_run(*a))
+    block = spikejit.Recompute(torch.nn.Sequential(torch.nn.Linear(8, 8), spikejit.LIFNode(step_mode="m")),
+                               spikes=False)
+    x = random_input(4, 3, 8)
+    grads = []
+    for mode in (torch.enable_grad, spikejit.double_backward):
+        xr = x.clone().requires_grad_()
+        block.module[1].reset()
+        with mode():
+            block(xr).sum().backward()
+        grads.append(xr.grad)
+    assert taken == []
+    torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
