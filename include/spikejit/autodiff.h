@@ -36,7 +36,8 @@ ir::Neuron tangent(const ir::Neuron& n);
 // are the gradients of n's initial states and of its parameters (summed over the neurons for a
 // scalar one). The backward step's math, recomputing the forward step from the inputs and
 // states instead of reading saved values.
-// Throws ArgumentError for a neuron with uniform() draws (not supported).
+// A neuron's uniform() draws are the adjoint's too (same streams): with the forward's seed, the
+// recomputed step draws the forward's numbers.
 ir::Neuron adjoint(const ir::Neuron& n);
 
 // The surrogate derivative g'(x) as IR nodes appended to `nodes` (used by `differentiate`,

@@ -18,9 +18,10 @@ potential, and the surrogate's derivative for a spike recomputed inside the back
 
 Costs: the call keeps its inputs instead of the usual saved values, and a backward runs the
 forward again. First derivatives equal the usual path's up to rounding (a scalar parameter's
-gradient is summed over the neurons in another order). Eager mode only; refused under
-torch.compile and torch.func transforms, for neurons that draw random numbers (not supported),
-packed outputs and packed saved spikes.
+gradient is summed over the neurons in another order). A neuron that draws random numbers draws
+the call's numbers at every order (the adjoint neurons have its streams and take its seed).
+Eager mode only; refused under torch.compile and torch.func transforms, for packed outputs and
+packed saved spikes.
 """
 import contextlib
 import threading
@@ -62,27 +63,23 @@ def run(handle: int, num_outputs: int, num_states: int, inputs, init_states, par
         packed_outputs, pack_spikes, seed):
     """spikejit.functional.run_neuron's (outputs, final_states, state_seqs or None) for a call that
     needs gradients inside double_backward()."""
-    _check_call(handle, packed_outputs, pack_spikes, seed)
+    _check_call(packed_outputs, pack_spikes)
     x = inputs[0]
     if not isinstance(x, torch.Tensor) or x.dim() < 1:  # (the kernels' own checks word the rest)
         raise ValueError(f"inputs[0]: expected a sequence [T, *S], got {x!r}")
     _, counts = program_counts(handle)
     states = [torch.full(x.shape[1:], counts.state_defaults[j], dtype=x.dtype, device=x.device) if s is None else s
               for j, s in enumerate(init_states or [None] * counts.states)]
-    results = call(handle, list(inputs), states, list(params), bool(store_state_seqs))
+    results = call(handle, list(inputs), states, list(params), bool(store_state_seqs), seed=seed)
     return split_inference_results(results, num_outputs, num_states, bool(store_state_seqs))
 
 
-def _check_call(handle, packed_outputs, pack_spikes, seed) -> None:
+def _check_call(packed_outputs, pack_spikes) -> None:
     name = "spikejit.double_backward()"
     if torch.compiler.is_compiling():
         raise RuntimeError(f"{name} is for eager mode: under torch.compile a neuron call has first derivatives only")
     if transforms_active():
         raise RuntimeError(f"{name} works with torch.autograd (create_graph=True), not under torch.func transforms")
-    if seed is not None or program_counts(handle)[1].random:
-        raise ValueError(f"handle: {name} expected a neuron without random draws (second derivatives of "
-                         f"stochastic neurons are not supported), got neuron '{registry.program(handle).name}', "
-                         f"which draws random numbers")
     if type(packed_outputs) is not int or packed_outputs != 0:
         raise ValueError(f"packed_outputs: expected 0 inside {name} (bit rows carry no gradient), got "
                          f"{packed_outputs!r}")
@@ -91,14 +88,16 @@ def _check_call(handle, packed_outputs, pack_spikes, seed) -> None:
                          f"{pack_spikes!r}")
 
 
-def call(handle: int, inputs, init_states, params, store_state_seqs: bool, reverse: bool = False):
+def call(handle: int, inputs, init_states, params, store_state_seqs: bool, reverse: bool = False, seed=None):
     """[*outputs, *state_seqs (if store_state_seqs), *final_states] of the neuron (its steps last to
     first when `reverse`), differentiable any number of times where a gradient is needed; every
-    initial state given."""
+    initial state given. `seed`: the call's, for a neuron that draws (the same numbers at every
+    order: the adjoint neurons draw the forward's)."""
     tensors = (*inputs, *init_states, *params)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return list(_Differentiable.apply(handle, store_state_seqs, reverse, len(inputs), len(init_states), *tensors))
-    return inference(handle, inputs, init_states, params, store_state_seqs, True, reverse=reverse)
+        return list(_Differentiable.apply(handle, store_state_seqs, reverse, seed, len(inputs), len(init_states),
+                                          *tensors))
+    return inference(handle, inputs, init_states, params, store_state_seqs, True, seed=seed, reverse=reverse)
 
 
 def adjoint_handle_of(handle: int) -> int:
@@ -108,12 +107,12 @@ def adjoint_handle_of(handle: int) -> int:
 
 class _Differentiable(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, handle, store_state_seqs, reverse, num_inputs, num_states, *tensors):
+    def forward(ctx, handle, store_state_seqs, reverse, seed, num_inputs, num_states, *tensors):
         ni, ns = num_inputs, num_states
         results = inference(handle, list(tensors[:ni]), list(tensors[ni:ni + ns]), list(tensors[ni + ns:]),
-                            store_state_seqs, True, reverse=reverse)
+                            store_state_seqs, True, seed=seed, reverse=reverse)
         ctx.save_for_backward(*tensors)
-        ctx.handle, ctx.store_state_seqs, ctx.reverse = handle, store_state_seqs, reverse
+        ctx.handle, ctx.store_state_seqs, ctx.reverse, ctx.seed = handle, store_state_seqs, reverse, seed
         ctx.num_inputs, ctx.num_states = ni, ns
         ctx.active_reference = ActiveReference(handle)  # the kernels stay registered for the backward
         ctx.set_materialize_grads(False)
@@ -121,11 +120,12 @@ class _Differentiable(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        return (None,) * 5 + tuple(gradients(ctx.handle, ctx.store_state_seqs, ctx.reverse, ctx.num_inputs,
+        return (None,) * 6 + tuple(gradients(ctx.handle, ctx.store_state_seqs, ctx.reverse, ctx.seed, ctx.num_inputs,
                                              ctx.num_states, ctx.saved_tensors, grads))
 
 
-def gradients(handle: int, store_state_seqs: bool, reverse: bool, num_inputs: int, num_states: int, tensors, grads):
+def gradients(handle: int, store_state_seqs: bool, reverse: bool, seed, num_inputs: int, num_states: int, tensors,
+              grads):
     """The gradients of a call's inputs, initial states and parameters (`tensors`) from those of its
     results (`grads`, None: zero), by the adjoint neuron, whose steps run in the opposite order to
     the call's; with a graph under create_graph=True."""
@@ -138,7 +138,7 @@ def gradients(handle: int, store_state_seqs: bool, reverse: bool, num_inputs: in
     x = inputs[0]
     steps = x.shape[0]
     # The states before each step: the initial ones, then the states after the step that ran before.
-    seqs = call(handle, list(inputs), list(init_states), list(params), True, reverse)[no:no + ns]
+    seqs = call(handle, list(inputs), list(init_states), list(params), True, reverse, seed)[no:no + ns]
     if reverse:
         before = [torch.cat((seq[1:], s0.unsqueeze(0))) if steps else seq for s0, seq in zip(init_states, seqs)]
     else:
@@ -147,7 +147,7 @@ def gradients(handle: int, store_state_seqs: bool, reverse: bool, num_inputs: in
     sequences = [*inputs, *before, *(zero if g is None else g for g in (*grad_outputs, *grad_seqs))]
     states = [torch.zeros_like(s0) if g is None else g for g, s0 in zip(grad_finals, init_states)]
     states += [x.new_zeros(x.shape[1:]) for _ in params]
-    results = call(adjoint_handle_of(handle), sequences, states, list(params), False, not reverse)
+    results = call(adjoint_handle_of(handle), sequences, states, list(params), False, not reverse, seed)
     finals = results[len(results) - ns - len(params):]
     grad_params = [acc if kind == "per_neuron" else acc.sum().reshape(p.shape)
                    for acc, p, kind in zip(finals[ns:], params, counts.params)]

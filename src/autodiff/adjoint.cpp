@@ -1,6 +1,7 @@
 // The adjoint neuron: a neuron's backward step as a neuron of its own, which runs backward in
 // time. Its kernels are then ordinary neuron kernels, so its own gradients (a second derivative
 // of the first neuron) come from differentiating it like any neuron.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -8,7 +9,6 @@
 #include "autodiff/fresh_names.h"
 #include "autodiff/sweep.h"
 #include "spikejit/autodiff.h"
-#include "spikejit/error.h"
 
 namespace spikejit::autodiff {
 
@@ -16,16 +16,7 @@ using ir::Op;
 using ir::ValueId;
 
 ir::Neuron adjoint(const ir::Neuron& n) {
-  const ir::Step forward = ir::lower(n);
-  for (const ir::Node& node : forward.nodes) {
-    if (node.op == Op::Uniform) {
-      // (The adjoint would have to draw the forward's numbers again, numbered as the text format
-      // numbers them; not supported.)
-      throw ArgumentError("neuron", "a neuron without uniform() draws (adjoint neurons of stochastic neurons are "
-                          "not supported)", "neuron " + n.name + ", which draws random numbers");
-    }
-  }
-  const SweptStep swept = sweep(forward);
+  const SweptStep swept = sweep(ir::lower(n));
   const int ni = static_cast<int>(n.inputs.size()), ns = static_cast<int>(n.states.size());
   const int no = static_cast<int>(n.outputs.size()), np = static_cast<int>(n.params.size());
 
@@ -42,6 +33,12 @@ ir::Neuron adjoint(const ir::Neuron& n) {
   // gradient of a state (all paths) is the carried one plus its sequence's.
   std::vector<ValueId> moved(swept.nodes.size(), -1);
   Emitter e(a.nodes);
+  // The draws of the recomputed step are the forward's: the same stream of the call's seed, at
+  // the same row and neuron (the kernels key them by the row, in whatever order the steps run).
+  int32_t streams = 0;
+  for (const ir::Node& node : n.nodes)
+    if (node.op == Op::Uniform) streams = std::max(streams, node.index + 1);
+  std::vector<ValueId> draw(static_cast<size_t>(streams), -1);
   for (size_t i = 0; i < swept.nodes.size(); ++i) {
     const ir::Node& node = swept.nodes[i];
     switch (node.op) {
@@ -59,6 +56,13 @@ ir::Neuron adjoint(const ir::Neuron& n) {
     for (int k = 0; k < ir::op_info(node.op).arity; ++k) copy.args[k] = moved[node.args[k]];
     a.nodes.push_back(copy);
     moved[i] = static_cast<ValueId>(a.nodes.size() - 1);
+    if (node.op == Op::Uniform) draw[node.index] = moved[i];
+  }
+  // Every stream bound to a name first, in stream order, as the text format numbers them (also
+  // those the step does not use, so that the numbers stay).
+  for (int32_t k = 0; k < streams; ++k) {
+    if (draw[k] < 0) draw[k] = e.leaf(Op::Uniform, k);
+    a.body.push_back({names.fresh("draw" + std::to_string(k)), draw[k]});
   }
 
   for (int i = 0; i < ni; ++i) {

@@ -229,13 +229,40 @@ def test_calls_outside_the_mode_still_refuse_a_second_derivative():
         first.sum().backward()
 
 
+def noisy_core(x, v):
+    """A neuron that draws: a noisy, smooth step (finite differences see every derivative)."""
+    h = 0.7 * v + x + 0.5 * torch.rand_like(x) - 0.25
+    return torch.tanh(h), h - 0.1 * torch.sin(h)
+
+
+def test_a_neuron_that_draws_has_second_derivatives_with_the_calls_numbers():
+    """With a fixed seed the call is a function: gradgradcheck holds, and the first derivatives
+    inside the mode equal the usual path's (whose backward reads the forward's saved draws)."""
+    node = spikejit.FlexSN(noisy_core, num_inputs=1, num_states=1, num_outputs=1, strict=True,
+                           example_inputs=[torch.zeros(7, dtype=torch.float64)] * 2)
+    seed = torch.tensor([12345], dtype=torch.int64)
+    x = random_input(6, 7, dtype=torch.float64)
+    v0 = random_input(7, dtype=torch.float64, scale=0.5)
+
+    def run(x, v0):
+        y, finals, _ = spikejit.functional.run_neuron(node.handle, 1, 1, [x], [v0], [], False, seed=seed)
+        return y[0], finals[0]
+
+    xr, vr = x.clone().requires_grad_(), v0.clone().requires_grad_()
+    usual = torch.autograd.grad(sum(t.sum() for t in run(xr, vr)), (xr, vr))
+    with spikejit.double_backward():
+        twice = torch.autograd.grad(sum(t.sum() for t in run(xr, vr)), (xr, vr), create_graph=True)
+        for got, want in zip(twice, usual):
+            torch.testing.assert_close(got.detach(), want, rtol=1e-12, atol=1e-12)
+        assert torch.autograd.gradgradcheck(run, (xr, vr))
+    other = spikejit.functional.run_neuron(node.handle, 1, 1, [x], [v0], [], False,
+                                           seed=torch.tensor([54321], dtype=torch.int64))[0][0]
+    assert not torch.equal(other, run(x, v0)[0]), "the draws must depend on the seed"
+
+
 def test_the_mode_refuses_what_it_cannot_differentiate():
     x = random_input(5, 7).requires_grad_()
-    noisy = spikejit.FlexSN(lambda x, v: (spikejit.surrogate.Sigmoid()(x + torch.rand_like(x) - v), 0.5 * v),
-                            num_inputs=1, num_states=1, num_outputs=1, example_inputs=[torch.zeros(7)] * 2)
     with spikejit.double_backward():
-        with pytest.raises(ValueError, match="^handle: .*without random draws"):
-            noisy(x)
         with pytest.raises(ValueError, match="^packed_outputs: expected 0"):
             spikejit.functional.run_neuron(spikejit.LIFNode(step_mode="m")._program_handle, 1, 1, [x], [None], [],
                                            False, packed_outputs=1)
