@@ -308,3 +308,23 @@ def test_a_recompute_block_inside_the_mode_keeps_its_own_path(monkeypatch):
         grads.append(xr.grad)
     assert taken == []
     torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.cuda)], indirect=True)
+def test_a_neuron_that_draws_has_the_cpus_second_derivatives_on_cuda(device):
+    """The same seed draws the same numbers on both (counter-based), at every order."""
+    node = spikejit.FlexSN(noisy_core, num_inputs=1, num_states=1, num_outputs=1, strict=True,
+                           example_inputs=[torch.zeros(7)] * 2)
+    x, v0 = random_input(9, 3, 7), random_input(3, 7, scale=0.5)
+    q = torch.randn_like(x)
+
+    def second(where):
+        seed = torch.tensor([777], dtype=torch.int64, device=where)
+        xr, vr = x.to(where).requires_grad_(), v0.to(where).requires_grad_()
+        with spikejit.double_backward():
+            y, finals, _ = spikejit.functional.run_neuron(node.handle, 1, 1, [xr], [vr], [], False, seed=seed)
+        gx, gv = torch.autograd.grad((y[0] * q.to(where)).sum() + (finals[0] ** 2).sum(), (xr, vr), create_graph=True)
+        return [t.cpu() for t in (gx, gv, *torch.autograd.grad((gx ** 2).sum() + (gv ** 2).sum(), (xr, vr)))]
+
+    for got, want in zip(second(device), second(torch.device("cpu"))):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
