@@ -30,11 +30,14 @@ def transforms_active() -> bool:
     return torch._C._functorch.peek_interpreter_stack() is not None
 
 
-def refuse_second_derivative(ctx, *grads):
-    """The backward of gradients the kernels computed (they have no graph of their own)."""
-    raise RuntimeError("spikejit's neuron kernels have first derivatives only: a second derivative (a gradient "
+KERNELS_FIRST_ORDER = ("spikejit's neuron kernels have first derivatives only: a second derivative (a gradient "
                        "of a gradient) cannot run through them. For second and higher derivatives with "
                        "torch.autograd, make the neuron calls inside `with spikejit.double_backward():`")
+
+
+def refuse_second_derivative(ctx, *grads):
+    """The backward of gradients the kernels computed (they have no graph of their own)."""
+    raise RuntimeError(KERNELS_FIRST_ORDER)
 
 
 def _fold(t, dim, kind, batch):

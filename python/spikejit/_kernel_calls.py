@@ -808,7 +808,7 @@ def keep_for_backward(ctx, call, results, inputs, params, seed=None, anchor=None
     """Saves what the backward reads (TrainingCall.backward_inputs, the params and the seed of a
     random neuron: the backward must see the forward's own) and the facts of the call, on the
     autograd context of its forward. `anchor`: an output of the forward, saved last (see
-    ops._refusing_second_derivatives)."""
+    ops.refusing_second_derivatives)."""
     saved = call.backward_inputs(results[call.first_saved:], inputs)
     seed = seed if call.counts.random else None
     ctx.save_for_backward(*saved, *params, *seed_tensors(seed), *(() if anchor is None else (anchor,)))

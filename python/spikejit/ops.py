@@ -49,7 +49,8 @@ import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
 from . import _core, _kernel_calls
-from ._func_transforms import FuncInference, FuncTraining, refuse_second_derivative, transforms_active
+from ._func_transforms import (KERNELS_FIRST_ORDER, FuncInference, FuncTraining, refuse_second_derivative,
+                               transforms_active)
 from ._layout import memory_order
 from ._kernel_calls import (ActiveReference, check_call, check_strided, current_stream, describe, inference,
                             inference_buffers, keep_for_backward, neurons_of, output_gradients, program_counts,
@@ -194,7 +195,7 @@ class _Training(torch.autograd.Function):
             return _training_backward(ctx, *grads)
         with torch.no_grad():  # create_graph=True: the kernels' gradients have no graph of their own
             results = _training_backward(ctx, *grads)
-        return _refusing_second_derivatives(results, ctx.saved_tensors[-1], grads)
+        return refusing_second_derivatives(results, ctx.saved_tensors[-1], grads)
 
 
 def _training_backward(ctx, *grads):
@@ -218,22 +219,25 @@ def _training_backward(ctx, *grads):
 
 
 class _SecondDerivativeRefused(torch.autograd.Function):
-    """The identity on gradients the kernels computed, under create_graph=True, with edges to
-    everything they depend on: differentiating them again raises, so a second derivative through
-    the kernels is an error, not a silent zero or a silently missing term."""
+    """The identity on gradients computed without a graph (by the kernels, or by a Recompute
+    block's backward), under create_graph=True, with edges to everything they depend on:
+    differentiating them again raises `message`, so a second derivative through them is an
+    error, not a silent zero or a silently missing term."""
 
     @staticmethod
-    def forward(num_links, *tensors):
+    def forward(num_links, message, *tensors):
         return tuple(g.view_as(g) for g in tensors[num_links:])
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        pass
+        ctx.message = inputs[1]
 
-    backward = staticmethod(refuse_second_derivative)
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(ctx.message)
 
 
-def _refusing_second_derivatives(results, anchor: Tensor, grads):
+def refusing_second_derivatives(results, anchor: Tensor, grads, message: str = KERNELS_FIRST_ORDER):
     """`results` (tensors and None, computed without a graph) behind a _SecondDerivativeRefused
     node linked to `anchor` and to the incoming `grads` that have a graph. The anchor, an empty
     output of the forward, leads back to the forward's inputs, initial states and parameters:
@@ -241,7 +245,7 @@ def _refusing_second_derivatives(results, anchor: Tensor, grads):
     it the results would be fresh leaves, and autograd.grad would leave out their terms.)"""
     links = [anchor, *(g for g in grads if g is not None and g.requires_grad)]
     tensors = [r for r in results if r is not None]
-    refused = iter(_SecondDerivativeRefused.apply(len(links), *links, *tensors) if tensors else ())
+    refused = iter(_SecondDerivativeRefused.apply(len(links), message, *links, *tensors) if tensors else ())
     return tuple(None if r is None else next(refused) for r in results)
 
 

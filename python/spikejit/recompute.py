@@ -30,7 +30,9 @@ as usual). A state carried out of the block is not part of the graph: a gradient
 loss on a neuron's `v`, or a second call of the block without reset()) raises instead of being
 zero; detach() such a state to start from it on purpose (truncated BPTT). Outside autograd (no_grad,
 nothing requiring a gradient) the module just runs. The backward calls the module from Python,
-so torch.compile puts a graph break around a Recompute block (eager mode is what it is for).
+so torch.compile puts a graph break around a Recompute block (eager mode is what it is for). Its
+gradients have first derivatives only: differentiating them again raises (even inside
+spikejit.double_backward()), instead of leaving their terms out.
 """
 import weakref
 from typing import List, Optional, Tuple
@@ -200,19 +202,23 @@ class _RecomputeFunction(torch.autograd.Function):
         ctx.block, ctx.shape, ctx.dtype, ctx.params = block, x.shape, x.dtype, params
         ctx.states_before = _states(block.module)
         ctx.rng = _RngState(x.device)
-        ctx.save_for_backward(ops.compress_spikes(x) if block.spikes else x)
+        kept = ops.compress_spikes(x) if block.spikes else x
         calls = _NeuronCalls()
         with torch.no_grad(), neuron_call_hook(calls):
             y = block.module(x)
         if not isinstance(y, Tensor):
             raise TypeError(f"module: Recompute expects a module that returns one tensor, got {type(y).__name__}")
         ctx.exit_call = calls.returned_by_last_call(y)
-        return y
+        # An empty output that leads back to x and the parameters: the gradients of a backward
+        # under create_graph=True link to it (ops.refusing_second_derivatives).
+        anchor = x.new_empty(0)
+        ctx.save_for_backward(kept, anchor)
+        return y, anchor
 
     @staticmethod
-    def backward(ctx, grad_y):
+    def backward(ctx, grad_y, _):
         block = ctx.block
-        (saved,) = ctx.saved_tensors
+        saved, anchor = ctx.saved_tensors
         wants_input = ctx.needs_input_grad[1]
         params = list(ctx.params)
         states_after = _states(block.module)
@@ -249,7 +255,14 @@ class _RecomputeFunction(torch.autograd.Function):
             grad_leaf = grads.pop(0)
             grad_x = grad_leaf if not block.spikes else (sink[0] if sink else None)
         grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+        if torch.is_grad_enabled():  # create_graph=True: the gradients above have no graph
+            grad_x, *grads = ops.refusing_second_derivatives([grad_x, *grads], anchor, [grad_y], _FIRST_ORDER)
         return (None, grad_x, *grads)
+
+
+_FIRST_ORDER = ("spikejit.Recompute: the gradients of a Recompute block have first derivatives only: its backward "
+                "runs the block again without a graph of its own, so a second derivative (a gradient of a "
+                "gradient) cannot run through it")
 
 
 class Recompute(nn.Module):
@@ -272,7 +285,7 @@ class Recompute(nn.Module):
         if not torch.is_grad_enabled() or not (x.requires_grad or params):
             return self.module(x)
         _check_neurons(self.module)
-        y = _RecomputeFunction.apply(self, x, *params)
+        y, _ = _RecomputeFunction.apply(self, x, *params)
         _mark_graphless(self.module)
         return y
 

@@ -306,3 +306,23 @@ def test_torch_checkpoint_of_a_block_that_resets_its_neurons_is_right():
         run(x).sum().backward()
         grads.append(x.grad.clone())
     assert torch.equal(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_second_derivative_through_a_block_is_an_error_not_a_missing_term(packed):
+    """The block's backward runs without a graph of its own: differentiating its gradients again
+    raises (with respect to the input, a parameter or the incoming gradient), even beside other
+    terms that do have second derivatives; first derivatives under create_graph=True are the
+    usual ones."""
+    torch.manual_seed(0)
+    block = spikejit.Recompute(nn.Sequential(nn.Linear(8, 8), spikejit.LIFNode(step_mode="m")), spikes=packed)
+    x = (spikes(4, 3, 8) if packed else torch.randn(4, 3, 8)).requires_grad_()
+    weights = torch.randn(4, 3, 8, requires_grad=True)
+    (plain,) = torch.autograd.grad((block(x) * weights).sum(), x)
+    block.module[1].reset()
+    (first,) = torch.autograd.grad((block(x) * weights).sum(), x, create_graph=True)
+    torch.testing.assert_close(first, plain)
+    for loss, wrt in [((first ** 2).sum() + (x ** 3).sum(), x), (first.sum(), block.module[0].weight),
+                      (first.sum(), weights)]:
+        with pytest.raises(RuntimeError, match="^spikejit.Recompute: the gradients of a Recompute block have first"):
+            torch.autograd.grad(loss, wrt, retain_graph=True)
