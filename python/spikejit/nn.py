@@ -98,10 +98,10 @@ def _(x, weight, bias):
     return F.linear(x, weight, bias)
 
 
-def _setup_linear(ctx, inputs, output):
+def _setup_linear(ctx, inputs, output, anchor=None):
     x, weight, bias = inputs
     packed = _packed(x, ctx.needs_input_grad[1])
-    ctx.save_for_backward(packed, weight)
+    ctx.save_for_backward(packed, weight, *(() if anchor is None else (anchor,)))
     ctx.x_shape = x.shape
     ctx.x_dtype = x.dtype
 
@@ -109,7 +109,7 @@ def _setup_linear(ctx, inputs, output):
 # The formulas of addmm / mm's backward as autograd runs them for nn.Linear, so that the
 # gradients have the same bits.
 def _backward_linear(ctx, grad):
-    packed, weight = ctx.saved_tensors
+    packed, weight = ctx.saved_tensors[:2]
     grad_2d = grad.reshape(-1, weight.shape[0])
     grad_x = grad_weight = grad_bias = None
     if ctx.needs_input_grad[0]:
@@ -144,18 +144,34 @@ torch.library.register_autograd("spikejit::packed_spike_linear", _backward_linea
 class _EagerLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias):
-        y = F.linear(x, weight, bias)
-        _setup_linear(ctx, (x, weight, bias), y)
-        return y
+        y, anchor = F.linear(x, weight, bias), x.new_empty(0)
+        _setup_linear(ctx, (x, weight, bias), y, anchor)
+        return y, anchor
 
     @staticmethod
-    def backward(ctx, grad):
-        return _backward_linear(ctx, grad)
+    def backward(ctx, grad, _):
+        return _first_order_in_x(ctx, _backward_linear(ctx, grad), grad)
+
+
+# Under create_graph=True the weight's gradient has no graph back to the input (its spikes were
+# saved as bits): a second derivative through it with respect to the input would be silently left
+# out, so differentiating it again raises. An empty output (the anchor), saved beside the packed
+# spikes, links the gradient to the input.
+_PACKED_FIRST_ORDER = ("spikejit packed-spike layers: the weight's gradient has first derivatives only with respect "
+                       "to the input (the input was saved as bits), so a second derivative through it cannot run; "
+                       "use nn.Linear / nn.Conv2d for second derivatives")
+
+
+def _first_order_in_x(ctx, grads, grad):
+    if not torch.is_grad_enabled() or grads[1] is None:
+        return grads
+    (grad_weight,) = ops.refusing_second_derivatives([grads[1]], ctx.saved_tensors[2], [grad], _PACKED_FIRST_ORDER)
+    return (grads[0], grad_weight, *grads[2:])
 
 
 def _linear(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
     if ops.is_eager([x, weight], [] if bias is None else [bias]):
-        return _EagerLinear.apply(x, weight, bias)
+        return _EagerLinear.apply(x, weight, bias)[0]
     return torch.ops.spikejit.packed_spike_linear(x, weight, bias)
 
 
@@ -203,13 +219,13 @@ def _channels_last(x: Tensor) -> bool:
     return not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
 
 
-def _setup_conv(ctx, inputs, output):
+def _setup_conv(ctx, inputs, output, anchor=None):
     x, weight, bias, stride, padding, dilation, groups = inputs
     # A channels-last input is packed in its own memory order (no copy) and restored in it, so
     # that backward sees the layout autograd would have saved.
     ctx.channels_last = _channels_last(x)
     ordered = x.permute(0, 2, 3, 1) if ctx.channels_last else x
-    ctx.save_for_backward(_packed(ordered, ctx.needs_input_grad[1]), weight)
+    ctx.save_for_backward(_packed(ordered, ctx.needs_input_grad[1]), weight, *(() if anchor is None else (anchor,)))
     ctx.ordered_shape = list(ordered.shape)
     ctx.x_dtype = x.dtype
     ctx.has_bias = bias is not None
@@ -219,7 +235,7 @@ def _setup_conv(ctx, inputs, output):
 # The convolution_backward call autograd makes for nn.Conv2d, on the decompressed input, chunk by
 # chunk of frames (the weight and bias gradients summed over the chunks, half precision in float32).
 def _backward_conv(ctx, grad):
-    packed, weight = ctx.saved_tensors
+    packed, weight = ctx.saved_tensors[:2]
     stride, padding, dilation, groups = ctx.conv
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
     shape = ctx.ordered_shape if not ctx.channels_last else [ctx.ordered_shape[i] for i in (0, 3, 1, 2)]
@@ -269,18 +285,18 @@ torch.library.register_autograd("spikejit::packed_spike_conv2d", _backward_conv,
 class _EagerConv(torch.autograd.Function):  # see _EagerLinear
     @staticmethod
     def forward(ctx, x, weight, bias, stride, padding, dilation, groups):
-        y = F.conv2d(x, weight, bias, stride, padding, dilation, groups)
-        _setup_conv(ctx, (x, weight, bias, stride, padding, dilation, groups), y)
-        return y
+        y, anchor = F.conv2d(x, weight, bias, stride, padding, dilation, groups), x.new_empty(0)
+        _setup_conv(ctx, (x, weight, bias, stride, padding, dilation, groups), y, anchor)
+        return y, anchor
 
     @staticmethod
-    def backward(ctx, grad):
-        return _backward_conv(ctx, grad)
+    def backward(ctx, grad, _):
+        return _first_order_in_x(ctx, _backward_conv(ctx, grad), grad)
 
 
 def _conv(x: Tensor, weight: Tensor, bias: Optional[Tensor], stride, padding, dilation, groups) -> Tensor:
     if ops.is_eager([x, weight], [] if bias is None else [bias]):
-        return _EagerConv.apply(x, weight, bias, stride, padding, dilation, groups)
+        return _EagerConv.apply(x, weight, bias, stride, padding, dilation, groups)[0]
     return torch.ops.spikejit.packed_spike_conv2d(x, weight, bias, stride, padding, dilation, groups)
 
 

@@ -194,7 +194,8 @@ def test_saved_input_is_packed(device):
     x = spikes(T, B, n, device=device).requires_grad_()
     layer = spikejit.PackedSpikeLinear(n, 16, device=device)
     saved = saved_by(layer, x)
-    inputs = [s for s in saved if s[2].data_ptr() != layer.weight.data_ptr()]
+    # (Besides the weight and the bits: an empty anchor that links second derivatives to x.)
+    inputs = [s for s in saved if s[2].data_ptr() != layer.weight.data_ptr() and s[1] > 0]
     assert [(d, b) for d, b, _ in inputs] == [(torch.uint8, (T * B * n + 7) // 8)]
     assert sum(b for _, b, _ in inputs) * 32 < x.numel() * 4 + 32
     reference = saved_by(nn.Linear(n, 16, device=device), x)  # the contrast: nn.Linear keeps x
@@ -202,7 +203,7 @@ def test_saved_input_is_packed(device):
 
     conv = spikejit.PackedSpikeConv2d(4, 8, 3, padding=1, device=device)
     x = spikes(2, 5, 4, 9, 9, device=device)
-    inputs = [s for s in saved_by(conv, x) if s[2].data_ptr() != conv.weight.data_ptr()]
+    inputs = [s for s in saved_by(conv, x) if s[2].data_ptr() != conv.weight.data_ptr() and s[1] > 0]
     assert [(d, b) for d, b, _ in inputs] == [(torch.uint8, (x.numel() + 7) // 8)]
 
 
@@ -327,3 +328,25 @@ def test_packed_spikes_shares_parameters_and_mode():
     packed_conv = spikejit.packed_spikes(conv)
     assert packed_conv.weight is conv.weight and packed_conv.bias is None
     assert packed_conv.weight.dtype == torch.float64
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_a_second_derivative_through_the_weights_gradient_is_an_error_not_a_missing_term(kind):
+    """The input is saved as bits: the weight's gradient has no graph back to it. Differentiating
+    that gradient again raises (with respect to the input, also beside other terms); the input's
+    gradient keeps its second derivatives (it reads the weight, not the input)."""
+    if kind == "linear":
+        layer, x = spikejit.PackedSpikeLinear(8, 4), spikes(5, 8)
+        reference = nn.Linear(8, 4)
+    else:
+        layer, x = spikejit.PackedSpikeConv2d(2, 3, 3, padding=1), spikes(2, 2, 5, 5)
+        reference = nn.Conv2d(2, 3, 3, padding=1)
+    reference.load_state_dict(layer.state_dict())
+    x.requires_grad_()
+    (grad_w,) = torch.autograd.grad((layer(x) ** 2).sum(), layer.weight, create_graph=True)
+    with pytest.raises(RuntimeError, match="^spikejit packed-spike layers: the weight's gradient has first"):
+        torch.autograd.grad((grad_w ** 2).sum() + (x ** 2).sum(), x)
+    for module in (layer, reference):
+        (grad_x,) = torch.autograd.grad((module(x) ** 2).sum(), x, create_graph=True)
+        module.second = torch.autograd.grad((grad_x ** 2).sum(), module.weight)[0]
+    torch.testing.assert_close(layer.second, reference.second)
