@@ -98,3 +98,14 @@ def test_stochastic_neuron_compiles_reproduces_and_learns(device, seed):
     end = number(r"-> ([\d.]+) at the end", out)
     assert end < 0.5 * start, out
     assert "eager scan" in out, out
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_gradient_penalty_matches_the_pytorch_loop_and_learns(device, seed):
+    out = run_example("gradient_penalty.py", "--iterations", 40, "--steps", 8, "--batch-size", 32,
+                      "--device", device, "--seed", seed)
+    assert number(r"against the PyTorch loop: they differ by at most ([\d.e+-]+) \(relative\)", out) < 1e-4, out
+    start = number(r"loss \(mean of 5 iterations\): ([\d.]+) at the start", out)
+    end = number(r"loss \(mean of 5 iterations\): [\d.]+ at the start -> ([\d.]+) at the end", out)
+    assert end < 0.5 * start, out
+    assert number(r"accuracy after training: ([\d.]+)%", out) > 50.0, out  # chance is 25 %
