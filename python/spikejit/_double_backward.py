@@ -30,7 +30,7 @@ import torch
 
 from . import registry
 from ._func_transforms import transforms_active
-from ._kernel_calls import ActiveReference, inference, program_counts, split_inference_results
+from ._kernel_calls import ActiveReference, inference, initial_states, program_counts, split_inference_results
 
 __all__ = ["double_backward"]
 
@@ -67,9 +67,7 @@ def run(handle: int, num_outputs: int, num_states: int, inputs, init_states, par
     x = inputs[0]
     if not isinstance(x, torch.Tensor) or x.dim() < 1:  # (the kernels' own checks word the rest)
         raise ValueError(f"inputs[0]: expected a sequence [T, *S], got {x!r}")
-    _, counts = program_counts(handle)
-    states = [torch.full(x.shape[1:], counts.state_defaults[j], dtype=x.dtype, device=x.device) if s is None else s
-              for j, s in enumerate(init_states or [None] * counts.states)]
+    states = initial_states(handle, init_states, x, every=True)
     results = call(handle, list(inputs), states, list(params), bool(store_state_seqs), seed=seed)
     return split_inference_results(results, num_outputs, num_states, bool(store_state_seqs))
 

@@ -72,14 +72,15 @@ def uses_random(handle: int) -> bool:
     return program_counts(handle)[1].random
 
 
-def initial_states(handle: int, states, x_seq: Tensor) -> List[Tensor]:
-    """The `init_states` argument of the ops from a list with None for "the default": [] when
-    every entry is None, else one tensor per state (defaults filled in)."""
-    if all(s is None for s in states):
+def initial_states(handle: int, states, x_seq: Tensor, every: bool = False) -> List[Tensor]:
+    """The `init_states` argument of the ops from a list with None for "the default" (or empty):
+    [] when every entry is None (unless `every`), else one tensor per state (defaults filled in)."""
+    if not every and all(s is None for s in states):
         return []
     if all(s is not None for s in states):
         return list(states)
     _, counts = program_counts(handle)
+    states = list(states) or [None] * counts.states
     if len(states) != counts.states:
         raise ValueError(f"init_states: expected {counts.states} entries, got {len(states)}")
     shape = x_seq.shape[1:]

@@ -196,6 +196,11 @@ class _BlockInput(torch.autograd.Function):
         return grad.new_zeros(0), None, None, None, None
 
 
+_FIRST_ORDER = ("spikejit.Recompute: the gradients of a Recompute block have first derivatives only: its backward "
+                "runs the block again without a graph of its own, so a second derivative (a gradient of a "
+                "gradient) cannot run through it")
+
+
 class _RecomputeFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, block, x, *params):
@@ -259,10 +264,6 @@ class _RecomputeFunction(torch.autograd.Function):
             grad_x, *grads = ops.refusing_second_derivatives([grad_x, *grads], anchor, [grad_y], _FIRST_ORDER)
         return (None, grad_x, *grads)
 
-
-_FIRST_ORDER = ("spikejit.Recompute: the gradients of a Recompute block have first derivatives only: its backward "
-                "runs the block again without a graph of its own, so a second derivative (a gradient of a "
-                "gradient) cannot run through it")
 
 
 class Recompute(nn.Module):
