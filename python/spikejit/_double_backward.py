@@ -35,6 +35,10 @@ from ._kernel_calls import ActiveReference, inference, initial_states, program_c
 __all__ = ["double_backward"]
 
 _mode = threading.local()
+# How many threads are inside the mode now: every neuron call asks enabled(), and a module global
+# answers that faster than the thread-local state (which it reads only while some thread is in).
+_threads_inside = 0
+_count_lock = threading.Lock()
 
 
 class double_backward(contextlib.ContextDecorator):
@@ -46,17 +50,26 @@ class double_backward(contextlib.ContextDecorator):
         self._previous = []  # a stack: the same object may be entered again while inside
 
     def __enter__(self):
-        self._previous.append(enabled())
+        global _threads_inside
+        previous = enabled()
+        self._previous.append(previous)
+        if not previous:
+            with _count_lock:
+                _threads_inside += 1
         _mode.on = True
         return self
 
     def __exit__(self, *exc):
-        _mode.on = self._previous.pop()
+        global _threads_inside
+        _mode.on = previous = self._previous.pop()
+        if not previous:
+            with _count_lock:
+                _threads_inside -= 1
 
 
 def enabled() -> bool:
     """Whether this thread is inside `with spikejit.double_backward():`."""
-    return getattr(_mode, "on", False)
+    return _threads_inside > 0 and getattr(_mode, "on", False)
 
 
 def run(handle: int, num_outputs: int, num_states: int, inputs, init_states, params, store_state_seqs: bool,

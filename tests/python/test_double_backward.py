@@ -288,6 +288,22 @@ def test_the_mode_is_per_thread_and_restored():
 
     assert inside(2) and not spikejit._double_backward.enabled()
 
+    # Another thread inside the mode does not put this one in it; leaving it counts it out again.
+    entered, leave = threading.Event(), threading.Event()
+
+    def hold():
+        with spikejit.double_backward():
+            entered.set()
+            leave.wait()
+
+    worker = threading.Thread(target=hold)
+    worker.start()
+    entered.wait()
+    assert spikejit._double_backward._threads_inside == 1 and not spikejit._double_backward.enabled()
+    leave.set()
+    worker.join()
+    assert spikejit._double_backward._threads_inside == 0
+
 
 def test_a_recompute_block_inside_the_mode_keeps_its_own_path(monkeypatch):
     """spikejit.Recompute steers its neurons' calls (a hook): inside the mode they stay its own
