@@ -201,7 +201,7 @@ struct PackedRows {
   uint8_t* at(size_t i, int64_t t, int64_t start) const { return data[i] + t * row_bytes + start / 8; }
 };
 
-// Literals and parameters: filled once per block.
+// Literals, parameters and the invariants computed from them: once per block.
 template <class F>
 void fill_constants(const LaneProgram& p, const std::vector<LaneBuffer>& params,
                     const std::vector<ir::ParamKind>& kinds, const Slots<F>& s, int64_t start, int64_t n) {
@@ -215,6 +215,8 @@ void fill_constants(const LaneProgram& p, const std::vector<LaneBuffer>& params,
       fill_lanes(dst, dst[0], n);
     }
   }
+  for (const LaneInstr& in : p.invariants)
+    run_op_lanes<F>(in.op, s[in.dst], s[in.args[0]], s[in.args[1]], s[in.args[2]], n);
 }
 
 // The step's instructions over n lanes: the fused step when there is one (fp32 only), else

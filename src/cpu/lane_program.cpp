@@ -117,12 +117,27 @@ LaneProgram compile_lane_program(const ir::Step& step, const ir::Step& forward, 
     }
   }
 
+  // Invariants: values of literals, parameters and earlier invariants alone, not results. Their
+  // slots are never reused, as the slots of leaves are not.
+  std::vector<bool> invariant(count, false);
+  for (int32_t id = 0; id < count; ++id) {
+    const ir::Node& n = step.nodes[id];
+    if (ir::is_leaf(n.op)) {
+      invariant[id] = n.op == ir::Op::Literal || n.op == ir::Op::Param;
+      continue;
+    }
+    bool from_invariants = last_use[id] != kForever;
+    for (int k = 0; k < ir::op_info(n.op).arity; ++k) from_invariants = from_invariants && invariant[n.args[k]];
+    invariant[id] = from_invariants;
+  }
+  auto reusable = [&](int32_t id) { return !ir::is_leaf(step.nodes[id].op) && !invariant[id]; };
+
   std::vector<int32_t> free_slots;
   for (int32_t id = 0; id < count; ++id) {
     const ir::Node& n = step.nodes[id];
     if (ir::is_leaf(n.op)) continue;
     int32_t dst;
-    if (free_slots.empty()) {
+    if (invariant[id] || free_slots.empty()) {
       dst = p.num_slots++;
     } else {
       dst = free_slots.back();
@@ -132,16 +147,14 @@ LaneProgram compile_lane_program(const ir::Step& step, const ir::Step& forward, 
     const int arity = ir::op_info(n.op).arity;
     LaneInstr instr{n.op, dst, {}};
     for (int k = 0; k < 3; ++k) instr.args[k] = p.node_slot[n.args[k < arity ? k : 0]];
-    p.instrs.push_back(instr);
+    (invariant[id] ? p.invariants : p.instrs).push_back(instr);
     // Free the arguments read for the last time (each slot once), then a value nobody reads.
     for (int k = 0; k < arity; ++k) {
       const int32_t arg = n.args[k];
       const bool repeated = std::find(n.args, n.args + k, arg) != n.args + k;
-      if (!repeated && last_use[arg] == id && !ir::is_leaf(step.nodes[arg].op)) {
-        free_slots.push_back(p.node_slot[arg]);
-      }
+      if (!repeated && last_use[arg] == id && reusable(arg)) free_slots.push_back(p.node_slot[arg]);
     }
-    if (last_use[id] == id) free_slots.push_back(dst);
+    if (last_use[id] == id && reusable(id)) free_slots.push_back(dst);
   }
 
   for (int32_t id = 0; id < count; ++id) {

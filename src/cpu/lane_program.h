@@ -1,7 +1,7 @@
 // A Step compiled for lane-wise interpretation: every node value lives in a slot (an array of
-// block-size lanes). Leaves that do not change over time (literals, parameters) and the carried
-// values (forward states, backward gradient carries) have their own slots; the slots of other
-// values are reused once their last reader has run.
+// block-size lanes). Values that do not change over time (literals, parameters and what is
+// computed from them alone) and the carried values (forward states, backward gradient carries)
+// have their own slots; the slots of other values are reused once their last reader has run.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +35,10 @@ struct LaneProgram {
   std::vector<int32_t> node_slot;     // slot holding each node's value
   std::vector<LaneLiteral> literals;  // filled once per block
   std::vector<LaneLeaf> params;       // filled once per block
+  // Computed once per block, after the literals and parameters: the instructions whose
+  // arguments are all literals, parameters or earlier invariants (PLIF's sigmoid(w)), except
+  // the step's results, which `instrs` computes each step.
+  std::vector<LaneInstr> invariants;
   std::vector<LaneLeaf> step_leaves;  // Input, Saved, GradOutput, GradState: filled every step
   std::vector<LaneLeaf> draws;        // Uniform (`index`: the stream): drawn every step
   std::vector<int32_t> carry_slot;    // per state: forward state value / backward gradient carry

@@ -31,6 +31,7 @@
 #include "spikejit/tensor.h"
 #include "support/cpu_runs.h"
 #include "support/strided_views.h"
+#include "support/test_neurons.h"
 
 namespace spikejit {
 namespace {
@@ -117,6 +118,7 @@ std::vector<NamedProgram> all_programs() {
       {"adaptive", Program::from_text(kAdaptiveText)},
       {"swap", Program::from_text(kSwapText)},
       {"counter", Program::from_text(kCounterText)},
+      {"invariants", testing::test_neuron("invariants")},
   };
 }
 

@@ -45,7 +45,7 @@ std::vector<NamedProgram> fused_test_programs() {
                                    {"lif", Program(builtins::lif_neuron({}))},
                                    {"lif_soft_detach", Program(builtins::lif_neuron(soft))},
                                    {"plif", Program(builtins::plif_neuron({}))}};
-  for (const char* stem : {"every_op", "noisy_threshold", "ste_lif", "two_thresholds", "mixed_outputs"}) {
+  for (const char* stem : {"every_op", "noisy_threshold", "ste_lif", "two_thresholds", "mixed_outputs", "invariants"}) {
     out.push_back({stem, testing::test_neuron(stem)});
   }
   return out;
@@ -98,6 +98,37 @@ void expect_fused_step_writes_the_lane_loops_results(const cpu::LaneProgram& p, 
     EXPECT_TRUE(same_values(fused[slot], result ? lanes[slot] : before[slot]))
         << "slot " << slot << (result ? " (a result)" : " (not a result: must be left alone)");
   }
+}
+
+// Values of literals and parameters alone are computed once per block (`invariants`, reading
+// only such values), and every instruction left in the step reads a value that changes over time,
+// unless it computes a result (a result is written each step).
+TEST(LaneProgram, ValuesOfParametersAloneAreComputedOncePerBlock) {
+  for (const NamedProgram& np : fused_test_programs()) {
+    for (int v = 0; v < cpu::kLaneVariants; ++v) {
+      SCOPED_TRACE(np.name + " variant " + std::to_string(v));
+      const cpu::LaneProgram& p = cpu::lane_program(np.program, static_cast<cpu::LaneVariant>(v));
+      std::vector<bool> constant(static_cast<size_t>(p.num_slots), false);
+      for (const cpu::LaneLiteral& lit : p.literals) constant[lit.slot] = true;
+      for (const cpu::LaneLeaf& leaf : p.params) constant[leaf.slot] = true;
+      for (const cpu::LaneInstr& in : p.invariants) {
+        for (int32_t arg : in.args) EXPECT_TRUE(constant[arg]) << ir::op_info(in.op).name << " reads slot " << arg;
+        EXPECT_FALSE(constant[in.dst]) << "invariant slot " << in.dst << " written twice";
+        constant[in.dst] = true;
+      }
+      for (const cpu::LaneInstr& in : p.instrs) {
+        const bool result = std::count(p.result_slots.begin(), p.result_slots.end(), in.dst) > 0;
+        const bool reads_a_changing_value = std::any_of(std::begin(in.args), std::end(in.args),
+                                                        [&](int32_t arg) { return !constant[arg]; });
+        EXPECT_TRUE(result || reads_a_changing_value) << ir::op_info(in.op).name << " of constants each step";
+        EXPECT_FALSE(constant[in.dst]) << ir::op_info(in.op).name << " overwrites a constant slot";
+      }
+    }
+  }
+  const Program plif_program(builtins::plif_neuron({}));
+  const cpu::LaneProgram& plif = cpu::lane_program(plif_program, cpu::LaneVariant::Forward);
+  ASSERT_EQ(plif.invariants.size(), 1u);
+  EXPECT_EQ(plif.invariants[0].op, ir::Op::Sigmoid);
 }
 
 // Every lane loop of the unit is declared free of dependences between iterations: without it GCC
