@@ -181,6 +181,11 @@ struct Step {
 // Everything else (inputs, states, parameters, other arithmetic) is not, whatever it computes.
 std::vector<bool> spike_valued(const std::vector<Node>& nodes);
 
+// Per node of `nodes` (in topological order): true when its value is the same at every step of a
+// call: literals, parameters, and the values computed from such values alone (PLIF's
+// sigmoid(w)). Executors compute the latter once per call instead of once per step.
+std::vector<bool> step_invariant(const std::vector<Node>& nodes);
+
 // Neuron -> forward Step: substitutes constants, folds, merges duplicates, removes dead code.
 Step lower(const Neuron& n);
 

@@ -117,18 +117,16 @@ LaneProgram compile_lane_program(const ir::Step& step, const ir::Step& forward, 
     }
   }
 
-  // Invariants: values of literals, parameters and earlier invariants alone, not results. Their
-  // slots are never reused, as the slots of leaves are not.
-  std::vector<bool> invariant(count, false);
+  // Invariants (ir::step_invariant), except results: computed once per block into slots that are
+  // never reused, as the slots of leaves are not. A result is written each step, so an invariant
+  // that is one stays in the step, and so do the values computed from it.
+  std::vector<bool> invariant = ir::step_invariant(step.nodes);
   for (int32_t id = 0; id < count; ++id) {
     const ir::Node& n = step.nodes[id];
-    if (ir::is_leaf(n.op)) {
-      invariant[id] = n.op == ir::Op::Literal || n.op == ir::Op::Param;
-      continue;
-    }
-    bool from_invariants = last_use[id] != kForever;
-    for (int k = 0; k < ir::op_info(n.op).arity; ++k) from_invariants = from_invariants && invariant[n.args[k]];
-    invariant[id] = from_invariants;
+    if (ir::is_leaf(n.op) || !invariant[id]) continue;
+    bool hoisted = last_use[id] != kForever;
+    for (int k = 0; k < ir::op_info(n.op).arity; ++k) hoisted = hoisted && invariant[n.args[k]];
+    invariant[id] = hoisted;
   }
   auto reusable = [&](int32_t id) { return !ir::is_leaf(step.nodes[id].op) && !invariant[id]; };
 

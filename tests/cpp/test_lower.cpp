@@ -227,6 +227,24 @@ TEST(Simplify, MergesDuplicatesRemovesDeadCodeAndRemapsEveryResult) {
   EXPECT_EQ(ir::to_string(again), ir::to_string(s));  // idempotent
 }
 
+TEST(StepInvariant, LiteralsParametersAndWhatIsComputedFromThemAlone) {
+  const std::vector<ir::Node> nodes = {
+      leaf(Op::Param, 0),    // %0 w
+      leaf(Op::Input, 0),    // %1 x
+      op(Op::Sigmoid, 0),    // %2 sigmoid(w)
+      leaf(Op::State, 0),    // %3 v
+      op(Op::Mul, 2, 3),     // %4 sigmoid(w) * v
+      lit(2.0),              // %5 2
+      op(Op::Sub, 2, 5),     // %6 sigmoid(w) - 2
+      leaf(Op::Uniform, 0),  // %7 a draw
+      op(Op::Add, 6, 7),     // %8 (sigmoid(w) - 2) + draw
+      op(Op::Neg, 6),        // %9 -(sigmoid(w) - 2)
+      op(Op::Mul, 1, 9),     // %10 x * %9
+  };
+  const std::vector<bool> want = {true, false, true, false, false, true, true, false, false, true, false};
+  EXPECT_EQ(ir::step_invariant(nodes), want);
+}
+
 TEST(Simplify, SelectsWhereBranches) {
   ir::Step s;
   s.num_inputs = 2;
