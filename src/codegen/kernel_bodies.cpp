@@ -93,10 +93,10 @@ __device__ __forceinline__ void store_rows(const SpikejitArgs& a, int first_slot
   }
 }
 
-// Scalar parameters are broadcast to every element.
+// Scalar parameters are broadcast to every element. (pr's entries past kParams: hoist_values.)
 template <int EPT, bool VEC>
 __device__ __forceinline__ void load_params(const SpikejitArgs& a, const StridedOffsets<EPT>& so, long long n0,
-                                            int count, real (&pr)[kParamsA][EPT]) {
+                                            int count, real (&pr)[kParamValuesA][EPT]) {
 #pragma unroll
   for (int i = 0; i < kParams; ++i) {
     if (is_scalar_param(i)) {
@@ -178,7 +178,7 @@ __device__ __forceinline__ void load_inputs(const SpikejitArgs& a, const Strided
 // the same for every thread).
 template <int EPT, bool VEC>
 __device__ __forceinline__ void forward_apply(const SpikejitArgs& a, bool live, long long t, long long n0, int count,
-                                              const Row<EPT> (&xr)[kInputsA], const real (&pr)[kParamsA][EPT],
+                                              const Row<EPT> (&xr)[kInputsA], const real (&pr)[kParamValuesA][EPT],
                                               real (&st)[kStatesA][EPT]) {
   const long long offset = t * a.neurons + n0;
   Row<EPT> out[kOutputsA], seq[kStatesA], sav[kSavedA];
@@ -195,7 +195,7 @@ __device__ __forceinline__ void forward_apply(const SpikejitArgs& a, bool live, 
 #pragma unroll
     for (int i = 0; i < kStates; ++i) in.s[i] = st[i][e];
 #pragma unroll
-    for (int i = 0; i < kParams; ++i) in.p[i] = pr[i][e];
+    for (int i = 0; i < kParamValues; ++i) in.p[i] = pr[i][e];
     const ForwardOut o = forward_step(in);
 #pragma unroll
     for (int i = 0; i < kOutputs; ++i) {
@@ -242,7 +242,7 @@ template <int EPT, int DEPTH, bool VEC>
 __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0, int count) {
   const long long T = a.steps, N = a.neurons, last = T - 1;
   const StridedOffsets<EPT> so = strided_offsets_of<EPT>(a, n0);
-  real st[kStatesA][EPT], pr[kParamsA][EPT];
+  real st[kStatesA][EPT], pr[kParamValuesA][EPT];
   load_rows<kStates, EPT, VEC>(a, so, kSlotInitialState, n0, count, st);
 #pragma unroll
   for (int i = 0; i < kStates; ++i) {
@@ -251,6 +251,7 @@ __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0
     for (int e = 0; e < EPT; ++e) st[i][e] = state_default(i);
   }
   load_params<EPT, VEC>(a, so, n0, count, pr);
+  hoist_values<EPT>(pr);
   if (T > 0) {
     // Step k + DEPTH's row is loaded before step k runs (the last step's again near the end).
     // k counts the steps in the order they run; step_row gives the row each one reads and writes.
@@ -398,7 +399,7 @@ __device__ __forceinline__ void prefetch_step_rows_l2(const SpikejitArgs& a, lon
 template <int EPT, bool VEC>
 __device__ __forceinline__ void backward_apply(const SpikejitArgs& a, bool live, long long offset, int count,
                                                const real (&sv)[kSavedA][EPT], const StepRows<EPT>& g,
-                                               const real (&pr)[kParamsA][EPT], real (&carry)[kStatesA][EPT],
+                                               const real (&pr)[kParamValuesA][EPT], real (&carry)[kStatesA][EPT],
                                                real (&gacc)[kParamsA][EPT]) {
   Row<EPT> gin[kInputsA];
 #pragma unroll
@@ -412,7 +413,7 @@ __device__ __forceinline__ void backward_apply(const SpikejitArgs& a, bool live,
     for (int i = 0; i < kStates; ++i)
       in.gs[i] = kReadGradStateSeqs ? sj_add(to_real(g.grad_seq[i].v[e]), carry[i][e]) : carry[i][e];
 #pragma unroll
-    for (int i = 0; i < kParams; ++i) in.p[i] = pr[i][e];
+    for (int i = 0; i < kParamValues; ++i) in.p[i] = pr[i][e];
     const BackwardOut o = backward_step(in);
 #pragma unroll
     for (int i = 0; i < kInputs; ++i) gin[i].v[e] = to_storage(o.gi[i]);
@@ -474,9 +475,10 @@ __device__ __forceinline__ void backward_rows(const SpikejitArgs& a, long long n
                                               double (&partial)[kScalarParamCountA]) {
   const long long T = a.steps, N = a.neurons;
   const StridedOffsets<EPT> so = strided_offsets_of<EPT>(a, n0);
-  real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamsA][EPT];
+  real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamValuesA][EPT];
   backward_init<EPT>(a, so, n0, count, carry, gacc);
   load_params<EPT, VEC>(a, so, n0, count, pr);
+  hoist_values<EPT>(pr);
   if (T > 0) {
     // Like the forward, backwards: step t - DEPTH is loaded before step t runs (step 0 again
     // near the end).
@@ -551,9 +553,10 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
   constexpr int kL2Ahead = kCheckpointL2AheadBytes / (kInputsA * EPT * (int)sizeof(storage));
   const long long T = a.steps, N = a.neurons;
   const StridedOffsets<EPT> so = strided_offsets_of<EPT>(a, n0);
-  real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamsA][EPT];
+  real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamValuesA][EPT];
   backward_init<EPT>(a, so, n0, count, carry, gacc);
   load_params<EPT, VEC>(a, so, n0, count, pr);
+  hoist_values<EPT>(pr);
   const long long segments = (T + K - 1) / K;
   // Without prefetching, a segment's inputs are loaded step by step as it is recomputed (held
   // whole, a long segment's rows would double its local memory).
@@ -607,7 +610,7 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
 #pragma unroll
           for (int i = 0; i < kStates; ++i) in.s[i] = cur.st[i][e];
 #pragma unroll
-          for (int i = 0; i < kParams; ++i) in.p[i] = pr[i][e];
+          for (int i = 0; i < kParamValues; ++i) in.p[i] = pr[i][e];
           const ForwardOut o = forward_step(in);
 #pragma unroll
           for (int i = 0; i < kStates; ++i) cur.st[i][e] = o.s_next[i];

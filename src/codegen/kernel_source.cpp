@@ -172,7 +172,14 @@ std::string repeat_codes(const KernelPlan& p, BufferRole role, int count) {
   return text + "}";
 }
 
-std::string constants(const KernelPlan& p) {
+// The values hoisted out of a kernel's time loop (hoisted_values): the forward step's, then the
+// backward step's (a backward kernel runs both where it recomputes the forward).
+struct Hoisted {
+  std::vector<ir::ValueId> forward, backward;
+  size_t count() const { return forward.size() + backward.size(); }
+};
+
+std::string constants(const KernelPlan& p, const Hoisted& hoisted) {
   unsigned long long scalar_mask = 0, row_mask = 0;
   for (size_t i = 0; i < p.params.size(); ++i) {
     if (p.params[i] == ir::ParamKind::Scalar) scalar_mask |= 1ull << i;
@@ -232,6 +239,12 @@ std::string constants(const KernelPlan& p) {
   s += "[[maybe_unused]] constexpr int kInputsA = SJ_AT_LEAST_1(kInputs), kStatesA = SJ_AT_LEAST_1(kStates),\n"
        "                               kOutputsA = SJ_AT_LEAST_1(kOutputs), kParamsA = SJ_AT_LEAST_1(kParams),\n"
        "                               kSavedA = SJ_AT_LEAST_1(kSaved);\n";
+  s += "// A thread's parameter values: the parameters, then the values hoisted out of the time loop\n"
+       "// (computed from parameters and literals alone; see hoist_values).\n";
+  s += "[[maybe_unused]] constexpr int kHoistedForward = " + std::to_string(hoisted.forward.size()) +
+       ", kHoistedBackward = " + std::to_string(hoisted.backward.size()) + ",\n"
+       "                               kParamValues = kParams + kHoistedForward + kHoistedBackward,\n"
+       "                               kParamValuesA = SJ_AT_LEAST_1(kParamValues);\n";
   s += "[[maybe_unused]] constexpr unsigned long long kScalarParams = " + hex64(scalar_mask) + ";  // bit i: param i is one scalar\n";
   s += "[[maybe_unused]] constexpr int kScalarParamCount = " + std::to_string(p.scalar_params) +
        ", kScalarParamCountA = SJ_AT_LEAST_1(kScalarParamCount);\n";
@@ -279,7 +292,7 @@ std::string constants(const KernelPlan& p) {
   s += "[[maybe_unused]] constexpr int kRingL2Ahead = " + std::to_string(kRingL2Ahead) + ";\n";
   s += "[[maybe_unused]] constexpr int kReduceThreads = " + std::to_string(kReduceThreads) + ";\n";
   s += "// The values one step function takes and returns.\n";
-  s += "struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA], u[kStreamsA]; };  // u: the draws\n";
+  s += "struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamValuesA], u[kStreamsA]; };  // u: the draws\n";
   // A thread's EPT neighbouring neurons share the block of each group of four: one block per
   // group and stream, not one per neuron (a draw is tens of integer instructions, more than the
   // bytes of a step leave time for). A per-step backward of a neuron that draws reads no seed
@@ -306,44 +319,98 @@ std::string constants(const KernelPlan& p) {
        "}\n";
   s += 
        "struct ForwardOut { real y[kOutputsA], s_next[kStatesA], saved[kSavedA]; };\n"
-       "struct BackwardIn { real saved[kSavedA], go[kOutputsA], gs[kStatesA], p[kParamsA]; };\n"
+       "struct BackwardIn { real saved[kSavedA], go[kOutputsA], gs[kStatesA], p[kParamValuesA]; };\n"
        "struct BackwardOut { real gi[kInputsA], g_prev[kStatesA], gp[kParamsA]; };\n";
   return s;
 }
 
 // Light steps are inlined into every unrolled copy of the time loop; heavy ones (many
 // transcendentals) are called, so that compile time does not grow with the unrolling.
-const char* step_linkage(const ir::Step& step, const std::vector<StepResults>& results) {
-  return step_cost(step, results) <= kInlineStepCost ? "__forceinline__" : "__noinline__";
+const char* step_linkage(const ir::Step& step, const StepLeaves& leaves, const std::vector<StepResults>& results) {
+  return step_cost(step, leaves, results) <= kInlineStepCost ? "__forceinline__" : "__noinline__";
 }
 
-std::string forward_step_function(const ir::Step& fwd, const ir::Step* bwd, const KernelPlan& p) {
+std::vector<StepResults> forward_results(const ir::Step& fwd, const ir::Step* bwd, const KernelPlan& p) {
+  std::vector<StepResults> results = {{"out.y", fwd.outputs}, {"out.s_next", fwd.next_states}};
+  if (p.forward_saves) results.push_back({"out.saved", bwd->saved});
+  return results;
+}
+
+std::vector<StepResults> backward_results(const ir::Step& bwd) {
+  return {{"out.gi", bwd.grad_inputs}, {"out.g_prev", bwd.grad_prev_states}, {"out.gp", bwd.grad_params}};
+}
+
+// A step's leaves read `in.p[first + j]` for its j-th hoisted value.
+void read_hoisted(StepLeaves& leaves, const ir::Step& step, const std::vector<ir::ValueId>& ids, size_t first) {
+  leaves.read_instead.assign(step.nodes.size(), "");
+  for (size_t j = 0; j < ids.size(); ++j) leaves.read_instead[ids[j]] = "in.p[" + std::to_string(first + j) + "]";
+}
+
+std::string forward_step_function(const ir::Step& fwd, const ir::Step* bwd, const KernelPlan& p, const Hoisted& h) {
   StepLeaves leaves;
   leaves.input = "in.x";
   leaves.state = "in.s";
   leaves.param = "in.p";
   leaves.draw = "in.u";
-  std::vector<StepResults> results = {{"out.y", fwd.outputs}, {"out.s_next", fwd.next_states}};
-  if (p.forward_saves) results.push_back({"out.saved", bwd->saved});
+  read_hoisted(leaves, fwd, h.forward, p.params.size());
+  const std::vector<StepResults> results = forward_results(fwd, bwd, p);
   return "\n// ---- forward step: (inputs[t], states[t-1], params) -> (outputs[t], states[t], saved[t]) ----\n"
-         "__device__ " + std::string(step_linkage(fwd, results)) + " ForwardOut forward_step(const ForwardIn in) {\n"
+         "__device__ " + std::string(step_linkage(fwd, leaves, results)) + " ForwardOut forward_step(const ForwardIn in) {\n"
          "  ForwardOut out = {};\n" +
          emit_step_statements(fwd, leaves, results, p.spec.storage == DType::F64) + "  return out;\n}\n";
 }
 
-std::string backward_step_function(const ir::Step& bwd, const KernelPlan& p) {
+std::string backward_step_function(const ir::Step& bwd, const KernelPlan& p, const Hoisted& h) {
   StepLeaves leaves;
   leaves.saved = "in.saved";
   leaves.grad_output = "in.go";
   leaves.grad_state = "in.gs";
   leaves.param = "in.p";
-  std::vector<StepResults> results = {
-      {"out.gi", bwd.grad_inputs}, {"out.g_prev", bwd.grad_prev_states}, {"out.gp", bwd.grad_params}};
+  read_hoisted(leaves, bwd, h.backward, p.params.size() + h.forward.size());
+  const std::vector<StepResults> results = backward_results(bwd);
   return "\n// ---- backward step: (saved[t], dL/d outputs[t], dL/d states[t], params)\n"
          "//                      -> (dL/d inputs[t], dL/d states[t-1], this step's dL/d params) ----\n"
-         "__device__ " + std::string(step_linkage(bwd, results)) + " BackwardOut backward_step(const BackwardIn in) {\n"
+         "__device__ " + std::string(step_linkage(bwd, leaves, results)) + " BackwardOut backward_step(const BackwardIn in) {\n"
          "  BackwardOut out = {};\n" +
          emit_step_statements(bwd, leaves, results, p.spec.storage == DType::F64) + "  return out;\n}\n";
+}
+
+// `text` with `spaces` more spaces at the start of each line.
+std::string indented(const std::string& text, int spaces) {
+  std::string out;
+  for (size_t start = 0; start < text.size();) {
+    const size_t end = std::min(text.find('\n', start), text.size() - 1) + 1;
+    out += std::string(static_cast<size_t>(spaces), ' ') + text.substr(start, end - start);
+    start = end;
+  }
+  return out;
+}
+
+// hoist_values<EPT>(pr): fills a thread's hoisted values (pr[kParams ...]) from its parameters,
+// once before the time loop, with the statements the steps would run at every step.
+std::string hoist_values_function(const ir::Step& fwd, const ir::Step* bwd, const Hoisted& h, bool f64) {
+  std::string s =
+      "\n// ---- values of parameters and literals alone: computed once, read by the steps as in.p[...] ----\n"
+      "template <int EPT>\n"
+      "__device__ __forceinline__ void hoist_values(real (&pr)[kParamValuesA][EPT]) {\n"
+      "#pragma unroll\n"
+      "  for (int e = 0; e < EPT; ++e) {\n"
+      "    struct { real p[kParamValuesA]; } in;\n"
+      "#pragma unroll\n"
+      "    for (int i = 0; i < kParams; ++i) in.p[i] = pr[i][e];\n";
+  StepLeaves leaves;
+  leaves.param = "in.p";
+  size_t first = 0;
+  for (const auto& [step, ids] : {std::pair{&fwd, &h.forward}, std::pair{bwd, &h.backward}}) {
+    if (ids->empty()) continue;
+    const std::string array = "hoisted_" + std::to_string(first);
+    s += "    {\n      real " + array + "[" + std::to_string(ids->size()) + "];\n";
+    s += indented(emit_step_statements(*step, leaves, {{array, *ids}}, f64), 4);
+    s += "#pragma unroll\n      for (int j = 0; j < " + std::to_string(ids->size()) + "; ++j) pr[kParams + " +
+         std::to_string(first) + " + j][e] = " + array + "[j];\n    }\n";
+    first += ids->size();
+  }
+  return s + "  }\n}\n";
 }
 
 std::string entry_line(const std::string& name, int block, const std::string& body) {
@@ -414,13 +481,18 @@ KernelSource generate_kernel(const ir::Step& forward, const ir::Step* backward,
   out.block_size = out.variants[0].block_size;
   out.elements_per_thread = out.variants[0].elements_per_thread;
 
+  Hoisted hoisted;
+  hoisted.forward = hoisted_values(forward, forward_results(forward, backward, p));
+  if (p.backward()) hoisted.backward = hoisted_values(*backward, backward_results(*backward));
+  const bool f64 = p.spec.storage == DType::F64;
   std::string& s = out.source;
   s = header_comment(p, neuron, backward);
   s += cuda_prelude(p.spec.storage);
-  s += constants(p);
+  s += constants(p, hoisted);
   s += state_default_function(p, neuron.neuron);
-  s += forward_step_function(forward, backward, p);
-  if (p.backward()) s += backward_step_function(*backward, p);
+  s += forward_step_function(forward, backward, p, hoisted);
+  if (p.backward()) s += backward_step_function(*backward, p, hoisted);
+  s += hoist_values_function(forward, backward, hoisted, f64);
   s += kCommonBodies;
   s += p.backward() ? kBackwardBodies : kForwardBodies;
   s += "\n// ---- entries (one neuron per thread variant last) -----------------------------------------\n";

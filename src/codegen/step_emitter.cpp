@@ -29,8 +29,13 @@ std::string call(const char* fn, const std::vector<std::string>& args) {
   return s + ")";
 }
 
+bool read_instead(const StepLeaves& leaves, ir::ValueId id) {
+  return static_cast<size_t>(id) < leaves.read_instead.size() && !leaves.read_instead[id].empty();
+}
+
 // The expression of node `id` (arguments are earlier variables).
 std::string expression(const ir::Step& step, ir::ValueId id, const StepLeaves& leaves, bool f64) {
+  if (read_instead(leaves, id)) return leaves.read_instead[id];
   const ir::Node& n = step.nodes[id];
   const std::string a = n.args[0] >= 0 ? var(n.args[0]) : "";
   const std::string b = n.args[1] >= 0 ? var(n.args[1]) : "";
@@ -140,7 +145,8 @@ std::string real_literal(double value, bool f64) {
 
 namespace {
 
-std::vector<char> needed_nodes(const ir::Step& step, const std::vector<StepResults>& results) {
+// The nodes the results need; a node read from `leaves.read_instead` needs no arguments.
+std::vector<char> needed_nodes(const ir::Step& step, const StepLeaves& leaves, const std::vector<StepResults>& results) {
   const ir::ValueId count = static_cast<ir::ValueId>(step.nodes.size());
   std::vector<char> needed(step.nodes.size(), 0);
   for (const StepResults& r : results) {
@@ -150,7 +156,7 @@ std::vector<char> needed_nodes(const ir::Step& step, const std::vector<StepResul
     }
   }
   for (ir::ValueId id = count - 1; id >= 0; --id) {
-    if (!needed[id]) continue;
+    if (!needed[id] || read_instead(leaves, id)) continue;
     const ir::Node& n = step.nodes[id];
     for (int k = 0; k < ir::op_info(n.op).arity; ++k) {
       check_id(step, n.args[k], id);
@@ -178,19 +184,41 @@ int op_cost(Op op) {
 
 }  // namespace
 
-int step_cost(const ir::Step& step, const std::vector<StepResults>& results) {
-  const std::vector<char> needed = needed_nodes(step, results);
+int step_cost(const ir::Step& step, const StepLeaves& leaves, const std::vector<StepResults>& results) {
+  const std::vector<char> needed = needed_nodes(step, leaves, results);
   int cost = 0;
-  for (size_t id = 0; id < needed.size(); ++id) {
-    if (needed[id]) cost += op_cost(step.nodes[id].op);
+  for (ir::ValueId id = 0; id < static_cast<ir::ValueId>(needed.size()); ++id) {
+    if (needed[id] && !read_instead(leaves, id)) cost += op_cost(step.nodes[id].op);
   }
   return cost;
+}
+
+std::vector<ir::ValueId> hoisted_values(const ir::Step& step, const std::vector<StepResults>& results) {
+  const std::vector<char> needed = needed_nodes(step, {}, results);
+  const std::vector<bool> invariant = ir::step_invariant(step.nodes);
+  std::vector<char> hoist(step.nodes.size(), 0);
+  for (const StepResults& r : results) {
+    for (ir::ValueId id : r.ids) hoist[id] = invariant[id] && !ir::is_leaf(step.nodes[id].op);
+  }
+  for (size_t id = 0; id < step.nodes.size(); ++id) {
+    const ir::Node& n = step.nodes[id];
+    if (!needed[id] || invariant[id]) continue;
+    for (int k = 0; k < ir::op_info(n.op).arity; ++k) {
+      const ir::ValueId arg = n.args[k];
+      if (invariant[arg] && !ir::is_leaf(step.nodes[arg].op)) hoist[arg] = 1;
+    }
+  }
+  std::vector<ir::ValueId> out;
+  for (ir::ValueId id = 0; id < static_cast<ir::ValueId>(hoist.size()); ++id) {
+    if (hoist[id]) out.push_back(id);
+  }
+  return out;
 }
 
 std::string emit_step_statements(const ir::Step& step, const StepLeaves& leaves,
                                  const std::vector<StepResults>& results, bool f64) {
   const ir::ValueId count = static_cast<ir::ValueId>(step.nodes.size());
-  const std::vector<char> needed = needed_nodes(step, results);
+  const std::vector<char> needed = needed_nodes(step, leaves, results);
   std::string out;
   for (ir::ValueId id = 0; id < count; ++id) {
     if (!needed[id]) continue;

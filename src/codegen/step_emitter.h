@@ -19,6 +19,9 @@ struct StepLeaves {
   const char* grad_output = nullptr;
   const char* grad_state = nullptr;
   const char* draw = nullptr;  // Uniform(k): `draw[k]`, the step's draw of stream k
+  // Per node id (empty, or as long as the step): where a non-empty entry names an expression,
+  // the node reads it instead of computing its value (a value hoisted out of the time loop).
+  std::vector<std::string> read_instead;
 };
 
 // `array[i] = value of ids[i]` (Bool values become 1 or 0).
@@ -32,9 +35,14 @@ struct StepResults {
 std::string emit_step_statements(const ir::Step& step, const StepLeaves& leaves,
                                  const std::vector<StepResults>& results, bool f64);
 
-// A rough instruction count of the nodes the results need (transcendentals weigh more): decides
-// whether a step function is inlined.
-int step_cost(const ir::Step& step, const std::vector<StepResults>& results);
+// A rough instruction count of the nodes the results need (transcendentals weigh more; nodes
+// read from `leaves.read_instead` cost nothing): decides whether a step function is inlined.
+int step_cost(const ir::Step& step, const StepLeaves& leaves, const std::vector<StepResults>& results);
+
+// The values to compute once before the time loop instead of at every step: the nodes of
+// ir::step_invariant (not leaves) that the results need and that a result is, or that a value
+// changing over time reads. (What only such values read is computed with them.)
+std::vector<ir::ValueId> hoisted_values(const ir::Step& step, const std::vector<StepResults>& results);
 
 // A C++ literal of type `real` with exactly the value the CPU executor uses: the double rounded
 // to float (kept as a double when `f64`). Non-finite values use bit patterns.

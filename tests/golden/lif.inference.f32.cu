@@ -273,6 +273,11 @@ __device__ __forceinline__ const SjReadLayout& slot_layout(const SpikejitArgs&, 
 [[maybe_unused]] constexpr int kInputsA = SJ_AT_LEAST_1(kInputs), kStatesA = SJ_AT_LEAST_1(kStates),
                                kOutputsA = SJ_AT_LEAST_1(kOutputs), kParamsA = SJ_AT_LEAST_1(kParams),
                                kSavedA = SJ_AT_LEAST_1(kSaved);
+// A thread's parameter values: the parameters, then the values hoisted out of the time loop
+// (computed from parameters and literals alone; see hoist_values).
+[[maybe_unused]] constexpr int kHoistedForward = 0, kHoistedBackward = 0,
+                               kParamValues = kParams + kHoistedForward + kHoistedBackward,
+                               kParamValuesA = SJ_AT_LEAST_1(kParamValues);
 [[maybe_unused]] constexpr unsigned long long kScalarParams = 0x0ull;  // bit i: param i is one scalar
 [[maybe_unused]] constexpr int kScalarParamCount = 0, kScalarParamCountA = SJ_AT_LEAST_1(kScalarParamCount);
 // Streams of random draws (uniform()), and whether this kernel draws (it has the seed).
@@ -299,7 +304,7 @@ __device__ __forceinline__ const SjReadLayout& slot_layout(const SpikejitArgs&, 
 [[maybe_unused]] constexpr int kRingL2Ahead = 32;
 [[maybe_unused]] constexpr int kReduceThreads = 256;
 // The values one step function takes and returns.
-struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA], u[kStreamsA]; };  // u: the draws
+struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamValuesA], u[kStreamsA]; };  // u: the draws
 // The draws of the thread's neurons n0 .. n0 + EPT - 1 at step t, per stream.
 template <int EPT>
 __device__ __forceinline__ void draw_rows(const SpikejitArgs& a, long long n0, long long t,
@@ -321,7 +326,7 @@ __device__ __forceinline__ void draw_rows(const SpikejitArgs& a, long long n0, l
   }
 }
 struct ForwardOut { real y[kOutputsA], s_next[kStatesA], saved[kSavedA]; };
-struct BackwardIn { real saved[kSavedA], go[kOutputsA], gs[kStatesA], p[kParamsA]; };
+struct BackwardIn { real saved[kSavedA], go[kOutputsA], gs[kStatesA], p[kParamValuesA]; };
 struct BackwardOut { real gi[kInputsA], g_prev[kStatesA], gp[kParamsA]; };
 
 // The initial value of state i when none is given (its buffer is null).
@@ -350,6 +355,17 @@ __device__ __forceinline__ ForwardOut forward_step(const ForwardIn in) {
   out.y[0] = v9;
   out.s_next[0] = v13;
   return out;
+}
+
+// ---- values of parameters and literals alone: computed once, read by the steps as in.p[...] ----
+template <int EPT>
+__device__ __forceinline__ void hoist_values(real (&pr)[kParamValuesA][EPT]) {
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) {
+    struct { real p[kParamValuesA]; } in;
+#pragma unroll
+    for (int i = 0; i < kParams; ++i) in.p[i] = pr[i][e];
+  }
 }
 
 // ---- common --------------------------------------------------------------------------------
@@ -428,10 +444,10 @@ __device__ __forceinline__ void store_rows(const SpikejitArgs& a, int first_slot
   }
 }
 
-// Scalar parameters are broadcast to every element.
+// Scalar parameters are broadcast to every element. (pr's entries past kParams: hoist_values.)
 template <int EPT, bool VEC>
 __device__ __forceinline__ void load_params(const SpikejitArgs& a, const StridedOffsets<EPT>& so, long long n0,
-                                            int count, real (&pr)[kParamsA][EPT]) {
+                                            int count, real (&pr)[kParamValuesA][EPT]) {
 #pragma unroll
   for (int i = 0; i < kParams; ++i) {
     if (is_scalar_param(i)) {
@@ -511,7 +527,7 @@ __device__ __forceinline__ void load_inputs(const SpikejitArgs& a, const Strided
 // the same for every thread).
 template <int EPT, bool VEC>
 __device__ __forceinline__ void forward_apply(const SpikejitArgs& a, bool live, long long t, long long n0, int count,
-                                              const Row<EPT> (&xr)[kInputsA], const real (&pr)[kParamsA][EPT],
+                                              const Row<EPT> (&xr)[kInputsA], const real (&pr)[kParamValuesA][EPT],
                                               real (&st)[kStatesA][EPT]) {
   const long long offset = t * a.neurons + n0;
   Row<EPT> out[kOutputsA], seq[kStatesA], sav[kSavedA];
@@ -528,7 +544,7 @@ __device__ __forceinline__ void forward_apply(const SpikejitArgs& a, bool live, 
 #pragma unroll
     for (int i = 0; i < kStates; ++i) in.s[i] = st[i][e];
 #pragma unroll
-    for (int i = 0; i < kParams; ++i) in.p[i] = pr[i][e];
+    for (int i = 0; i < kParamValues; ++i) in.p[i] = pr[i][e];
     const ForwardOut o = forward_step(in);
 #pragma unroll
     for (int i = 0; i < kOutputs; ++i) {
@@ -575,7 +591,7 @@ template <int EPT, int DEPTH, bool VEC>
 __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0, int count) {
   const long long T = a.steps, N = a.neurons, last = T - 1;
   const StridedOffsets<EPT> so = strided_offsets_of<EPT>(a, n0);
-  real st[kStatesA][EPT], pr[kParamsA][EPT];
+  real st[kStatesA][EPT], pr[kParamValuesA][EPT];
   load_rows<kStates, EPT, VEC>(a, so, kSlotInitialState, n0, count, st);
 #pragma unroll
   for (int i = 0; i < kStates; ++i) {
@@ -584,6 +600,7 @@ __device__ __forceinline__ void forward_rows(const SpikejitArgs& a, long long n0
     for (int e = 0; e < EPT; ++e) st[i][e] = state_default(i);
   }
   load_params<EPT, VEC>(a, so, n0, count, pr);
+  hoist_values<EPT>(pr);
   if (T > 0) {
     // Step k + DEPTH's row is loaded before step k runs (the last step's again near the end).
     // k counts the steps in the order they run; step_row gives the row each one reads and writes.

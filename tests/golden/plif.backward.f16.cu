@@ -288,6 +288,11 @@ __device__ __forceinline__ const SjReadLayout& slot_layout(const SpikejitArgs&, 
 [[maybe_unused]] constexpr int kInputsA = SJ_AT_LEAST_1(kInputs), kStatesA = SJ_AT_LEAST_1(kStates),
                                kOutputsA = SJ_AT_LEAST_1(kOutputs), kParamsA = SJ_AT_LEAST_1(kParams),
                                kSavedA = SJ_AT_LEAST_1(kSaved);
+// A thread's parameter values: the parameters, then the values hoisted out of the time loop
+// (computed from parameters and literals alone; see hoist_values).
+[[maybe_unused]] constexpr int kHoistedForward = 1, kHoistedBackward = 2,
+                               kParamValues = kParams + kHoistedForward + kHoistedBackward,
+                               kParamValuesA = SJ_AT_LEAST_1(kParamValues);
 [[maybe_unused]] constexpr unsigned long long kScalarParams = 0x1ull;  // bit i: param i is one scalar
 [[maybe_unused]] constexpr int kScalarParamCount = 1, kScalarParamCountA = SJ_AT_LEAST_1(kScalarParamCount);
 // Streams of random draws (uniform()), and whether this kernel draws (it has the seed).
@@ -316,7 +321,7 @@ __device__ __forceinline__ const SjReadLayout& slot_layout(const SpikejitArgs&, 
 [[maybe_unused]] constexpr int kRingL2Ahead = 32;
 [[maybe_unused]] constexpr int kReduceThreads = 256;
 // The values one step function takes and returns.
-struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamsA], u[kStreamsA]; };  // u: the draws
+struct ForwardIn { real x[kInputsA], s[kStatesA], p[kParamValuesA], u[kStreamsA]; };  // u: the draws
 // The draws of the thread's neurons n0 .. n0 + EPT - 1 at step t, per stream.
 template <int EPT>
 __device__ __forceinline__ void draw_rows(const SpikejitArgs& a, long long n0, long long t,
@@ -338,7 +343,7 @@ __device__ __forceinline__ void draw_rows(const SpikejitArgs& a, long long n0, l
   }
 }
 struct ForwardOut { real y[kOutputsA], s_next[kStatesA], saved[kSavedA]; };
-struct BackwardIn { real saved[kSavedA], go[kOutputsA], gs[kStatesA], p[kParamsA]; };
+struct BackwardIn { real saved[kSavedA], go[kOutputsA], gs[kStatesA], p[kParamValuesA]; };
 struct BackwardOut { real gi[kInputsA], g_prev[kStatesA], gp[kParamsA]; };
 
 // The initial value of state i when none is given (its buffer is null).
@@ -354,8 +359,7 @@ __device__ __forceinline__ ForwardOut forward_step(const ForwardIn in) {
   const real v1 = 1.0f;
   const real v2 = 0.0f;
   const real v3 = in.s[0];
-  const real v4 = in.p[0];
-  const real v5 = sj_sigmoid(v4);
+  const real v5 = in.p[1];
   const real v6 = sj_sub(v0, v3);
   const real v7 = sj_mul(v6, v5);
   const real v8 = sj_add(v3, v7);
@@ -378,8 +382,7 @@ __device__ __forceinline__ BackwardOut backward_step(const BackwardIn in) {
   const real v1 = 1.0f;
   const real v2 = 0.0f;
   const real v3 = in.saved[1];
-  const real v4 = in.p[0];
-  const real v5 = sj_sigmoid(v4);
+  const real v5 = in.p[2];
   const real v6 = sj_sub(v0, v3);
   const real v7 = sj_mul(v6, v5);
   const real v8 = sj_add(v3, v7);
@@ -406,13 +409,43 @@ __device__ __forceinline__ BackwardOut backward_step(const BackwardIn in) {
   const real v29 = sj_mul(v27, v5);
   const real v30 = -v29;
   const real v31 = sj_add(v27, v30);
-  const real v32 = sj_sub(v1, v5);
+  const real v32 = in.p[3];
   const real v33 = sj_mul(v28, v32);
   const real v34 = sj_mul(v33, v5);
   out.gi[0] = v29;
   out.g_prev[0] = v31;
   out.gp[0] = v34;
   return out;
+}
+
+// ---- values of parameters and literals alone: computed once, read by the steps as in.p[...] ----
+template <int EPT>
+__device__ __forceinline__ void hoist_values(real (&pr)[kParamValuesA][EPT]) {
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) {
+    struct { real p[kParamValuesA]; } in;
+#pragma unroll
+    for (int i = 0; i < kParams; ++i) in.p[i] = pr[i][e];
+    {
+      real hoisted_0[1];
+      const real v4 = in.p[0];
+      const real v5 = sj_sigmoid(v4);
+      hoisted_0[0] = v5;
+#pragma unroll
+      for (int j = 0; j < 1; ++j) pr[kParams + 0 + j][e] = hoisted_0[j];
+    }
+    {
+      real hoisted_1[2];
+      const real v1 = 1.0f;
+      const real v4 = in.p[0];
+      const real v5 = sj_sigmoid(v4);
+      const real v32 = sj_sub(v1, v5);
+      hoisted_1[0] = v5;
+      hoisted_1[1] = v32;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) pr[kParams + 1 + j][e] = hoisted_1[j];
+    }
+  }
 }
 
 // ---- common --------------------------------------------------------------------------------
@@ -491,10 +524,10 @@ __device__ __forceinline__ void store_rows(const SpikejitArgs& a, int first_slot
   }
 }
 
-// Scalar parameters are broadcast to every element.
+// Scalar parameters are broadcast to every element. (pr's entries past kParams: hoist_values.)
 template <int EPT, bool VEC>
 __device__ __forceinline__ void load_params(const SpikejitArgs& a, const StridedOffsets<EPT>& so, long long n0,
-                                            int count, real (&pr)[kParamsA][EPT]) {
+                                            int count, real (&pr)[kParamValuesA][EPT]) {
 #pragma unroll
   for (int i = 0; i < kParams; ++i) {
     if (is_scalar_param(i)) {
@@ -634,7 +667,7 @@ __device__ __forceinline__ void prefetch_step_rows_l2(const SpikejitArgs& a, lon
 template <int EPT, bool VEC>
 __device__ __forceinline__ void backward_apply(const SpikejitArgs& a, bool live, long long offset, int count,
                                                const real (&sv)[kSavedA][EPT], const StepRows<EPT>& g,
-                                               const real (&pr)[kParamsA][EPT], real (&carry)[kStatesA][EPT],
+                                               const real (&pr)[kParamValuesA][EPT], real (&carry)[kStatesA][EPT],
                                                real (&gacc)[kParamsA][EPT]) {
   Row<EPT> gin[kInputsA];
 #pragma unroll
@@ -648,7 +681,7 @@ __device__ __forceinline__ void backward_apply(const SpikejitArgs& a, bool live,
     for (int i = 0; i < kStates; ++i)
       in.gs[i] = kReadGradStateSeqs ? sj_add(to_real(g.grad_seq[i].v[e]), carry[i][e]) : carry[i][e];
 #pragma unroll
-    for (int i = 0; i < kParams; ++i) in.p[i] = pr[i][e];
+    for (int i = 0; i < kParamValues; ++i) in.p[i] = pr[i][e];
     const BackwardOut o = backward_step(in);
 #pragma unroll
     for (int i = 0; i < kInputs; ++i) gin[i].v[e] = to_storage(o.gi[i]);
@@ -710,9 +743,10 @@ __device__ __forceinline__ void backward_rows(const SpikejitArgs& a, long long n
                                               double (&partial)[kScalarParamCountA]) {
   const long long T = a.steps, N = a.neurons;
   const StridedOffsets<EPT> so = strided_offsets_of<EPT>(a, n0);
-  real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamsA][EPT];
+  real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamValuesA][EPT];
   backward_init<EPT>(a, so, n0, count, carry, gacc);
   load_params<EPT, VEC>(a, so, n0, count, pr);
+  hoist_values<EPT>(pr);
   if (T > 0) {
     // Like the forward, backwards: step t - DEPTH is loaded before step t runs (step 0 again
     // near the end).
@@ -787,9 +821,10 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
   constexpr int kL2Ahead = kCheckpointL2AheadBytes / (kInputsA * EPT * (int)sizeof(storage));
   const long long T = a.steps, N = a.neurons;
   const StridedOffsets<EPT> so = strided_offsets_of<EPT>(a, n0);
-  real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamsA][EPT];
+  real carry[kStatesA][EPT], gacc[kParamsA][EPT], pr[kParamValuesA][EPT];
   backward_init<EPT>(a, so, n0, count, carry, gacc);
   load_params<EPT, VEC>(a, so, n0, count, pr);
+  hoist_values<EPT>(pr);
   const long long segments = (T + K - 1) / K;
   // Without prefetching, a segment's inputs are loaded step by step as it is recomputed (held
   // whole, a long segment's rows would double its local memory).
@@ -843,7 +878,7 @@ __device__ __forceinline__ void backward_checkpoint_rows(const SpikejitArgs& a, 
 #pragma unroll
           for (int i = 0; i < kStates; ++i) in.s[i] = cur.st[i][e];
 #pragma unroll
-          for (int i = 0; i < kParams; ++i) in.p[i] = pr[i][e];
+          for (int i = 0; i < kParamValues; ++i) in.p[i] = pr[i][e];
           const ForwardOut o = forward_step(in);
 #pragma unroll
           for (int i = 0; i < kStates; ++i) cur.st[i][e] = o.s_next[i];
