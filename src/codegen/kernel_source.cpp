@@ -176,7 +176,6 @@ std::string repeat_codes(const KernelPlan& p, BufferRole role, int count) {
 // backward step's (a backward kernel runs both where it recomputes the forward).
 struct Hoisted {
   std::vector<ir::ValueId> forward, backward;
-  size_t count() const { return forward.size() + backward.size(); }
 };
 
 std::string constants(const KernelPlan& p, const Hoisted& hoisted) {

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "codegen/step_emitter.h"
 #include "spikejit/buffers.h"
 #include "spikejit/builtins.h"
 #include "spikejit/codegen.h"
@@ -163,6 +164,7 @@ std::vector<NamedProgram> test_programs() {
     out.push_back({name, Program::from_text(text, name)});
   }
   out.push_back({"every_op", testing::test_neuron("every_op")});
+  out.push_back({"invariants", testing::test_neuron("invariants")});
   return out;
 }
 
@@ -671,6 +673,31 @@ TEST(Codegen, DeterministicAndIndependentOfSizes) {
   const KernelSource a = codegen::generate(lif, KernelSpec{}), b = codegen::generate(other, KernelSpec{});
   EXPECT_NE(a.source, b.source);
   EXPECT_NE(a.entry, b.entry);
+}
+
+// Values of parameters and literals alone are computed once per thread (hoist_values): those a
+// changing value reads (r, q, the Bool g > 0.5) or that are results (gain = q * 2), not what only
+// they read (-w, exp(-w), r * g). The step functions read them and compute none of them.
+TEST(Codegen, HoistsTheValuesOfParametersAloneThatTheStepsRead) {
+  const Program p = testing::test_neuron("invariants");
+  const ir::Step& fwd = p.forward();
+  std::multiset<std::string> ops;
+  for (ir::ValueId id : codegen::hoisted_values(fwd, {{"out.y", fwd.outputs}, {"out.s_next", fwd.next_states}})) {
+    ops.insert(ir::op_info(fwd.nodes[id].op).name);
+  }
+  EXPECT_EQ(ops, (std::multiset<std::string>{"sigmoid", "add", "mul", "gt"})) << ir::to_string(fwd);
+  for (KernelKind kind : {KernelKind::Inference, KernelKind::TrainingForward, KernelKind::Backward}) {
+    KernelSpec spec;
+    spec.kind = kind;
+    const std::string source = codegen::generate(p, spec).source;
+    const size_t step = source.find("ForwardOut forward_step("), hoist = source.find("void hoist_values(");
+    ASSERT_NE(step, std::string::npos);
+    ASSERT_NE(hoist, std::string::npos);
+    const std::string step_body = source.substr(step, source.find("\n}\n", step) - step);
+    EXPECT_EQ(step_body.find("sj_exp("), std::string::npos) << step_body;
+    EXPECT_EQ(step_body.find("sj_sigmoid("), std::string::npos) << step_body;
+    EXPECT_NE(source.find("sj_exp(", hoist), std::string::npos);
+  }
 }
 
 TEST(Codegen, LiteralsAreExact) {

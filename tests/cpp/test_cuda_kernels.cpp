@@ -1094,6 +1094,21 @@ TEST_F(CudaKernels, MultiStateNeuronEveryKindEveryDtype) {
   for (const Job& j : jobs) run_job(j, rng_);
 }
 
+// Values of parameters alone, computed once per thread before the time loop (hoist_values):
+// tests/neurons/invariants.sj, every kind and dtype, against the CPU executor.
+TEST_F(CudaKernels, HoistedValuesNeuronEveryKindEveryDtype) {
+  SCOPED_TRACE(trace());
+  const NamedProgram np{"invariants", testing::test_neuron("invariants")};
+  std::vector<Job> jobs;
+  for (DType d : {DType::F32, DType::F16, DType::BF16}) {
+    for (size_t variant = 0; variant < 4; ++variant) {
+      for (const Job& j : jobs_for(np, d, variant, 1, 3000)) jobs.push_back(j);
+    }
+  }
+  compile_all(jobs);
+  for (const Job& j : jobs) run_job(j, rng_);
+}
+
 TEST_F(CudaKernels, MathOpsNeuronEveryKind) {
   SCOPED_TRACE(trace());
   const NamedProgram np{"math_ops", Program::from_text(kMathOps)};

@@ -1,6 +1,6 @@
-# Values of parameters alone, which the CPU executor computes once per block: a scalar's and a
-# per-neuron one's, in a chain, in the parameters' gradients, and as an output (a result, which
-# is computed each step).
+# Values of parameters alone, which the executors compute once per block (CPU) or thread (CUDA)
+# instead of at every step: a scalar's and a per-neuron one's, in a chain, a Bool, in the
+# parameters' gradients, and as an output (a result).
 neuron invariants
 input x
 state v = 0
@@ -13,4 +13,4 @@ q = r * g + exp(-w)
 h = v * r + x * q
 s = spike(h - 1, sigmoid(alpha = 4))
 gain = q * 2
-v = h - s
+v = where(g > 0.5, h - s, h - 0.5 * s)
