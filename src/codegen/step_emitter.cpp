@@ -166,6 +166,9 @@ std::vector<char> needed_nodes(const ir::Step& step, const StepLeaves& leaves, c
   return needed;
 }
 
+// The cost of a division, a square root or an exponential: the cheapest op worth hoisting.
+constexpr int kCostlyOp = 10;
+
 int op_cost(Op op) {
   switch (op) {
     case Op::Div: case Op::Reciprocal: case Op::Sqrt: case Op::Rsqrt: case Op::Exp: case Op::Log:
@@ -196,17 +199,23 @@ int step_cost(const ir::Step& step, const StepLeaves& leaves, const std::vector<
 std::vector<ir::ValueId> hoisted_values(const ir::Step& step, const std::vector<StepResults>& results) {
   const std::vector<char> needed = needed_nodes(step, {}, results);
   const std::vector<bool> invariant = ir::step_invariant(step.nodes);
+  // Invariant values with a costly op (op_cost of a division or a transcendental) among the ops
+  // that compute them.
+  std::vector<char> costly(step.nodes.size(), 0);
+  for (size_t id = 0; id < step.nodes.size(); ++id) {
+    const ir::Node& n = step.nodes[id];
+    if (!invariant[id] || ir::is_leaf(n.op)) continue;
+    costly[id] = op_cost(n.op) >= kCostlyOp;
+    for (int k = 0; k < ir::op_info(n.op).arity; ++k) costly[id] = costly[id] || costly[n.args[k]];
+  }
   std::vector<char> hoist(step.nodes.size(), 0);
   for (const StepResults& r : results) {
-    for (ir::ValueId id : r.ids) hoist[id] = invariant[id] && !ir::is_leaf(step.nodes[id].op);
+    for (ir::ValueId id : r.ids) hoist[id] = costly[id];
   }
   for (size_t id = 0; id < step.nodes.size(); ++id) {
     const ir::Node& n = step.nodes[id];
     if (!needed[id] || invariant[id]) continue;
-    for (int k = 0; k < ir::op_info(n.op).arity; ++k) {
-      const ir::ValueId arg = n.args[k];
-      if (invariant[arg] && !ir::is_leaf(step.nodes[arg].op)) hoist[arg] = 1;
-    }
+    for (int k = 0; k < ir::op_info(n.op).arity; ++k) hoist[n.args[k]] = hoist[n.args[k]] || costly[n.args[k]];
   }
   std::vector<ir::ValueId> out;
   for (ir::ValueId id = 0; id < static_cast<ir::ValueId>(hoist.size()); ++id) {

@@ -40,8 +40,11 @@ std::string emit_step_statements(const ir::Step& step, const StepLeaves& leaves,
 int step_cost(const ir::Step& step, const StepLeaves& leaves, const std::vector<StepResults>& results);
 
 // The values to compute once before the time loop instead of at every step: the nodes of
-// ir::step_invariant (not leaves) that the results need and that a result is, or that a value
-// changing over time reads. (What only such values read is computed with them.)
+// ir::step_invariant (not leaves) that the results need, that a result is or a value changing
+// over time reads, and that are costly: computed with a transcendental or a division somewhere
+// (PLIF's sigmoid(w), 1 - sigmoid(w)). What only such values read is computed with them. Cheap
+// arithmetic of parameters (GLIF's 1 - alpha * (1 - tau)) stays in the step: held across the
+// loop it costs registers, recomputed a few instructions.
 std::vector<ir::ValueId> hoisted_values(const ir::Step& step, const std::vector<StepResults>& results);
 
 // A C++ literal of type `real` with exactly the value the CPU executor uses: the double rounded

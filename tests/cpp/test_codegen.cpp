@@ -675,9 +675,10 @@ TEST(Codegen, DeterministicAndIndependentOfSizes) {
   EXPECT_NE(a.entry, b.entry);
 }
 
-// Values of parameters and literals alone are computed once per thread (hoist_values): those a
-// changing value reads (r, q, the Bool g > 0.5) or that are results (gain = q * 2), not what only
-// they read (-w, exp(-w), r * g). The step functions read them and compute none of them.
+// Values of parameters and literals alone are computed once per thread (hoist_values): the costly
+// ones (with a transcendental) that a changing value reads (r, q, the Bool exp(g) > 1.5) or that
+// are results (gain = q * 2), not what only they read (-w, exp(-w), r * g), nor the cheap
+// 0.1 * (1 - g), which the step recomputes. The step functions compute no transcendental.
 TEST(Codegen, HoistsTheValuesOfParametersAloneThatTheStepsRead) {
   const Program p = testing::test_neuron("invariants");
   const ir::Step& fwd = p.forward();
