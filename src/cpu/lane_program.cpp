@@ -120,22 +120,23 @@ LaneProgram compile_lane_program(const ir::Step& step, const ir::Step& forward, 
   // Invariants (ir::step_invariant), except results: computed once per block into slots that are
   // never reused, as the slots of leaves are not. A result is written each step, so an invariant
   // that is one stays in the step, and so do the values computed from it.
-  std::vector<bool> invariant = ir::step_invariant(step.nodes);
+  // (Leaves keep their ir::step_invariant mark: only non-leaves are hoisted.)
+  std::vector<bool> hoisted = ir::step_invariant(step.nodes);
   for (int32_t id = 0; id < count; ++id) {
     const ir::Node& n = step.nodes[id];
-    if (ir::is_leaf(n.op) || !invariant[id]) continue;
-    bool hoisted = last_use[id] != kForever;
-    for (int k = 0; k < ir::op_info(n.op).arity; ++k) hoisted = hoisted && invariant[n.args[k]];
-    invariant[id] = hoisted;
+    if (ir::is_leaf(n.op) || !hoisted[id]) continue;
+    bool from_hoisted = last_use[id] != kForever;
+    for (int k = 0; k < ir::op_info(n.op).arity; ++k) from_hoisted = from_hoisted && hoisted[n.args[k]];
+    hoisted[id] = from_hoisted;
   }
-  auto reusable = [&](int32_t id) { return !ir::is_leaf(step.nodes[id].op) && !invariant[id]; };
+  auto reusable = [&](int32_t id) { return !ir::is_leaf(step.nodes[id].op) && !hoisted[id]; };
 
   std::vector<int32_t> free_slots;
   for (int32_t id = 0; id < count; ++id) {
     const ir::Node& n = step.nodes[id];
     if (ir::is_leaf(n.op)) continue;
     int32_t dst;
-    if (invariant[id] || free_slots.empty()) {
+    if (hoisted[id] || free_slots.empty()) {
       dst = p.num_slots++;
     } else {
       dst = free_slots.back();
@@ -145,7 +146,7 @@ LaneProgram compile_lane_program(const ir::Step& step, const ir::Step& forward, 
     const int arity = ir::op_info(n.op).arity;
     LaneInstr instr{n.op, dst, {}};
     for (int k = 0; k < 3; ++k) instr.args[k] = p.node_slot[n.args[k < arity ? k : 0]];
-    (invariant[id] ? p.invariants : p.instrs).push_back(instr);
+    (hoisted[id] ? p.invariants : p.instrs).push_back(instr);
     // Free the arguments read for the last time (each slot once), then a value nobody reads.
     for (int k = 0; k < arity; ++k) {
       const int32_t arg = n.args[k];

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <random>
@@ -1063,6 +1064,10 @@ class CudaKernels : public ::testing::Test {
     return jobs;
   }
 
+  // Every kind of one neuron, its four variants in each dtype, N in [1, max_neurons], against the
+  // CPU executor.
+  void run_every_kind(const NamedProgram& np, std::initializer_list<DType> dtypes, int64_t max_neurons);
+
   uint64_t seed_ = 0;
   std::mt19937_64 rng_;
   std::unique_ptr<runtime::ContextGuard> guard_;
@@ -1081,45 +1086,32 @@ TEST_F(CudaKernels, BuiltinsEveryOptionComboEveryKindEveryDtype) {
   for (const Job& j : jobs) run_job(j, rng_);
 }
 
-TEST_F(CudaKernels, MultiStateNeuronEveryKindEveryDtype) {
-  SCOPED_TRACE(trace());
-  const NamedProgram np{"adaptive", Program::from_text(kMultiState)};
+void CudaKernels::run_every_kind(const NamedProgram& np, std::initializer_list<DType> dtypes, int64_t max_neurons) {
   std::vector<Job> jobs;
-  for (DType d : {DType::F32, DType::F16, DType::BF16}) {
+  for (DType d : dtypes) {
     for (size_t variant = 0; variant < 4; ++variant) {
-      for (const Job& j : jobs_for(np, d, variant, 1, 5000)) jobs.push_back(j);
+      for (const Job& j : jobs_for(np, d, variant, 1, max_neurons)) jobs.push_back(j);
     }
   }
   compile_all(jobs);
   for (const Job& j : jobs) run_job(j, rng_);
+}
+
+TEST_F(CudaKernels, MultiStateNeuronEveryKindEveryDtype) {
+  SCOPED_TRACE(trace());
+  run_every_kind({"adaptive", Program::from_text(kMultiState)}, {DType::F32, DType::F16, DType::BF16}, 5000);
 }
 
 // Values of parameters alone, computed once per thread before the time loop (hoist_values):
 // tests/neurons/invariants.sj, every kind and dtype, against the CPU executor.
 TEST_F(CudaKernels, HoistedValuesNeuronEveryKindEveryDtype) {
   SCOPED_TRACE(trace());
-  const NamedProgram np{"invariants", testing::test_neuron("invariants")};
-  std::vector<Job> jobs;
-  for (DType d : {DType::F32, DType::F16, DType::BF16}) {
-    for (size_t variant = 0; variant < 4; ++variant) {
-      for (const Job& j : jobs_for(np, d, variant, 1, 3000)) jobs.push_back(j);
-    }
-  }
-  compile_all(jobs);
-  for (const Job& j : jobs) run_job(j, rng_);
+  run_every_kind({"invariants", testing::test_neuron("invariants")}, {DType::F32, DType::F16, DType::BF16}, 3000);
 }
 
 TEST_F(CudaKernels, MathOpsNeuronEveryKind) {
   SCOPED_TRACE(trace());
-  const NamedProgram np{"math_ops", Program::from_text(kMathOps)};
-  std::vector<Job> jobs;
-  for (DType d : {DType::F32, DType::BF16}) {
-    for (size_t variant = 0; variant < 4; ++variant) {
-      for (const Job& j : jobs_for(np, d, variant, 1, 3000)) jobs.push_back(j);
-    }
-  }
-  compile_all(jobs);
-  for (const Job& j : jobs) run_job(j, rng_);
+  run_every_kind({"math_ops", Program::from_text(kMathOps)}, {DType::F32, DType::BF16}, 3000);
 }
 
 // A neuron that draws (tests/neurons/noisy_threshold.sj): every kind, per step and with
