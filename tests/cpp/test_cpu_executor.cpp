@@ -856,11 +856,6 @@ std::vector<double> expected_checkpoint(const Problem& s, const std::vector<doub
   return want;
 }
 
-void expect_same_bits(const std::vector<Buffer>& got, const std::vector<Buffer>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].same_bits(want[i])) << what << "[" << i << "]";
-}
-
 // An absent initial state starts from its declared default as a given state of the call's
 // dtype holds it (rounded through that dtype), as the CUDA kernels do: the same bits as passing
 // a buffer filled with the default. (With 16-bit storage an unrounded 0.1 moved h by 5e-5 and

@@ -29,27 +29,8 @@ namespace spikejit {
 namespace {
 
 using namespace testing::cpu_runs;
+using testing::NamedProgram;
 using testing::ScopedEnv;
-
-struct NamedProgram {
-  std::string name;
-  Program program;
-};
-
-std::vector<NamedProgram> fused_test_programs() {
-  builtins::Options soft;
-  soft.v_reset = std::nullopt;
-  soft.detach_reset = true;
-  soft.decay_input = false;
-  std::vector<NamedProgram> out = {{"if", Program(builtins::if_neuron({}))},
-                                   {"lif", Program(builtins::lif_neuron({}))},
-                                   {"lif_soft_detach", Program(builtins::lif_neuron(soft))},
-                                   {"plif", Program(builtins::plif_neuron({}))}};
-  for (const char* stem : {"every_op", "noisy_threshold", "ste_lif", "two_thresholds", "mixed_outputs", "invariants"}) {
-    out.push_back({stem, testing::test_neuron(stem)});
-  }
-  return out;
-}
 
 // Lanes of every slot filled with values an op of the step may see: mostly in [-3, 3], some
 // 0, ±1, NaN, ±Inf and ±1e30 (far beyond the reduced range of sin and cos: the fused step's second
@@ -104,7 +85,7 @@ void expect_fused_step_writes_the_lane_loops_results(const cpu::LaneProgram& p, 
 // only such values), and every instruction left in the step reads a value that changes over time,
 // unless it computes a result (a result is written each step).
 TEST(LaneProgram, ValuesOfParametersAloneAreComputedOncePerBlock) {
-  for (const NamedProgram& np : fused_test_programs()) {
+  for (const NamedProgram& np : testing::executor_test_programs()) {
     for (int v = 0; v < cpu::kLaneVariants; ++v) {
       SCOPED_TRACE(np.name + " variant " + std::to_string(v));
       const cpu::LaneProgram& p = cpu::lane_program(np.program, static_cast<cpu::LaneVariant>(v));
@@ -156,7 +137,7 @@ TEST(FusedSource, EveryLaneLoopIsDeclaredIndependent) {
 // and nothing else: leaf slots keep their values, slots of values in between are not touched.
 TEST(FusedSteps, EveryVariantWritesWhatTheLaneLoopsWrite) {
   const runtime::HostCompiler compiler = runtime::find_host_compiler();
-  for (const NamedProgram& np : fused_test_programs()) {
+  for (const NamedProgram& np : testing::executor_test_programs()) {
     std::vector<cpu::LaneVariant> variants;
     std::vector<std::pair<std::string, const cpu::LaneProgram*>> functions;
     for (int v = 0; v < cpu::kLaneVariants; ++v) {
@@ -220,11 +201,6 @@ y = ndtri(p) + sin(x) * cos(x) + tan(x)
                                                   reinterpret_cast<cpu::FusedStepFn>(library->symbol("step")), n);
 }
 
-void expect_same_bits(const std::vector<Buffer>& got, const std::vector<Buffer>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].same_bits(want[i])) << what << "[" << i << "]";
-}
-
 cpu::Options with_fused(cpu::Fused fused) {
   cpu::Options o;
   o.fused = fused;
@@ -234,28 +210,15 @@ cpu::Options with_fused(cpu::Fused fused) {
 // Whole calls: the training forward (per-step saving and checkpoints) and the backward, fused
 // and interpreted, in every storage dtype, with two blocks of lanes (the second partial).
 TEST(FusedSteps, WholeCallsHaveTheBitsOfInterpretedCalls) {
-  for (const NamedProgram& np : fused_test_programs()) {
+  for (const NamedProgram& np : testing::executor_test_programs()) {
     for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
       for (int64_t checkpoint_every : {int64_t{0}, int64_t{3}}) {
         Random rng;
         SCOPED_TRACE(np.name + " " + dtype_name(dtype) + " checkpoint_every " + std::to_string(checkpoint_every) +
                      " " + rng.trace());
         Problem s = make_problem(np.program, 7, {3, 301}, dtype, rng);
-        const ForwardRun want = run_forward(s, {dtype, true, true, true, with_fused(cpu::Fused::Off), checkpoint_every});
-        const ForwardRun got = run_forward(s, {dtype, true, true, true, with_fused(cpu::Fused::On), checkpoint_every});
-        expect_same_bits(got.outputs, want.outputs, "outputs");
-        expect_same_bits(got.state_seqs, want.state_seqs, "state_seqs");
-        expect_same_bits(got.final_states, want.final_states, "final_states");
-        expect_same_bits(got.saved, want.saved, "saved");
-        const bool all = checkpoint_every == 0;  // with checkpoints: gradients of the states only
-        Upstream up = make_upstream(s, dtype, rng, all, true, !all);
-        std::vector<Buffer> saved_want = want.saved, saved_got = got.saved;
-        const BackwardRun grads_want =
-            run_backward(s, saved_want, up, dtype, with_fused(cpu::Fused::Off), checkpoint_every);
-        const BackwardRun grads_got = run_backward(s, saved_got, up, dtype, with_fused(cpu::Fused::On), checkpoint_every);
-        expect_same_bits(grads_got.grad_inputs, grads_want.grad_inputs, "grad_inputs");
-        expect_same_bits(grads_got.grad_initial_states, grads_want.grad_initial_states, "grad_initial_states");
-        expect_same_bits(grads_got.grad_params, grads_want.grad_params, "grad_params");
+        expect_same_training_calls(s, dtype, with_fused(cpu::Fused::Off), with_fused(cpu::Fused::On),
+                                   checkpoint_every, rng);
       }
     }
   }

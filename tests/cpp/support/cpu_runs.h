@@ -309,4 +309,30 @@ inline Upstream make_upstream(const Problem& s, DType dtype, Random& rng, bool o
   return u;
 }
 
+inline void expect_same_bits(const std::vector<Buffer>& got, const std::vector<Buffer>& want,
+                             const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].same_bits(want[i])) << what << "[" << i << "]";
+}
+
+// The training forward and the backward of `s` under two sets of options that must not change
+// a bit: every result compared. With checkpoints, the upstream gradients are those of the states.
+inline void expect_same_training_calls(Problem& s, DType dtype, const cpu::Options& want_options,
+                                       const cpu::Options& got_options, int64_t checkpoint_every, Random& rng) {
+  const ForwardRun want = run_forward(s, {dtype, true, true, true, want_options, checkpoint_every});
+  const ForwardRun got = run_forward(s, {dtype, true, true, true, got_options, checkpoint_every});
+  expect_same_bits(got.outputs, want.outputs, "outputs");
+  expect_same_bits(got.state_seqs, want.state_seqs, "state_seqs");
+  expect_same_bits(got.final_states, want.final_states, "final_states");
+  expect_same_bits(got.saved, want.saved, "saved");
+  const bool all = checkpoint_every == 0;
+  Upstream up = make_upstream(s, dtype, rng, all, true, !all);
+  std::vector<Buffer> saved_want = want.saved, saved_got = got.saved;
+  const BackwardRun grads_want = run_backward(s, saved_want, up, dtype, want_options, checkpoint_every);
+  const BackwardRun grads_got = run_backward(s, saved_got, up, dtype, got_options, checkpoint_every);
+  expect_same_bits(grads_got.grad_inputs, grads_want.grad_inputs, "grad_inputs");
+  expect_same_bits(grads_got.grad_initial_states, grads_want.grad_initial_states, "grad_initial_states");
+  expect_same_bits(grads_got.grad_params, grads_want.grad_params, "grad_params");
+}
+
 }  // namespace spikejit::testing::cpu_runs
