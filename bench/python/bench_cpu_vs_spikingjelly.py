@@ -5,9 +5,13 @@ PyTorch loop of the torch backend), side by side in one process, same inputs, sa
 
 1. The large case (T = 32, N = 65 536, fp32): training (forward + y.sum().backward() + reset) and
    inference (forward under no_grad + reset). spikejit, SpikingJelly and spikejit's executor alone
-   (the C++ calls on preallocated buffers: the floor of the Python layer) run interleaved, in
-   rotating order, so that the noise of a shared machine hits all three alike. Reported: median
-   wall time with the 25-75 % range, process CPU time and minor page faults per call.
+   (the C++ calls on preallocated buffers: the floor of the Python layer) run interleaved, so that
+   the noise of a shared machine hits all three alike: per round, each runs --in-a-row calls, in
+   an order shuffled anew each round. The first call of a run follows another implementation's
+   (its data evicted from the caches by the other's work: SpikingJelly's step writes hundreds of
+   MiB); the later ones follow a call of their own kind, as the steps of a training loop follow
+   each other. Both are reported: median wall time with the 25-75 % range, process CPU time and
+   minor page faults per call.
 2. What limits it: the copy bandwidth of this machine (a preallocated 256 MiB copy, bytes read +
    written), the minimal bytes of the case and the time they take at that bandwidth, and the
    cost of touching a fresh tensor (page faults) against a reused one.
@@ -17,6 +21,7 @@ PyTorch loop of the torch backend), side by side in one process, same inputs, sa
 import argparse
 import csv
 import os
+import random
 import resource
 import sys
 import time
@@ -33,6 +38,8 @@ def parse_args(argv=None):
     parser.add_argument("--neurons", type=int, default=65536, help="N of the large case")
     parser.add_argument("--reps", type=int, default=40, help="timed calls of each implementation (large case)")
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--in-a-row", type=int, default=3,
+                        help="calls of one implementation in a row per round (the first follows another's)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
     parser.add_argument("--overhead-steps", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--overhead-neurons", type=int, default=16)
@@ -40,7 +47,7 @@ def parse_args(argv=None):
     parser.add_argument("--bursts", type=int, default=7)
     parser.add_argument("--csv", help="also write the results to this CSV file")
     args = parser.parse_args(argv)
-    for name in ("steps", "neurons", "reps", "overhead_neurons", "calls", "bursts"):
+    for name in ("steps", "neurons", "reps", "in_a_row", "overhead_neurons", "calls", "bursts"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: expected a count >= 1, got {getattr(args, name)}")
     if min(args.overhead_steps) < 1:
@@ -61,17 +68,23 @@ def sample(step):
     return (w1 - w0) * 1e3, (c1 - c0) * 1e3, f1 - f0
 
 
-def interleaved(steps, reps, warmup):
-    """Runs the named steps in rotating order `reps` times; {name: [(wall, cpu, faults), ...]}."""
+def interleaved(steps, reps, warmup, in_a_row):
+    """`reps` rounds; per round, each named step runs `in_a_row` times, in an order shuffled each
+    round (a fixed rotation would let one implementation always follow the same other). Returns
+    {(name, after): [(wall, cpu, faults), ...]} with after "another" for the first call of a run
+    and "its own kind" for the others."""
     names = list(steps)
     for _ in range(warmup):
         for name in names:
             steps[name]()
-    results = {name: [] for name in names}
-    for r in range(reps):
-        for k in range(len(names)):
-            name = names[(r + k) % len(names)]
-            results[name].append(sample(steps[name]))
+    order = random.Random(0)
+    results = {}
+    for _ in range(reps):
+        order.shuffle(names)
+        for name in names:
+            for k in range(in_a_row):
+                after = "another" if k == 0 else "its own kind"
+                results.setdefault((name, after), []).append(sample(steps[name]))
     return results
 
 
@@ -170,10 +183,10 @@ def large_case(args):
     exec_train, exec_infer = executor_steps(ours, x)
     for mode, steps in (("train", {"spikejit": ours_train, "SpikingJelly": theirs_train, "executor": exec_train}),
                         ("infer", {"spikejit": ours_infer, "SpikingJelly": theirs_infer, "executor": exec_infer})):
-        results = interleaved(steps, args.reps, args.warmup)
-        for name, samples in results.items():
+        results = interleaved(steps, args.reps, args.warmup, args.in_a_row)
+        for (name, after), samples in sorted(results.items(), key=lambda item: item[0][1]):
             wall, lo, hi = quartiles([s[0] for s in samples])
-            rows.append({"section": "large", "mode": mode, "implementation": name, "T": T, "N": N,
+            rows.append({"section": "large", "mode": mode, "after": after, "implementation": name, "T": T, "N": N,
                          "wall_ms": wall, "wall_p25_ms": lo, "wall_p75_ms": hi,
                          "cpu_ms": quartiles([s[1] for s in samples])[0],
                          "minor_faults": quartiles([s[2] for s in samples])[0]})
@@ -227,25 +240,27 @@ def report(args, large, limit, calls):
     T, N = args.steps, args.neurons
     print(f"LIF (tau 2, Sigmoid surrogate), fp32, CPU, {torch.get_num_threads()} torch threads "
           f"(spikejit's executor uses as many), {os.cpu_count()} CPUs; torch {torch.__version__}\n")
-    print(f"## T = {T}, N = {N}: median of {args.reps} interleaved calls (25-75 % range)\n")
+    print(f"## T = {T}, N = {N}: medians of interleaved calls (25-75 % range), {args.reps} rounds of "
+          f"{args.in_a_row} calls in a row\n")
     table = []
-    for r in large:
-        sj = by(large, mode=r["mode"], implementation="SpikingJelly")["wall_ms"]
-        table.append([r["mode"], r["implementation"], fmt(r["wall_ms"]),
+    for r in sorted(large, key=lambda r: (r["mode"] != "train", r["after"] != "another")):
+        sj = by(large, mode=r["mode"], after=r["after"], implementation="SpikingJelly")["wall_ms"]
+        table.append([r["mode"], r["after"], r["implementation"], fmt(r["wall_ms"]),
                       f"{fmt(r['wall_p25_ms'])}-{fmt(r['wall_p75_ms'])}", fmt(r["cpu_ms"]),
                       fmt(r["minor_faults"]), f"{sj / r['wall_ms']:.2f}x"])
-    print(markdown_table(["mode", "implementation", "wall ms", "25-75 %", "CPU ms", "minor faults",
-                          "speed-up vs SpikingJelly"], table))
+    print(markdown_table(["mode", "after a call of", "implementation", "wall ms", "25-75 %", "CPU ms",
+                          "minor faults", "speed-up vs SpikingJelly"], table))
     lim = by(limit, mode="train")
     print(f"\n## Limits\n\nCopy bandwidth (256 MiB, read + written): {lim['copy_bandwidth_gbs']:.1f} GB/s. "
           f"A fresh [{T}, {N}] fp32 tensor: allocate + fill {lim['fresh_fill_ms']:.2f} ms "
           f"({lim['faults_per_fresh']:.0f} page faults) against {lim['reused_fill_ms']:.2f} ms to fill a reused one.\n")
     table = []
     for r in limit:
-        best = by(large, mode=r["mode"], implementation="spikejit")["wall_ms"]
-        table.append([r["mode"], f"{r['minimal_bytes'] / 2**20:.0f} MiB", fmt(r["floor_ms"]), fmt(best),
-                      f"{100 * r['floor_ms'] / best:.0f} %"])
-    print(markdown_table(["mode", "minimal bytes", "floor ms at copy bandwidth", "spikejit ms",
+        for after in ("another", "its own kind"):
+            ours = by(large, mode=r["mode"], after=after, implementation="spikejit")["wall_ms"]
+            table.append([r["mode"], after, f"{r['minimal_bytes'] / 2**20:.0f} MiB", fmt(r["floor_ms"]), fmt(ours),
+                          f"{100 * r['floor_ms'] / ours:.0f} %"])
+    print(markdown_table(["mode", "after a call of", "minimal bytes", "floor ms at copy bandwidth", "spikejit ms",
                           "spikejit at % of the floor"], table))
     print(f"\n## Per-call overhead, N = {args.overhead_neurons}: microseconds per call (median of {args.bursts} "
           f"bursts of {args.calls})\n")

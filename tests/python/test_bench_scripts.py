@@ -190,6 +190,19 @@ def test_cpu_allocator_bench_reports_every_size_and_implementation():
     assert len(rows) == 2 * len({row.split("|")[3].strip() for row in rows}), out
 
 
+def test_cpu_bench_reports_calls_after_another_implementation_and_after_their_own(tmp_path):
+    csv_path = tmp_path / "cpu.csv"
+    out = run_bench("bench_cpu_vs_spikingjelly.py", "--steps", "4", "--neurons", "256", "--reps", "3", "--warmup", "1",
+                    "--in-a-row", "2", "--overhead-steps", "1", "--overhead-neurons", "8", "--calls", "5",
+                    "--bursts", "1", "--csv", str(csv_path))
+    for mode in ("train", "infer"):
+        for after in ("another", "its own kind"):
+            for implementation in ("spikejit", "SpikingJelly", "executor"):
+                assert f"| {mode} | {after} | {implementation} |" in out, out
+    large = [line for line in csv_path.read_text().splitlines() if line.startswith("large,")]
+    assert len(large) == 2 * 2 * 3, large
+
+
 def test_double_backward_bench_dry_run():
     out = run_bench("bench_double_backward.py", "--dry-run", "--device", "cpu")
     assert "| LIF | 4 | 64 |" in out and "| PLIF | 4 | 64 |" in out, out
