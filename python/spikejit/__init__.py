@@ -36,6 +36,7 @@ from .readout_neuron import NonSpikingIFNode, NonSpikingLIFNode
 from .gated_lif_neuron import GatedLIFNode
 from .online_neurons import OTTTLIFNode, SLTTLIFNode
 from .simple_neuron import SimpleBaseNode, SimpleIFNode, SimpleLIFNode
+from .psn import PSN, MaskedPSN, SlidingPSN
 from .nn import PackedSpikeConv2d, PackedSpikeLinear, packed_spikes
 from .recompute import Recompute
 from ._double_backward import double_backward
@@ -50,7 +51,8 @@ __all__ = [
     "ComplementaryLIFNode", "KLIFNode", "CUBALIFNode", "LIAFNode", "GatedLIFNode", "RAFNode", "TernaryIFNode",
     "TernaryLIFNode",
     "NonSpikingIFNode", "NonSpikingLIFNode", "SLTTLIFNode", "OTTTLIFNode", "ActivationAwareIFNode",
-    "HalfThresholdIFNode", "STBIFNode", "SimpleBaseNode", "SimpleIFNode", "SimpleLIFNode",
+    "HalfThresholdIFNode", "STBIFNode", "SimpleBaseNode", "SimpleIFNode", "SimpleLIFNode", "PSN", "MaskedPSN",
+    "SlidingPSN",
     "FlexSN", "FlexSNKernel",
     "multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step", "plif_multi_step",
     "eager_scan", "eager_scan_final_state", "lowerable_scan", "lowerable_scan_final_state",

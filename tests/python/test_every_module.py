@@ -48,6 +48,9 @@ MODULES = {
     "SimpleBaseNode": lambda: _SimpleQuadratic(step_mode="m"),
     "SimpleIFNode": lambda: spikejit.SimpleIFNode(step_mode="m"),
     "SimpleLIFNode": lambda: spikejit.SimpleLIFNode(tau=2.0, decay_input=True, step_mode="m"),
+    "PSN": lambda: spikejit.PSN(T),
+    "MaskedPSN": lambda: spikejit.MaskedPSN(2, T, lambda_init=0.5, step_mode="m"),
+    "SlidingPSN": lambda: spikejit.SlidingPSN(3, step_mode="m"),
 }
 SINGLE_STEP = {"SLTTLIFNode", "OTTTLIFNode"}
 
@@ -62,7 +65,7 @@ def call(name, node, x):
 
 
 def test_every_exported_neuron_module_is_listed():
-    exported = {name for name in spikejit.__all__ if name.endswith("Node")}
+    exported = {name for name in spikejit.__all__ if name.endswith(("Node", "PSN"))}
     assert exported == set(MODULES), f"list these in MODULES: {sorted(exported - set(MODULES))}"
 
 
