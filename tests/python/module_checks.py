@@ -100,13 +100,15 @@ def check_inference_compiles_like_eager(step, x):
 
 
 def check_compiles_like_eager(node, x):
-    """Linear -> node, reset first: no graph break under torch.compile(fullgraph=True), and the
-    compiled step's outputs and weight gradient equal eager's."""
+    """Linear -> node, reset first (a node that has reset()): no graph break under
+    torch.compile(fullgraph=True), and the compiled step's outputs and weight gradient equal
+    eager's."""
     torch._dynamo.reset()
-    layer = torch.nn.Linear(x.shape[-1], x.shape[-1])
+    layer = torch.nn.Linear(x.shape[-1], x.shape[-1]).to(device=x.device, dtype=x.dtype)
 
     def step(x):
-        node.reset()
+        if hasattr(node, "reset"):
+            node.reset()
         return node(layer(x))
 
     assert torch._dynamo.explain(step)(x).graph_break_count == 0

@@ -7,7 +7,7 @@ import torch
 
 import spikejit
 from conftest import device_params, random_input
-from module_checks import assert_close_to_reference
+from module_checks import assert_close_to_reference, check_compiles_like_eager
 
 # SpikingJelly is a pinned test requirement: imported, not skipped.
 from spikingjelly.activation_based import neuron as sj_neuron
@@ -122,21 +122,7 @@ def test_surrogates_by_any_accepted_form(surrogate_function):
 def test_compiles_without_graph_breaks(kind, device):
     node = {"psn": lambda: spikejit.PSN(T), "masked": lambda: spikejit.MaskedPSN(2, T, 0.5, step_mode="m"),
             "sliding": lambda: spikejit.SlidingPSN(3, step_mode="m")}[kind]().to(device)
-    x = random_input(T, 3, 16, device=device)
-
-    def step(x):
-        return node(x)
-
-    torch._dynamo.reset()
-    assert torch._dynamo.explain(step)(x).graph_break_count == 0
-    compiled = torch.compile(step, fullgraph=True)(x)
-    compiled.sum().backward()
-    grad = node.weight.grad.clone()
-    node.weight.grad = None
-    eager = step(x)
-    eager.sum().backward()
-    assert torch.equal(compiled, eager)
-    torch.testing.assert_close(grad, node.weight.grad)
+    check_compiles_like_eager(node, random_input(T, 3, 16, device=device))
 
 
 def test_bad_input_names_the_argument():
