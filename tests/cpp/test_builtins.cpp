@@ -517,9 +517,9 @@ TEST(Builtins, DefaultInitialStateIsVReset) {
 // SpikingJelly's other neurons ship too; any shipped neuron takes its options as constants.
 TEST(Builtins, EveryShippedNeuronIsListedAndVerifies) {
   const std::vector<std::string> names = builtins::shipped_names();
-  EXPECT_EQ(names, (std::vector<std::string>{"activation_aware_if", "clif", "cubalif", "eif", "gated_lif", "if",
-                                           "ilif", "izhikevich", "klif", "lif", "nonspiking", "plif", "qif", "raf",
-                                           "stbif", "ternary"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"activation_aware_if", "clif", "cubalif", "eif", "few_spike",
+                                           "gated_lif", "if", "ilif", "izhikevich", "klif", "lif", "nonspiking",
+                                           "plif", "qif", "raf", "stbif", "ternary"}));
   for (const std::string& name : names) {
     SCOPED_TRACE(name);
     const ir::Neuron n = builtins::shipped_neuron(name);

@@ -21,6 +21,12 @@ class _SimpleQuadratic(spikejit.SimpleBaseNode):
         self.v = self.v + 0.1 * self.v * self.v + x
 
 
+def _binary_table(scale=1.0):
+    """A few-spikes table of T steps: theta = h = d = scale 2^-k."""
+    row = [scale * 2.0 ** -k for k in range(T)]
+    return spikejit.FewSpikeTable(row, row, row)
+
+
 MODULES = {
     "IFNode": lambda: spikejit.IFNode(step_mode="m"),
     "LIFNode": lambda: spikejit.LIFNode(step_mode="m"),
@@ -48,6 +54,10 @@ MODULES = {
     "SimpleBaseNode": lambda: _SimpleQuadratic(step_mode="m"),
     "SimpleIFNode": lambda: spikejit.SimpleIFNode(step_mode="m"),
     "SimpleLIFNode": lambda: spikejit.SimpleLIFNode(tau=2.0, decay_input=True, step_mode="m"),
+    "FewSpikeNode": lambda: spikejit.FewSpikeNode(_binary_table(), step_mode="m"),
+    "OutlierAwareThresholdNode": lambda: spikejit.OutlierAwareThresholdNode(_binary_table(), _binary_table(4.0), 1.5,
+                                                                            step_mode="m"),
+    "HGNode": lambda: spikejit.HGNode([_binary_table(0.5), _binary_table()], [0.6], step_mode="m"),
     "PSN": lambda: spikejit.PSN(T),
     "MaskedPSN": lambda: spikejit.MaskedPSN(2, T, lambda_init=0.5, step_mode="m"),
     "SlidingPSN": lambda: spikejit.SlidingPSN(3, step_mode="m"),
