@@ -127,12 +127,18 @@ def flexsn_bench_args(description, argv=None):
     return args
 
 
+def reset(node):
+    """node.reset() where the module has one (SpikingJelly's PSN and few-spikes neurons do not)."""
+    if hasattr(node, "reset"):
+        node.reset()
+
+
 def inference_ms(node, x, args, device):
     """Median ms of an inference call of a neuron module: reset, forward under no_grad."""
     import torch
 
     def call():
-        node.reset()
+        reset(node)
         with torch.no_grad():
             node(x)
 
@@ -145,7 +151,7 @@ def training_step_ms(node, x, grad, args, device):
 
     def step():
         xt.grad = None
-        node.reset()
+        reset(node)
         node(xt).backward(grad)
 
     return median_ms(step, device, args.calls, args.bursts)

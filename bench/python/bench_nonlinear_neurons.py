@@ -1,5 +1,5 @@
 """SpikingJelly's other neurons through the modules (QIF, EIF, Izhikevich, I-LIF, CLIF, KLIF, CUBA
-LIF, LIAF, GLIF, RAF, ternary LIF, activation-aware IF, STBIF): spikejit against SpikingJelly's, side by side in one run (its
+LIF, LIAF, GLIF, RAF, ternary LIF, activation-aware IF, STBIF, few-spikes): spikejit against SpikingJelly's, side by side in one run (its
 registered ops: a per-step torch loop on the CPU; on CUDA its own multi-step kernels for QIF, EIF,
 Izhikevich, I-LIF, and for the inference of activation-aware IF and STBIF, one fused kernel per
 step for CLIF, a per-step torch loop otherwise).
@@ -9,7 +9,8 @@ step for CLIF, a per-step torch loop otherwise).
 fp32, multi-step modules with their default options (Izhikevich with a = 0.2, b = 0.3, so that
 its adaptation current works; LIAF with act = ReLU; GLIF with SpikingJelly's random gates loaded
 into spikejit's, on steps of [N, 1, 1, 1] (its gates broadcast over 4-D steps); STBIF with q_threshold = 0.1, 16 symmetric
-levels; STBIF is inference only). Milliseconds per inference call (no autograd, then reset) and per
+levels; STBIF is inference only; the few-spikes neuron with a binary table of K = T steps,
+theta = h = d = 2^-k, on inputs summed over the T steps). Milliseconds per inference call (no autograd, then reset) and per
 training step (forward, backward against a gradient, reset), median of bursts; spikejit's
 speed-up; on CUDA the inference's fraction of the copy bandwidth (8 bytes per neuron-step: x
 read, s written). Also the count of spikes (LIAF, STBIF: outputs) that differ between the two on
@@ -24,7 +25,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_common import (cuda_copy_bandwidth, device_name, flexsn_bench_args, fmt, markdown_table,  # noqa: E402
-                          inference_ms, training_step_ms)
+                          inference_ms, reset, training_step_ms)
 
 import spikejit  # noqa: E402
 
@@ -33,12 +34,22 @@ NEURONS = {"QIF": ("QIFNode", {}), "EIF": ("EIFNode", {}), "Izhikevich": ("Izhik
            "CUBA LIF": ("CUBALIFNode", {}), "LIAF": ("LIAFNode", dict(act=torch.nn.ReLU(), threshold_related=False)),
            "GLIF": ("GatedLIFNode", {}), "RAF": ("RAFNode", {}), "ternary LIF": ("TernaryLIFNode", {}),
            "activation-aware IF": ("ActivationAwareIFNode", {}),
-           "STBIF": ("STBIFNode", dict(q_threshold=0.1, level=16, sym=True))}
+           "STBIF": ("STBIFNode", dict(q_threshold=0.1, level=16, sym=True)),
+           "few-spikes": ("FewSpikeNode", {})}
 INFERENCE_ONLY = {"STBIF"}
 # SpikingJelly 2.0's LIAFNode, multi step without store_v_seq, runs LIFNode's kernel and returns
 # its spikes instead of act(h); with store_v_seq it runs its LIAF step.
 REFERENCE_OPTIONS = {"LIAF": dict(store_v_seq=True)}
 TAKES_STEPS = {"GLIF"}  # constructed for exactly T steps, run on 4-D steps, its random gates shared
+TAKES_TABLE = {"few-spikes"}  # a table of K = T steps, of the module's own FewSpikeTable class
+
+
+def options_for(label, options, module, steps):
+    """The constructor options of `label` for spikejit's or SpikingJelly's module."""
+    if label in TAKES_TABLE:
+        row = [2.0 ** -k for k in range(steps)]
+        return dict(options, table=module.FewSpikeTable(row, row, row))
+    return options
 
 
 def multi_step(module, class_name, options, device):
@@ -50,11 +61,11 @@ def multi_step(module, class_name, options, device):
 
 def differing_spikes(ours, theirs, x):
     with torch.no_grad():
-        ours.reset()
-        theirs.reset()
+        reset(ours)
+        reset(theirs)
         count = int((ours(x) != theirs(x)).sum())
-    ours.reset()
-    theirs.reset()
+    reset(ours)
+    reset(theirs)
     return count
 
 
@@ -79,14 +90,15 @@ def main(argv=None):
         grad = grad_flat.view_as(x)
         if label in TAKES_STEPS:
             options = dict(options, T=args.steps)
-        ours = multi_step(spikejit, class_name, options, device)
+        ours = multi_step(spikejit, class_name, options_for(label, options, spikejit, args.steps), device)
         trains = label not in INFERENCE_ONLY
         infer = inference_ms(ours, x, args, device)
         train = training_step_ms(ours, x, grad, args, device) if trains else None
         copy = "–" if bandwidth is None else f"{100 * 8 * x.numel() / (infer * 1e-3) / bandwidth:.0f} %"
         row = [label, fmt(infer), copy, fmt(train) if trains else "–"]
         if sj_neuron is not None:
-            theirs = multi_step(sj_neuron, class_name, dict(options, **REFERENCE_OPTIONS.get(label, {})), device)
+            theirs = multi_step(sj_neuron, class_name, options_for(label, dict(options, **REFERENCE_OPTIONS.get(label, {})),
+                                                                   sj_neuron, args.steps), device)
             if label in TAKES_STEPS:
                 ours.load_state_dict(theirs.state_dict())
             differ = differing_spikes(ours, theirs, x)
