@@ -28,10 +28,10 @@ __all__ = ["FewSpikeTable", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode
 STEP_MODES = ("s", "m")
 
 
-def _table_row(name: str, value) -> Tensor:
+def _table_row(name: str, value, may_be_empty: bool = False) -> Tensor:
     """A table row as a 1-D floating tensor of finite values (SpikingJelly's checks)."""
     row = torch.as_tensor(value)
-    if row.dim() != 1 or row.numel() == 0:
+    if row.dim() != 1 or (row.numel() == 0 and not may_be_empty):
         raise ValueError(f"{name}: expected a non-empty 1-D tensor or sequence, got shape {list(row.shape)}")
     if torch.is_complex(row):
         raise TypeError(f"{name}: expected real values, got {row.dtype}")
@@ -169,7 +169,7 @@ class HGNode(FewSpikeNode):
             raise ValueError("tables: expected at least one FewSpikeTable, got none")
         regions = [_rows_of("tables[0]", tables[0])]
         regions += [_rows_of(f"tables[{i}]", t, regions[0].shape[1]) for i, t in enumerate(tables[1:], start=1)]
-        thresholds = _table_row("gate_thresholds", gate_thresholds) if len(tables) > 1 else torch.empty(0)
+        thresholds = _table_row("gate_thresholds", gate_thresholds, may_be_empty=True)
         if thresholds.numel() != len(tables) - 1:
             raise ValueError(f"gate_thresholds: expected len(tables) - 1 = {len(tables) - 1} values, got "
                              f"{thresholds.numel()}")

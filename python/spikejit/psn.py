@@ -92,7 +92,7 @@ class PSN(nn.Module):
 class _QueuedPSN(StatefulModule):
     """The step modes and the queue of the last k inputs of the PSNs that also run step by step."""
 
-    _STATE_NAMES = frozenset({"queue", "time_step"})
+    _STATE_NAMES = frozenset({"queue"})
 
     def __init__(self, k: int, surrogate_function, step_mode: str):
         super().__init__()
@@ -128,6 +128,8 @@ class MaskedPSN(_QueuedPSN):
     j <= i <= j + k - 1) and J is all ones. Set `node.lambda_ = ...` during training to move
     from the full matrix (0) to the masked one (1). Step by step only with lambda_ >= 1, for at
     most T steps between resets."""
+
+    _STATE_NAMES = _QueuedPSN._STATE_NAMES | {"time_step"}
 
     def __init__(self, k: int, T: int, lambda_init: float = 0.0, surrogate_function=_surrogate.ATan(),
                  step_mode: str = "s"):

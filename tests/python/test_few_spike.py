@@ -123,5 +123,8 @@ def test_bad_input_names_the_argument():
         spikejit.HGNode([table, table, table], [1.0, 0.5])
     with pytest.raises(ValueError, match=r"gate_thresholds: expected len\(tables\) - 1 = 1 values, got 2"):
         spikejit.HGNode([table, table], [0.5, 1.0])
+    with pytest.raises(ValueError, match=r"gate_thresholds: expected len\(tables\) - 1 = 0 values, got 1"):
+        spikejit.HGNode([table], [0.5])
+    assert spikejit.HGNode([table], []).K == K
     with pytest.raises(ValueError, match="surrogate_function: unknown surrogate 'nope'"):
         spikejit.FewSpikeNode(table, surrogate_function="nope")
