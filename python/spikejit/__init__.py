@@ -38,6 +38,7 @@ from .online_neurons import OTTTLIFNode, SLTTLIFNode
 from .simple_neuron import SimpleBaseNode, SimpleIFNode, SimpleLIFNode
 from .psn import PSN, MaskedPSN, SlidingPSN
 from .few_spike_neuron import FewSpikeNode, FewSpikeTable, HGNode, OutlierAwareThresholdNode
+from .dsr_neuron import DSRIFNode, DSRLIFNode
 from .nn import PackedSpikeConv2d, PackedSpikeLinear, packed_spikes
 from .recompute import Recompute
 from ._double_backward import double_backward
@@ -53,7 +54,7 @@ __all__ = [
     "TernaryLIFNode",
     "NonSpikingIFNode", "NonSpikingLIFNode", "SLTTLIFNode", "OTTTLIFNode", "ActivationAwareIFNode",
     "HalfThresholdIFNode", "STBIFNode", "SimpleBaseNode", "SimpleIFNode", "SimpleLIFNode", "PSN", "MaskedPSN",
-    "SlidingPSN", "FewSpikeTable", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode",
+    "SlidingPSN", "FewSpikeTable", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode", "DSRIFNode", "DSRLIFNode",
     "FlexSN", "FlexSNKernel",
     "multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step", "plif_multi_step",
     "eager_scan", "eager_scan_final_state", "lowerable_scan", "lowerable_scan_final_state",

@@ -517,7 +517,7 @@ TEST(Builtins, DefaultInitialStateIsVReset) {
 // SpikingJelly's other neurons ship too; any shipped neuron takes its options as constants.
 TEST(Builtins, EveryShippedNeuronIsListedAndVerifies) {
   const std::vector<std::string> names = builtins::shipped_names();
-  EXPECT_EQ(names, (std::vector<std::string>{"activation_aware_if", "clif", "cubalif", "eif", "few_spike",
+  EXPECT_EQ(names, (std::vector<std::string>{"activation_aware_if", "clif", "cubalif", "dsr", "eif", "few_spike",
                                            "gated_lif", "if", "ilif", "izhikevich", "klif", "lif", "nonspiking",
                                            "plif", "qif", "raf", "stbif", "ternary"}));
   for (const std::string& name : names) {
