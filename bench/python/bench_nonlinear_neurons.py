@@ -1,5 +1,5 @@
 """SpikingJelly's other neurons through the modules (QIF, EIF, Izhikevich, I-LIF, CLIF, KLIF, CUBA
-LIF, LIAF, GLIF, RAF, ternary LIF, activation-aware IF, STBIF, few-spikes): spikejit against SpikingJelly's, side by side in one run (its
+LIF, LIAF, GLIF, RAF, ternary LIF, activation-aware IF, STBIF, few-spikes, DSR IF and LIF): spikejit against SpikingJelly's, side by side in one run (its
 registered ops: a per-step torch loop on the CPU; on CUDA its own multi-step kernels for QIF, EIF,
 Izhikevich, I-LIF, and for the inference of activation-aware IF and STBIF, one fused kernel per
 step for CLIF, a per-step torch loop otherwise).
@@ -35,12 +35,13 @@ NEURONS = {"QIF": ("QIFNode", {}), "EIF": ("EIFNode", {}), "Izhikevich": ("Izhik
            "GLIF": ("GatedLIFNode", {}), "RAF": ("RAFNode", {}), "ternary LIF": ("TernaryLIFNode", {}),
            "activation-aware IF": ("ActivationAwareIFNode", {}),
            "STBIF": ("STBIFNode", dict(q_threshold=0.1, level=16, sym=True)),
-           "few-spikes": ("FewSpikeNode", {})}
+           "few-spikes": ("FewSpikeNode", {}), "DSR IF": ("DSRIFNode", {}), "DSR LIF": ("DSRLIFNode", {})}
 INFERENCE_ONLY = {"STBIF"}
 # SpikingJelly 2.0's LIAFNode, multi step without store_v_seq, runs LIFNode's kernel and returns
 # its spikes instead of act(h); with store_v_seq it runs its LIAF step.
 REFERENCE_OPTIONS = {"LIAF": dict(store_v_seq=True)}
-TAKES_STEPS = {"GLIF"}  # constructed for exactly T steps, run on 4-D steps, its random gates shared
+TAKES_STEPS = {"GLIF", "DSR IF", "DSR LIF"}  # constructed for exactly T steps, parameters shared
+RUNS_ON_4D = {"GLIF"}  # its random gates broadcast over steps of [N, 1, 1, 1]
 TAKES_TABLE = {"few-spikes"}  # a table of K = T steps, of the module's own FewSpikeTable class
 
 
@@ -86,7 +87,7 @@ def main(argv=None):
     bandwidth = cuda_copy_bandwidth(device, 1 << 26)
     rows = []
     for label, (class_name, options) in NEURONS.items():
-        x = x_flat.view(args.steps, -1, 1, 1, 1) if label in TAKES_STEPS else x_flat
+        x = x_flat.view(args.steps, -1, 1, 1, 1) if label in RUNS_ON_4D else x_flat
         grad = grad_flat.view_as(x)
         if label in TAKES_STEPS:
             options = dict(options, T=args.steps)
