@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from .functional import run_neuron, shipped_handle
+from .ops import check_positive_int, check_tensor
 
 __all__ = ["DSRIFNode", "DSRLIFNode"]
 
@@ -85,8 +86,7 @@ class _DSRNode(nn.Module):
     def __init__(self, T: int, v_threshold: float, alpha: float, v_threshold_training: bool,
                  v_threshold_grad_scaling: float, v_threshold_lower_bound: float, step_mode: str):
         super().__init__()
-        if isinstance(T, bool) or not isinstance(T, int) or T < 1:
-            raise ValueError(f"T: expected an int >= 1, got {T!r}")
+        check_positive_int("T", T)
         if step_mode != "m":
             raise ValueError(f"step_mode: the DSR neurons run multi step only ('m'), got {step_mode!r}")
         self.v_threshold_lower_bound = _float_at_least("v_threshold_lower_bound", v_threshold_lower_bound, 0.0, True)
@@ -113,8 +113,7 @@ class _DSRNode(nn.Module):
         return None
 
     def forward(self, x_seq: Tensor) -> Tensor:
-        if not isinstance(x_seq, Tensor):
-            raise TypeError(f"x_seq: expected a tensor, got {type(x_seq).__name__}")
+        check_tensor("x_seq", x_seq)
         if x_seq.dim() < 1 or x_seq.shape[0] != self.T:
             raise ValueError(f"x_seq: expected [T, *S] with T = {self.T} (the neuron's T), got shape "
                              f"{list(x_seq.shape)}")

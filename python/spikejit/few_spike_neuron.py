@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from .functional import run_neuron, shipped_handle
+from .ops import check_tensor
 from . import surrogate as _surrogate
 
 __all__ = ["FewSpikeTable", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode"]
@@ -104,8 +105,7 @@ class FewSpikeNode(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         name = "x_seq" if self.step_mode == "m" else "x"
-        if not isinstance(x, Tensor):
-            raise TypeError(f"{name}: expected a tensor, got {type(x).__name__}")
+        check_tensor(name, x)
         if not torch.is_floating_point(x):
             raise TypeError(f"{name}: expected a floating-point tensor, got {x.dtype}")
         if self.step_mode == "s":

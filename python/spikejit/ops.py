@@ -528,6 +528,13 @@ def check_tensor(name: str, t) -> Tensor:
     return t
 
 
+def check_positive_int(name: str, value) -> int:
+    """An int >= 1 (a count of steps, an order), else a ValueError naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+    return value
+
+
 def shape_argument(name: str, shape) -> List[int]:
     """A shape given as an int or a sequence of ints, as a list (what torch.empty accepts)."""
     if isinstance(shape, int) and not isinstance(shape, bool):

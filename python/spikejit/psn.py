@@ -24,22 +24,16 @@ from torch import Tensor, nn
 
 from . import surrogate as _surrogate
 from ._stateful_module import StatefulModule
+from .ops import check_positive_int, check_tensor
 
 __all__ = ["PSN", "MaskedPSN", "SlidingPSN"]
 
 STEP_MODES = ("s", "m")
 
 
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
-    return value
-
-
 def _checked_input(name: str, x, weight: Tensor, min_dim: int) -> Tensor:
     """x as a tensor of weight's dtype and device with at least min_dim dimensions."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name}: expected a tensor, got {type(x).__name__}")
+    check_tensor(name, x)
     if x.dtype != weight.dtype:
         raise TypeError(f"{name}: expected dtype {weight.dtype} (the neuron's parameters; .to() the neuron), "
                         f"got {x.dtype}")
@@ -73,7 +67,7 @@ class PSN(nn.Module):
 
     def __init__(self, T: int, surrogate_function=_surrogate.ATan()):
         super().__init__()
-        self.T = _positive_int("T", T)
+        self.T = check_positive_int("T", T)
         _surrogate.resolve(surrogate_function)  # a clear error now rather than at the first call
         self.surrogate_function = surrogate_function
         self.step_mode = "m"
@@ -96,7 +90,7 @@ class _QueuedPSN(StatefulModule):
 
     def __init__(self, k: int, surrogate_function, step_mode: str):
         super().__init__()
-        self.k = _positive_int("k", k)
+        self.k = check_positive_int("k", k)
         _surrogate.resolve(surrogate_function)
         self.surrogate_function = surrogate_function
         self.step_mode = step_mode
@@ -134,7 +128,7 @@ class MaskedPSN(_QueuedPSN):
     def __init__(self, k: int, T: int, lambda_init: float = 0.0, surrogate_function=_surrogate.ATan(),
                  step_mode: str = "s"):
         super().__init__(k, surrogate_function, step_mode)
-        self.T = _positive_int("T", T)
+        self.T = check_positive_int("T", T)
         self.register_buffer("_lambda_", torch.as_tensor(float(lambda_init)))
         self.weight = nn.Parameter(_kaiming_weight([T, T]))
         self.bias = nn.Parameter(torch.full([T, 1], -1.0))

@@ -7,7 +7,7 @@ import torch
 
 import spikejit
 from conftest import device_params
-from module_checks import assert_close_to_reference
+from module_checks import assert_close_to_reference, check_compiles_like_eager
 
 # SpikingJelly is a pinned test requirement: imported, not skipped.
 from spikingjelly.activation_based import neuron as sj_neuron
@@ -70,21 +70,7 @@ def test_the_threshold_is_clamped_to_its_lower_bound():
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 @pytest.mark.parametrize("name", ["DSRIFNode", "DSRLIFNode"])
 def test_compiles_without_graph_breaks(name, device):
-    node = getattr(spikejit, name)(T=T).to(device)
-    x = inputs(name, device, (T, 3, 16))
-
-    def step(x):
-        return node(x)
-
-    torch._dynamo.reset()
-    assert torch._dynamo.explain(step)(x).graph_break_count == 0
-    xc, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
-    compiled = torch.compile(step, fullgraph=True)(xc)
-    eager = step(xe)
-    assert torch.equal(compiled, eager)
-    compiled.sum().backward()
-    eager.sum().backward()
-    torch.testing.assert_close(xc.grad, xe.grad)
+    check_compiles_like_eager(getattr(spikejit, name)(T=T).to(device), inputs(name, device, (T, 3, 16)))
 
 
 def test_bad_input_names_the_argument():

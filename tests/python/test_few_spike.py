@@ -7,7 +7,7 @@ import torch
 
 import spikejit
 from conftest import device_params, random_input
-from module_checks import assert_close_to_reference, check_inference_compiles_like_eager
+from module_checks import assert_close_to_reference, check_compiles_like_eager
 
 # SpikingJelly is a pinned test requirement: imported, not skipped.
 from spikingjelly.activation_based import neuron as sj_neuron
@@ -95,7 +95,7 @@ def test_spikingjellys_tables_and_buffers():
 @pytest.mark.parametrize("kind", KINDS)
 def test_compiles_without_graph_breaks(kind, device):
     node = nodes(kind, spikejit, "m").to(device)
-    check_inference_compiles_like_eager(node, random_input(K, 3, 16, device=device, scale=0.5))
+    check_compiles_like_eager(node, random_input(K, 3, 16, device=device, scale=0.5))
 
 
 def test_bad_input_names_the_argument():
