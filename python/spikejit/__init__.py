@@ -41,6 +41,7 @@ from .few_spike_neuron import FewSpikeNode, FewSpikeTable, HGNode, OutlierAwareT
 from .dsr_neuron import DSRIFNode, DSRLIFNode
 from .nn import PackedSpikeConv2d, PackedSpikeLinear, packed_spikes
 from .recompute import Recompute
+from .spikingjelly_conversion import from_spikingjelly
 from ._double_backward import double_backward
 from .scan import (eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available,
                    lowerable_scan_final_state)
@@ -61,7 +62,7 @@ __all__ = [
     "lowerable_scan_available", "bit_spike_compress", "bit_spike_decompress", "pack_spike_rows",
     "unpack_spike_rows", "cuda_available", "cuda_unavailable_reason", "cpu_fused_available",
     "cpu_fused_unavailable_reason",
-    "PackedSpikeLinear", "PackedSpikeConv2d", "packed_spikes", "Recompute", "double_backward",
+    "PackedSpikeLinear", "PackedSpikeConv2d", "packed_spikes", "Recompute", "double_backward", "from_spikingjelly",
     "surrogate", "registry", "ops", "cpu_pool",
 ]
 

@@ -1,0 +1,196 @@
+"""from_spikingjelly: a SpikingJelly network's neurons replaced by spikejit's, in one call.
+
+    net = spikejit.from_spikingjelly(net)      # every SpikingJelly neuron becomes spikejit's
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)   # after: the neurons' parameters are new
+
+Each SpikingJelly neuron module whose class spikejit provides (`CONVERTIBLE`) is replaced, in its
+parent, by spikejit's module of the same name, built from the options the SpikingJelly module
+keeps (its constructor's arguments, read from its attributes), with its state dict loaded (the
+learned parameters and buffers, e.g. PLIF's w), on the same device and dtype, in the same
+training mode, with the same requires_grad flags. The rest of the network (SpikingJelly's layers
+and containers, PyTorch's modules) is left as it is, so the call changes the network in place and
+returns it (a new module when `module` itself is a neuron), like
+`torch.nn.SyncBatchNorm.convert_sync_batchnorm`. A neuron shared by several parents stays shared.
+
+What is refused, with a ValueError naming the module's path and class:
+- a SpikingJelly neuron without a spikejit counterpart, or a subclass of one (its overrides
+  would be lost); with `strict=False` these are left as they are, with one warning naming them;
+- a neuron holding a state other than its reset value (a `v` from an earlier call): call
+  SpikingJelly's `functional.reset_net(net)` first;
+- a neuron with hooks (a SpikingJelly monitor's, for example): they would not carry over, so
+  convert before attaching them.
+
+SpikingJelly is not imported: its modules are told by their classes' module names.
+"""
+import inspect
+import types
+import warnings
+from typing import Callable, Dict
+
+import torch
+from torch import nn
+
+from . import (conversion_neurons, dsr_neuron, few_spike_neuron, gated_lif_neuron, ilif_neuron, lif_variants,
+               neuron, nonlinear_neuron, online_neurons, psn, readout_neuron, resonate_neuron, simple_neuron,
+               ternary_neuron)
+
+__all__ = ["from_spikingjelly", "CONVERTIBLE"]
+
+_SPIKINGJELLY_NEURONS = "spikingjelly.activation_based.neuron"
+
+
+def _table(theta, h, d):
+    """A few-spikes table from three rows (spikejit's modules read theta, h and d)."""
+    return types.SimpleNamespace(theta=theta, h=h, d=d)
+
+
+def _lif_options(m) -> dict:
+    """LIAFNode's keyword arguments, which go on to LIFNode."""
+    return _options(m, neuron.LIFNode)
+
+
+def _dsr_threshold(m) -> dict:
+    """The DSR neurons' v_threshold: a Parameter (learned) or a buffer outside the state dict. The
+    constructor checks it against the lower bound, which a learned one may have crossed (the
+    forward clamps it): the state dict brings the learned value."""
+    learned = isinstance(m.v_threshold, nn.Parameter)
+    value = float(m.v_threshold.detach())
+    return dict(v_threshold_training=learned,
+                v_threshold=max(value, m.v_threshold_lower_bound) if learned else value)
+
+
+# Arguments that SpikingJelly's modules keep under other names, or only as the shapes of their
+# parameters (a value from the state dict needs none: the state dict is loaded after).
+_MORE_ARGUMENTS: Dict[str, Callable[[nn.Module], dict]] = {
+    "LIAFNode": _lif_options,
+    "GatedLIFNode": lambda m: dict(inplane=None if m.alpha.dim() == 0 else m.alpha.numel()),
+    "ActivationAwareIFNode": lambda m: dict(v_threshold=m.v_threshold.detach().clone(),
+                                            v_offset=m.v_offset.detach().clone()),
+    "FewSpikeNode": lambda m: dict(table=_table(m.theta, m.h, m.d)),
+    "OutlierAwareThresholdNode": lambda m: dict(table=_table(m.theta, m.h, m.d),
+                                                outlier_table=_table(m.outlier_theta, m.outlier_h, m.outlier_d)),
+    "HGNode": lambda m: dict(tables=[_table(*rows) for rows in zip(m.region_theta, m.region_h, m.region_d)],
+                             gate_thresholds=m.gate_thresholds.detach().clone()),
+    "DSRIFNode": _dsr_threshold,
+    "DSRLIFNode": _dsr_threshold,
+}
+
+# SpikingJelly's neuron classes that spikejit provides, by name, and spikejit's class of each.
+# (SimpleBaseNode is not here: it is a base that users subclass.)
+CONVERTIBLE: Dict[str, type] = {
+    cls.__name__: cls for cls in (
+        neuron.IFNode, neuron.LIFNode, neuron.ParametricLIFNode, nonlinear_neuron.QIFNode, nonlinear_neuron.EIFNode,
+        nonlinear_neuron.IzhikevichNode, ilif_neuron.ILIFNode, lif_variants.ComplementaryLIFNode,
+        lif_variants.KLIFNode, lif_variants.CUBALIFNode, lif_variants.LIAFNode, gated_lif_neuron.GatedLIFNode,
+        resonate_neuron.RAFNode, ternary_neuron.TernaryIFNode, ternary_neuron.TernaryLIFNode,
+        readout_neuron.NonSpikingIFNode, readout_neuron.NonSpikingLIFNode, online_neurons.SLTTLIFNode,
+        online_neurons.OTTTLIFNode, conversion_neurons.ActivationAwareIFNode, conversion_neurons.HalfThresholdIFNode,
+        conversion_neurons.STBIFNode, simple_neuron.SimpleIFNode, simple_neuron.SimpleLIFNode, psn.PSN,
+        psn.MaskedPSN, psn.SlidingPSN, few_spike_neuron.FewSpikeNode, few_spike_neuron.OutlierAwareThresholdNode,
+        few_spike_neuron.HGNode, dsr_neuron.DSRIFNode, dsr_neuron.DSRLIFNode)
+}
+
+# Constructor arguments not taken from SpikingJelly's attributes: spikejit's own.
+_OWN_ARGUMENTS = frozenset({"backend", "checkpoint_every"})
+
+
+def _options(m: nn.Module, cls: type) -> dict:
+    """cls's constructor arguments that m keeps as attributes of the same name, except optional
+    ones its state dict holds (loaded after construction)."""
+    in_state = set(m.state_dict(keep_vars=True))
+    options = {}
+    for name, parameter in inspect.signature(cls.__init__).parameters.items():
+        if (name == "self" or name in _OWN_ARGUMENTS or (name in in_state and parameter.default is not parameter.empty)
+                or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)):
+            continue
+        if hasattr(m, name):
+            options[name] = getattr(m, name)
+    return options
+
+
+def _spikingjelly_neuron_class(m: nn.Module):
+    """The first SpikingJelly neuron class in type(m)'s bases (type(m) itself included), or None."""
+    return next((c for c in type(m).__mro__ if c.__module__.startswith(_SPIKINGJELLY_NEURONS)), None)
+
+
+def _at_reset_value(value, reset_value) -> bool:
+    if isinstance(value, torch.Tensor) or isinstance(reset_value, torch.Tensor):
+        return (isinstance(value, torch.Tensor) and isinstance(reset_value, torch.Tensor)
+                and value.shape == reset_value.shape and torch.equal(value, reset_value))
+    if isinstance(value, (list, tuple)) or isinstance(reset_value, (list, tuple)):
+        return type(value) is type(reset_value) and len(value) == len(reset_value) and all(
+            _at_reset_value(a, b) for a, b in zip(value, reset_value))
+    return value == reset_value
+
+
+def _check_convertible(path: str, m: nn.Module) -> None:
+    name = f"{path or 'module'} ({type(m).__module__}.{type(m).__name__})"
+    hooks = [kind for kind in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+             if getattr(m, kind, None)]
+    if hooks:
+        raise ValueError(f"{name}: expected a neuron without hooks (they would not carry over to spikejit's), "
+                         f"got {', '.join(h.strip('_') for h in hooks)}: convert before attaching monitors")
+    memories, reset_values = getattr(m, "_memories", {}), getattr(m, "_memories_rv", {})
+    for state, value in memories.items():
+        if state in reset_values and not _at_reset_value(value, reset_values[state]):
+            raise ValueError(f"{name}: expected the neuron at its reset state, got state '{state}' from an "
+                             "earlier call: call spikingjelly's functional.reset_net(net) before converting")
+
+
+def _first_tensor(m: nn.Module):
+    return next(iter(m.state_dict().values()), None)
+
+
+def _converted(path: str, m: nn.Module) -> nn.Module:
+    """spikejit's module for SpikingJelly's neuron m (checked convertible)."""
+    _check_convertible(path, m)
+    cls = CONVERTIBLE[type(m).__name__]
+    options = _options(m, cls)
+    options.update(_MORE_ARGUMENTS.get(cls.__name__, lambda _: {})(m))
+    try:
+        ours = cls(**options)
+        like = _first_tensor(m)
+        if like is not None:
+            ours.to(device=like.device, dtype=like.dtype if like.is_floating_point() else None)
+        ours.load_state_dict(m.state_dict())
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise type(error)(f"{path or 'module'} ({type(m).__name__}): {error}") from error
+    theirs = dict(m.named_parameters())
+    for name, parameter in ours.named_parameters():
+        if name in theirs:
+            parameter.requires_grad_(theirs[name].requires_grad)
+    return ours.train(m.training)
+
+
+def from_spikingjelly(module: nn.Module, strict: bool = True) -> nn.Module:
+    """Replaces every SpikingJelly neuron in `module` by spikejit's (see the module's docstring);
+    returns `module`, or spikejit's neuron when `module` is one."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(strict, bool):
+        raise TypeError(f"strict: expected a bool, got {type(strict).__name__}")
+
+    def convertible(m):
+        sj_class = _spikingjelly_neuron_class(m)
+        return sj_class is not None and type(m) is sj_class and sj_class.__name__ in CONVERTIBLE
+
+    left = [(path, m) for path, m in module.named_modules(remove_duplicate=True)
+            if _spikingjelly_neuron_class(m) is not None and not convertible(m)]
+    if left:
+        names = ", ".join(f"{path or 'module'} ({type(m).__module__}.{type(m).__name__})" for path, m in left)
+        if strict:
+            raise ValueError(f"module: expected SpikingJelly neurons that spikejit provides (exactly their classes, "
+                             f"not subclasses), got {names}; strict=False leaves them as they are")
+        warnings.warn(f"from_spikingjelly: left as they are (no spikejit counterpart): {names}", stacklevel=2)
+
+    done = {}  # id of SpikingJelly's neuron -> spikejit's: a shared neuron stays shared
+    for path, m in module.named_modules(remove_duplicate=True):
+        if convertible(m):
+            done[id(m)] = _converted(path, m)
+    if id(module) in done:
+        return done[id(module)]
+    for parent in list(module.modules()):
+        for child_name, child in list(parent._modules.items()):  # every name, also a second one of a child
+            if child is not None and id(child) in done:
+                setattr(parent, child_name, done[id(child)])
+    return module

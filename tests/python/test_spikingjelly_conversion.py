@@ -1,0 +1,217 @@
+"""spikejit.from_spikingjelly against SpikingJelly itself: a network of SpikingJelly's layers and
+neurons (options moved from their defaults, learned parameters moved at random) gives, after the
+conversion, SpikingJelly's outputs and gradients; every neuron spikejit provides converts; what
+cannot convert is refused by name."""
+import copy
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import spikejit
+from conftest import device_params, random_input
+from spikejit.spikingjelly_conversion import CONVERTIBLE
+
+# SpikingJelly is a pinned test requirement: imported, not skipped.
+from spikingjelly.activation_based import functional, layer, surrogate
+from spikingjelly.activation_based import neuron as sj
+from spikingjelly.activation_based.model import spiking_vgg
+
+T, B, FEATURES = 6, 3, 5
+
+
+def _table(scale):
+    row = [scale * 2.0 ** -k for k in range(T)]
+    return sj.FewSpikeTable(row, row, row)
+
+
+# SpikingJelly's neurons, each with options away from its defaults; all take [T, B, FEATURES].
+SPIKINGJELLY_NEURONS = {
+    "IFNode": lambda: sj.IFNode(v_threshold=0.8, v_reset=None, surrogate_function=surrogate.ATan(alpha=3.0),
+                                detach_reset=True, step_mode="m", store_v_seq=True),
+    "LIFNode": lambda: sj.LIFNode(tau=3.0, decay_input=False, v_threshold=0.9, v_reset=-0.1,
+                                  surrogate_function=surrogate.Sigmoid(alpha=2.0), step_mode="m"),
+    "ParametricLIFNode": lambda: sj.ParametricLIFNode(init_tau=3.0, decay_input=False, v_reset=None,
+                                                      surrogate_function=surrogate.ATan(), step_mode="m"),
+    "QIFNode": lambda: sj.QIFNode(tau=2.5, v_c=0.7, a0=1.2, step_mode="m"),
+    "EIFNode": lambda: sj.EIFNode(tau=2.5, delta_T=0.8, theta_rh=0.7, step_mode="m"),
+    "IzhikevichNode": lambda: sj.IzhikevichNode(a=0.2, b=0.3, tau_w=3.0, step_mode="m"),
+    "ILIFNode": lambda: sj.ILIFNode(tau=1.5, v_threshold=0.9, step_mode="m"),
+    "ComplementaryLIFNode": lambda: sj.ComplementaryLIFNode(tau=2.5, step_mode="m"),
+    "KLIFNode": lambda: sj.KLIFNode(scale_reset=True, tau=2.5, step_mode="m"),
+    "CUBALIFNode": lambda: _multi_step(sj.CUBALIFNode(c_decay=0.4, v_decay=0.6)),
+    # (SpikingJelly's multi step of LIAF without store_v_seq returns LIF's spikes, not act(h))
+    "LIAFNode": lambda: sj.LIAFNode(nn.PReLU(), True, tau=2.5, step_mode="m", store_v_seq=True),
+    "GatedLIFNode": lambda: sj.GatedLIFNode(T, inplane=FEATURES, init_tau=0.3),
+    "RAFNode": lambda: sj.RAFNode(b=-0.3, omega=1.2, step_mode="m"),
+    "TernaryIFNode": lambda: sj.TernaryIFNode(v_threshold=0.8, step_mode="m"),
+    "TernaryLIFNode": lambda: sj.TernaryLIFNode(tau=2.5, step_mode="m"),
+    "NonSpikingIFNode": lambda: sj.NonSpikingIFNode(decode="max-mem"),
+    "NonSpikingLIFNode": lambda: sj.NonSpikingLIFNode(tau=2.5, decode="mean-mem"),
+    "SLTTLIFNode": lambda: sj.SLTTLIFNode(tau=2.5),
+    "OTTTLIFNode": lambda: sj.OTTTLIFNode(tau=2.5),
+    "ActivationAwareIFNode": lambda: sj.ActivationAwareIFNode(v_threshold=torch.rand(FEATURES) + 0.5,
+                                                              v_offset=0.1 * torch.randn(FEATURES), step_mode="m"),
+    "HalfThresholdIFNode": lambda: sj.HalfThresholdIFNode(v_threshold=0.9, step_mode="m"),
+    "STBIFNode": lambda: sj.STBIFNode(q_threshold=0.1, level=16, sym=True, step_mode="m"),
+    "SimpleIFNode": lambda: sj.SimpleIFNode(v_threshold=0.8, step_mode="m"),
+    "SimpleLIFNode": lambda: sj.SimpleLIFNode(tau=2.5, decay_input=False, step_mode="m"),
+    "PSN": lambda: sj.PSN(T),
+    "MaskedPSN": lambda: sj.MaskedPSN(2, T, lambda_init=0.5, step_mode="m"),
+    "SlidingPSN": lambda: sj.SlidingPSN(3, exp_init=False, step_mode="m"),
+    "FewSpikeNode": lambda: sj.FewSpikeNode(_table(1.0), step_mode="m"),
+    "OutlierAwareThresholdNode": lambda: sj.OutlierAwareThresholdNode(_table(1.0), _table(4.0), 1.5, step_mode="m"),
+    "HGNode": lambda: sj.HGNode([_table(0.5), _table(1.0)], [0.6], step_mode="m"),
+    "DSRIFNode": lambda: sj.DSRIFNode(T=T, v_threshold=2.0, alpha=0.4),
+    "DSRLIFNode": lambda: sj.DSRLIFNode(T=T, tau=2.5, v_threshold_training=False),
+}
+SINGLE_STEP = {"SLTTLIFNode", "OTTTLIFNode"}  # online training: one step per call
+INFERENCE = {"STBIFNode"}  # SpikingJelly's STBIF refuses autograd
+
+
+def _multi_step(node):
+    node.step_mode = "m"
+    return node
+
+
+def network(name):
+    """Linear (-> Unflatten) -> SpikingJelly's neuron, the neuron's parameters moved from their initial values."""
+    neuron = SPIKINGJELLY_NEURONS[name]()
+    with torch.no_grad():
+        for parameter in neuron.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    if name == "GatedLIFNode":  # SpikingJelly's gates of a channel broadcast over [T, B, C, H, W]
+        return nn.Sequential(nn.Linear(4, 4 * FEATURES), nn.Unflatten(2, (FEATURES, 2, 2)), neuron)
+    return nn.Sequential(nn.Linear(4, FEATURES), neuron)
+
+
+def run(net, x, single_step, inference=False):
+    """Outputs over x [T, B, 4] (a single-step network step by step), and the gradients of x and of
+    every parameter, by name, after a weighted sum of the outputs (none for inference)."""
+    if inference:
+        with torch.no_grad():
+            return run(net, x, single_step)
+    x = x.detach().clone().requires_grad_(True)
+    if single_step:
+        outputs = [net(step) for step in x]
+        y = torch.stack([o[0] if isinstance(o, list) else o for o in outputs])
+    else:
+        y = net(x)
+    if not y.requires_grad:
+        return y, None, {}
+    (y * torch.linspace(0.5, 1.5, y.numel(), device=y.device, dtype=y.dtype).view_as(y)).sum().backward()
+    grads = {name: p.grad for name, p in net.named_parameters() if p.grad is not None}
+    return y.detach(), x.grad, grads
+
+
+def test_every_spikejit_neuron_with_a_spikingjelly_counterpart_converts():
+    exported = {name for name in spikejit.__all__ if name.endswith(("Node", "PSN")) and hasattr(sj, name)}
+    assert set(CONVERTIBLE) == exported - {"SimpleBaseNode"}  # a base users subclass, not a neuron
+    assert set(SPIKINGJELLY_NEURONS) == set(CONVERTIBLE)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+@pytest.mark.parametrize("name", list(SPIKINGJELLY_NEURONS))
+def test_converted_network_gives_spikingjellys_outputs_and_gradients(name, device):
+    theirs = network(name).to(device)
+    ours = spikejit.from_spikingjelly(copy.deepcopy(theirs))
+    assert type(ours[-1]) is getattr(spikejit, name) and isinstance(ours[0], nn.Linear)
+    assert {n for n, _ in ours.named_parameters()} == {n for n, _ in theirs.named_parameters()}
+    x = random_input(T, B, 4, device=device)
+    for _ in range(2):  # a second sequence after reset_net
+        y, grad_x, grads = run(ours, x, name in SINGLE_STEP, name in INFERENCE)
+        y_ref, grad_x_ref, grads_ref = run(theirs, x, name in SINGLE_STEP, name in INFERENCE)
+        torch.testing.assert_close(y, y_ref)
+        torch.testing.assert_close(grad_x, grad_x_ref, rtol=1e-4, atol=1e-5)
+        assert grads.keys() == grads_ref.keys()
+        for key in grads:
+            torch.testing.assert_close(grads[key], grads_ref[key], rtol=1e-4, atol=1e-5, msg=key)
+        ours.zero_grad()
+        theirs.zero_grad()
+        functional.reset_net(ours)
+        functional.reset_net(theirs)
+
+
+def test_a_spikingjelly_model_converts_and_trains_alike():
+    """SpikingJelly's own spiking VGG (its convolutions, batch norms and LIF neurons)."""
+    theirs = spiking_vgg.spiking_vgg11_bn(num_classes=10, spiking_neuron=sj.LIFNode, tau=2.5,
+                                          surrogate_function=surrogate.ATan(), detach_reset=True)
+    functional.set_step_mode(theirs, "m")
+    theirs.train()
+    ours = spikejit.from_spikingjelly(copy.deepcopy(theirs))
+    neurons = [m for m in ours.modules() if isinstance(m, spikejit.LIFNode)]
+    assert len(neurons) == 10 and not any(isinstance(m, sj.BaseNode) for m in ours.modules())
+    assert all(m.tau == 2.5 and m.detach_reset and m.step_mode == "m" for m in neurons)
+    x = torch.rand(2, 2, 3, 32, 32)  # [T, B, C, H, W]
+    seed = int(torch.randint(2**31, ()))
+    torch.manual_seed(seed)  # the same masks in the classifier's dropouts
+    y, grad_x, grads = run(ours, x, False)
+    torch.manual_seed(seed)
+    y_ref, grad_x_ref, grads_ref = run(theirs, x, False)
+    torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(grad_x, grad_x_ref, rtol=1e-3, atol=1e-6)
+    for key in grads_ref:
+        torch.testing.assert_close(grads[key], grads_ref[key], rtol=1e-3, atol=1e-6, msg=key)
+
+
+def test_the_conversion_keeps_dtype_mode_flags_and_sharing():
+    shared = sj.ParametricLIFNode(step_mode="m")
+    net = nn.Sequential(nn.Linear(4, 4), shared, nn.Linear(4, 4), shared).double().eval()
+    shared.w.requires_grad_(False)
+    out = spikejit.from_spikingjelly(net)
+    assert out is net  # in place, the parent returned
+    assert isinstance(net[1], spikejit.ParametricLIFNode) and net[1] is net[3]
+    assert net[1].w.dtype == torch.float64 and not net[1].training and not net[1].w.requires_grad
+
+
+def test_a_neuron_alone_converts_to_a_new_module():
+    theirs = sj.LIFNode(tau=4.0, step_mode="m")
+    ours = spikejit.from_spikingjelly(theirs)
+    assert isinstance(ours, spikejit.LIFNode) and ours.tau == 4.0 and ours.step_mode == "m"
+
+
+def test_a_network_without_spikingjelly_neurons_is_unchanged():
+    net = nn.Sequential(nn.Linear(3, 3), spikejit.LIFNode(), layer.Flatten())
+    children = list(net)
+    assert spikejit.from_spikingjelly(net) is net and list(net) == children
+
+
+class _MyLIF(sj.LIFNode):
+    def neuronal_charge(self, x):
+        self.v = self.v + x
+
+
+def test_neurons_without_a_counterpart_are_refused_by_path_or_left_with_a_warning():
+    net = nn.Sequential(nn.Linear(4, 4), sj.MPBNLIFNode(out_features=4), nn.Sequential(_MyLIF()), sj.IFNode())
+    with pytest.raises(ValueError, match=r"^module: expected SpikingJelly neurons that spikejit provides .*"
+                                         r"got 1 \(.*MPBNLIFNode\), 2\.0 \(.*_MyLIF\); strict=False"):
+        spikejit.from_spikingjelly(net)
+    assert isinstance(net[3], sj.IFNode)  # nothing converted
+    with pytest.warns(UserWarning, match=r"left as they are .*MPBNLIFNode.*_MyLIF"):
+        spikejit.from_spikingjelly(net, strict=False)
+    assert isinstance(net[1], sj.MPBNLIFNode) and isinstance(net[2][0], _MyLIF)
+    assert isinstance(net[3], spikejit.IFNode)
+
+
+def test_a_neuron_with_state_or_hooks_is_refused():
+    net = nn.Sequential(nn.Linear(4, 4), sj.LIFNode(step_mode="m"))
+    net(torch.randn(3, 2, 4))
+    with pytest.raises(ValueError, match=r"^1 \(.*LIFNode\): expected the neuron at its reset state, got state 'v'"
+                                         r".*functional\.reset_net"):
+        spikejit.from_spikingjelly(net)
+    functional.reset_net(net)
+    handle = net[1].register_forward_hook(lambda *args: None)
+    with pytest.raises(ValueError, match=r"^1 \(.*LIFNode\): expected a neuron without hooks .* got forward_hooks"):
+        spikejit.from_spikingjelly(net)
+    handle.remove()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert isinstance(spikejit.from_spikingjelly(net)[1], spikejit.LIFNode)
+
+
+def test_bad_arguments_are_type_errors_naming_them():
+    with pytest.raises(TypeError, match=r"^module: expected a torch\.nn\.Module, got list"):
+        spikejit.from_spikingjelly([sj.IFNode()])
+    with pytest.raises(TypeError, match=r"^strict: expected a bool, got str"):
+        spikejit.from_spikingjelly(sj.IFNode(), strict="yes")
