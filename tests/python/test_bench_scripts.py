@@ -206,3 +206,11 @@ def test_cpu_bench_reports_calls_after_another_implementation_and_after_their_ow
 def test_double_backward_bench_dry_run():
     out = run_bench("bench_double_backward.py", "--dry-run", "--device", "cpu")
     assert "| LIF | 4 | 64 |" in out and "| PLIF | 4 | 64 |" in out, out
+
+
+@pytest.mark.parametrize("model", ["vgg11_bn", "sew_resnet18"])
+def test_converted_model_bench_dry_run(model):
+    """SpikingJelly's model against its conversion (the script checks their outputs agree first)."""
+    out = run_bench("bench_converted_model.py", "--dry-run", "--model", model)
+    assert re.search(r"^\| train \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|", out, re.M), out
+    assert re.search(r"^\| infer \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|", out, re.M), out
