@@ -20,7 +20,8 @@
 #   bench        the kernels, the modules against SpikingJelly,
 #                the host time of a call, training memory          about 5 min
 #   bench-extra  FlexSN, CUDA graphs, layouts, forward mode, second derivatives, stochastic
-#                and nonlinear neurons, the host CPU, compression  about 5 min
+#                and nonlinear neurons, a converted SpikingJelly model, the host CPU,
+#                compression                                       about 5-6 min
 # `tests` is cpp,python. Without --only, everything runs (about 20 minutes).
 # BUDGET_S (default 570) guards a call: a benchmark step that would start with less time left than
 # it needs is not run, and the summary says so (the run then FAILs).
@@ -193,6 +194,8 @@ if [[ $installed -eq 0 ]] && wanted bench-extra; then
   bench_step 40 doublebench bench.txt python3 "$ROOT/bench/python/bench_double_backward.py" --device cuda
   bench_step 40 randbench bench.txt python3 "$ROOT/bench/python/bench_random_neurons.py"
   bench_step 45 nonlinearbench bench.txt python3 "$ROOT/bench/python/bench_nonlinear_neurons.py"
+  bench_step 40 convertbench bench.txt python3 "$ROOT/bench/python/bench_converted_model.py" --model sew_resnet18 \
+    --batch 32
   # The host CPU as a 2-core machine (two cores, two threads), like the machines CI runs on.
   bench_step 40 cpubench bench.txt taskset -c 0,1 python3 "$ROOT/bench/python/bench_cpu_vs_spikingjelly.py" \
     --threads 2 --reps 20
