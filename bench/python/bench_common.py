@@ -103,6 +103,13 @@ def cuda_copy_bandwidth(device, numel):
     return 2 * numel * 4 / (median_ms(lambda: dst.copy_(src), device, 10, 5) * 1e-3)
 
 
+def check_counts(parser, args, *names):
+    """parser.error for the first of the named arguments below 1 (its flag, its value)."""
+    for name in names:
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}: expected a count >= 1, got {getattr(args, name)}")
+
+
 def flexsn_bench_args(description, argv=None):
     """The arguments of the FlexSN core benchmarks: device, T, N (default 1M on CUDA, 65536 on
     the CPU), calls per burst, bursts, --dry-run (tiny sizes: a check that it runs)."""
@@ -121,9 +128,7 @@ def flexsn_bench_args(description, argv=None):
         args.neurons = 1 << 20 if args.device.startswith("cuda") else 1 << 16
     if args.dry_run:
         args.steps, args.neurons, args.calls, args.bursts = 4, 64, 2, 2
-    for name in ("steps", "neurons", "calls", "bursts"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name}: expected a count >= 1, got {getattr(args, name)}")
+    check_counts(parser, args, "steps", "neurons", "calls", "bursts")
     return args
 
 

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import burst_ms, device_name, fmt, markdown_table  # noqa: E402
+from bench_common import burst_ms, check_counts, device_name, fmt, markdown_table  # noqa: E402
 
 MODELS = ("vgg11_bn", "sew_resnet18")
 
@@ -49,9 +49,7 @@ def parse_args(argv=None):
         parser.error(f"--sj-backend: SpikingJelly runs its torch implementation on the CPU, got {args.sj_backend!r}")
     if args.dry_run:
         args.steps, args.batch, args.size, args.rounds = 2, 1, 32, 2
-    for name in ("steps", "batch", "size", "rounds"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name}: expected a count >= 1, got {getattr(args, name)}")
+    check_counts(parser, args, "steps", "batch", "size", "rounds")
     return args
 
 

@@ -22,7 +22,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import markdown_table, spikejit_node, spikingjelly_node  # noqa: E402
+from bench_common import check_counts, markdown_table, spikejit_node, spikingjelly_node  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -31,8 +31,7 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=10, help="timed steps per size (after 3 warm-up steps)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
     args = parser.parse_args(argv)
-    if args.steps < 1:
-        parser.error(f"--steps: expected a count >= 1, got {args.steps}")
+    check_counts(parser, args, "steps")
     try:
         args.sizes = [tuple(int(v) for v in size.split(":")) for size in args.sizes]
     except ValueError:

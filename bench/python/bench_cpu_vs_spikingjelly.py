@@ -29,7 +29,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import fmt, markdown_table, minimal_bytes, quartiles, spikejit_node, spikingjelly_node  # noqa: E402
+from bench_common import (check_counts, fmt, markdown_table, minimal_bytes,  # noqa: E402
+                          quartiles, spikejit_node, spikingjelly_node)
 
 
 def parse_args(argv=None):
@@ -47,9 +48,7 @@ def parse_args(argv=None):
     parser.add_argument("--bursts", type=int, default=7)
     parser.add_argument("--csv", help="also write the results to this CSV file")
     args = parser.parse_args(argv)
-    for name in ("steps", "neurons", "reps", "in_a_row", "overhead_neurons", "calls", "bursts"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')}: expected a count >= 1, got {getattr(args, name)}")
+    check_counts(parser, args, "steps", "neurons", "reps", "in_a_row", "overhead_neurons", "calls", "bursts")
     if min(args.overhead_steps) < 1:
         parser.error(f"--overhead-steps: expected counts >= 1, got {args.overhead_steps}")
     return args

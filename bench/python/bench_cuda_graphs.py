@@ -20,7 +20,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import NEURONS, device_name, fmt, markdown_table, quartiles, spikejit_node  # noqa: E402
+from bench_common import NEURONS, check_counts, device_name, fmt, markdown_table, quartiles, spikejit_node  # noqa: E402
 
 MODES = ("eager", "compile", "reduce-overhead")
 
@@ -35,9 +35,7 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=100, help="training steps per burst")
     parser.add_argument("--bursts", type=int, default=5)
     args = parser.parse_args(argv)
-    for name in ("steps_t", "steps", "bursts"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')}: expected a count >= 1, got {getattr(args, name)}")
+    check_counts(parser, args, "steps_t", "steps", "bursts")
     if min(args.batches) < 1:
         parser.error(f"--batches: expected sizes >= 1, got {args.batches}")
     return args

@@ -17,7 +17,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import cuda_copy_bandwidth, device_name, fmt, markdown_table, median_ms  # noqa: E402
+from bench_common import check_counts, cuda_copy_bandwidth, device_name, fmt, markdown_table, median_ms  # noqa: E402
 
 import spikejit  # noqa: E402
 
@@ -39,9 +39,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.dry_run:
         args.steps, args.neurons, args.calls, args.bursts = [4], 64, 2, 2
-    for name in ("neurons", "calls", "bursts"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name}: expected a count >= 1, got {getattr(args, name)}")
+    check_counts(parser, args, "neurons", "calls", "bursts")
     if min(args.steps) < 1:
         parser.error(f"--steps: expected counts >= 1, got {args.steps}")
     return args

@@ -41,8 +41,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_common import (NEURONS, fmt, markdown_table, minimal_bytes, quartiles, spikejit_node,  # noqa: E402
-                          spikingjelly_node)
+from bench_common import (NEURONS, check_counts, fmt, markdown_table, minimal_bytes, quartiles,  # noqa: E402
+                          spikejit_node, spikingjelly_node)
 
 SIZES = [(4, 4194304), (8, 4194304), (16, 4194304), (32, 4194304), (64, 4194304), (256, 16384), (1024, 4096)]
 DRY_SIZES = [(4, 4096), (32, 512)]
@@ -81,10 +81,7 @@ def parse_args(argv=None):
         parser.error(f"--checkpoint-every: expected intervals >= 0, got {args.checkpoint_every}")
     if args.rep_ms <= 0 or args.warmup_ms < 0:
         parser.error(f"--rep-ms / --warmup-ms: expected > 0 / >= 0, got {args.rep_ms} / {args.warmup_ms}")
-    if args.calls < 1:
-        parser.error(f"--calls: expected a count >= 1, got {args.calls}")
-    if args.rounds < 1:
-        parser.error(f"--rounds: expected a count >= 1, got {args.rounds}")
+    check_counts(parser, args, "calls", "rounds")
     if args.budget_s <= 0:
         parser.error(f"--budget-s: expected seconds > 0, got {args.budget_s}")
     return args

@@ -18,7 +18,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import burst_ms, markdown_table, spikejit_node  # noqa: E402
+from bench_common import burst_ms, check_counts, markdown_table, spikejit_node  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -34,9 +34,7 @@ def parse_args(argv=None):
     parser.add_argument("--input", choices=("contiguous", "repeated"), default="contiguous",
                         help="x as a [T, N] tensor, or one step expanded over T")
     args = parser.parse_args(argv)
-    for name in ("steps", "neurons", "calls", "bursts", "rounds", "threads"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name}: expected a count >= 1, got {getattr(args, name)}")
+    check_counts(parser, args, "steps", "neurons", "calls", "bursts", "rounds", "threads")
     return args
 
 

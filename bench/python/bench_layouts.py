@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import cuda_copy_bandwidth, device_name, fmt, markdown_table, median_ms, minimal_bytes  # noqa: E402
+from bench_common import (check_counts, cuda_copy_bandwidth, device_name, fmt,  # noqa: E402
+                          markdown_table, median_ms, minimal_bytes)
 
 import spikejit  # noqa: E402
 from spikejit import functional  # noqa: E402
@@ -46,9 +47,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.dry_run:
         args.steps_t, args.batch, args.channels, args.size, args.calls, args.bursts = 2, 2, 4, 4, 2, 2
-    for name in ("steps_t", "batch", "channels", "size", "calls", "bursts"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')}: expected a count >= 1, got {getattr(args, name)}")
+    check_counts(parser, args, "steps_t", "batch", "channels", "size", "calls", "bursts")
     return args
 
 

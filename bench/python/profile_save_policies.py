@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import NEURONS, fmt, markdown_table, spikejit_node  # noqa: E402
+from bench_common import NEURONS, check_counts, fmt, markdown_table, spikejit_node  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -46,8 +46,7 @@ def parse_args():
         parser.error(f"--sizes: expected T:N pairs with T, N >= 1, got {args.sizes}")
     if any(k < 0 for k in args.policies):
         parser.error(f"--policies: expected intervals >= 0, got {args.policies}")
-    if args.steps < 1:
-        parser.error(f"--steps: expected a count >= 1, got {args.steps}")
+    check_counts(parser, args, "steps")
     if args.dry_run:
         args.sizes = [(4, 256), (16, 64)]
         args.steps = min(args.steps, 3)

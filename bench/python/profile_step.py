@@ -24,7 +24,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import spikejit_node, spikingjelly_node  # noqa: E402
+from bench_common import check_counts, spikejit_node, spikingjelly_node  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -37,9 +37,7 @@ def parse_args(argv=None):
     parser.add_argument("--bursts", type=int, default=5)
     parser.add_argument("--top", type=int, default=25, help="rows of each profile")
     args = parser.parse_args(argv)
-    for name in ("steps", "neurons", "calls", "bursts", "top"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name}: expected a count >= 1, got {getattr(args, name)}")
+    check_counts(parser, args, "steps", "neurons", "calls", "bursts", "top")
     return args
 
 
