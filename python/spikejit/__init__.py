@@ -39,6 +39,7 @@ from .simple_neuron import SimpleBaseNode, SimpleIFNode, SimpleLIFNode
 from .psn import PSN, MaskedPSN, SlidingPSN
 from .few_spike_neuron import FewSpikeNode, FewSpikeTable, HGNode, OutlierAwareThresholdNode
 from .dsr_neuron import DSRIFNode, DSRLIFNode
+from .mpbn_neuron import MPBNLIFNode
 from .nn import PackedSpikeConv2d, PackedSpikeLinear, packed_spikes
 from .recompute import Recompute
 from .spikingjelly_conversion import from_spikingjelly
@@ -56,7 +57,7 @@ __all__ = [
     "NonSpikingIFNode", "NonSpikingLIFNode", "SLTTLIFNode", "OTTTLIFNode", "ActivationAwareIFNode",
     "HalfThresholdIFNode", "STBIFNode", "SimpleBaseNode", "SimpleIFNode", "SimpleLIFNode", "PSN", "MaskedPSN",
     "SlidingPSN", "FewSpikeTable", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode", "DSRIFNode", "DSRLIFNode",
-    "FlexSN", "FlexSNKernel",
+    "MPBNLIFNode", "FlexSN", "FlexSNKernel",
     "multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step", "plif_multi_step",
     "eager_scan", "eager_scan_final_state", "lowerable_scan", "lowerable_scan_final_state",
     "lowerable_scan_available", "bit_spike_compress", "bit_spike_decompress", "pack_spike_rows",

@@ -13,7 +13,7 @@ returns it (a new module when `module` itself is a neuron), like
 `torch.nn.SyncBatchNorm.convert_sync_batchnorm`. A neuron shared by several parents stays shared.
 
 What is refused, with a ValueError naming the module's path and class:
-- a SpikingJelly neuron without a spikejit counterpart, or a subclass of one (its overrides
+- a SpikingJelly neuron without a spikejit counterpart (the ILC and Noisy neurons), or a subclass of one (its overrides
   would be lost); with `strict=False` these are left as they are, with one warning naming them;
 - a neuron holding a state other than its reset value (a `v` from an earlier call): call
   SpikingJelly's `functional.reset_net(net)` first;
@@ -31,8 +31,8 @@ import torch
 from torch import nn
 
 from . import (conversion_neurons, dsr_neuron, few_spike_neuron, gated_lif_neuron, ilif_neuron, lif_variants,
-               neuron, nonlinear_neuron, online_neurons, psn, readout_neuron, resonate_neuron, simple_neuron,
-               ternary_neuron)
+               mpbn_neuron, neuron, nonlinear_neuron, online_neurons, psn, readout_neuron, resonate_neuron,
+               simple_neuron, ternary_neuron)
 
 __all__ = ["from_spikingjelly", "CONVERTIBLE"]
 
@@ -59,6 +59,23 @@ def _dsr_threshold(m) -> dict:
                 v_threshold=max(value, m.v_threshold_lower_bound) if learned else value)
 
 
+def _mpbn_arguments(m) -> dict:
+    """MPBNLIFNode's mpbn and feature count, which SpikingJelly keeps only in its batch norm (or,
+    after the fold, in mu; with a learned threshold, in a)."""
+    bn = None if isinstance(m.vbn, nn.Identity) else m.vbn
+    if bn is not None:
+        layer = "out_channels" if isinstance(bn, nn.BatchNorm2d) else "out_features"
+        return {"mpbn": True, layer: bn.num_features}
+    like = m.mu if m.mu is not None else getattr(m, "a", None)
+    return {"mpbn": m.fold_bn, "out_features": 1 if like is None else like.numel()}
+
+
+def _mpbn_fold(ours, m) -> None:
+    """A folded SpikingJelly MPBNLIFNode: spikejit's folds the same way before the state dict."""
+    if m.fold_bn:
+        ours.re_parameterize_v_threshold(m.normalize_residual, m.running_stats)
+
+
 # Arguments that SpikingJelly's modules keep under other names, or only as the shapes of their
 # parameters (a value from the state dict needs none: the state dict is loaded after).
 _MORE_ARGUMENTS: Dict[str, Callable[[nn.Module], dict]] = {
@@ -73,7 +90,11 @@ _MORE_ARGUMENTS: Dict[str, Callable[[nn.Module], dict]] = {
                              gate_thresholds=m.gate_thresholds.detach().clone()),
     "DSRIFNode": _dsr_threshold,
     "DSRLIFNode": _dsr_threshold,
+    "MPBNLIFNode": _mpbn_arguments,
 }
+
+# What a module needs after construction to take SpikingJelly's state dict.
+_BEFORE_THE_STATE_DICT: Dict[str, Callable[[nn.Module, nn.Module], None]] = {"MPBNLIFNode": _mpbn_fold}
 
 # SpikingJelly's neuron classes that spikejit provides, by name, and spikejit's class of each.
 # (SimpleBaseNode is not here: it is a base that users subclass.)
@@ -87,7 +108,7 @@ CONVERTIBLE: Dict[str, type] = {
         online_neurons.OTTTLIFNode, conversion_neurons.ActivationAwareIFNode, conversion_neurons.HalfThresholdIFNode,
         conversion_neurons.STBIFNode, simple_neuron.SimpleIFNode, simple_neuron.SimpleLIFNode, psn.PSN,
         psn.MaskedPSN, psn.SlidingPSN, few_spike_neuron.FewSpikeNode, few_spike_neuron.OutlierAwareThresholdNode,
-        few_spike_neuron.HGNode, dsr_neuron.DSRIFNode, dsr_neuron.DSRLIFNode)
+        few_spike_neuron.HGNode, dsr_neuron.DSRIFNode, dsr_neuron.DSRLIFNode, mpbn_neuron.MPBNLIFNode)
 }
 
 # Constructor arguments not taken from SpikingJelly's attributes: spikejit's own.
@@ -149,6 +170,7 @@ def _converted(path: str, m: nn.Module) -> nn.Module:
     options.update(_MORE_ARGUMENTS.get(cls.__name__, lambda _: {})(m))
     try:
         ours = cls(**options)
+        _BEFORE_THE_STATE_DICT.get(cls.__name__, lambda *_: None)(ours, m)
         like = _first_tensor(m)
         if like is not None:
             ours.to(device=like.device, dtype=like.dtype if like.is_floating_point() else None)

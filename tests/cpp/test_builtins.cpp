@@ -518,8 +518,8 @@ TEST(Builtins, DefaultInitialStateIsVReset) {
 TEST(Builtins, EveryShippedNeuronIsListedAndVerifies) {
   const std::vector<std::string> names = builtins::shipped_names();
   EXPECT_EQ(names, (std::vector<std::string>{"activation_aware_if", "clif", "cubalif", "dsr", "eif", "few_spike",
-                                           "gated_lif", "if", "ilif", "izhikevich", "klif", "lif", "nonspiking",
-                                           "plif", "qif", "raf", "stbif", "ternary"}));
+                                           "gated_lif", "if", "ilif", "izhikevich", "klif", "lif", "mpbn_lif",
+                                           "nonspiking", "plif", "qif", "raf", "stbif", "ternary"}));
   for (const std::string& name : names) {
     SCOPED_TRACE(name);
     const ir::Neuron n = builtins::shipped_neuron(name);

@@ -60,6 +60,7 @@ MODULES = {
     "HGNode": lambda: spikejit.HGNode([_binary_table(0.5), _binary_table()], [0.6], step_mode="m"),
     "DSRIFNode": lambda: spikejit.DSRIFNode(T=T),
     "DSRLIFNode": lambda: spikejit.DSRLIFNode(T=T),
+    "MPBNLIFNode": lambda: spikejit.MPBNLIFNode(out_channels=3, step_mode="m"),
     "PSN": lambda: spikejit.PSN(T),
     "MaskedPSN": lambda: spikejit.MaskedPSN(2, T, lambda_init=0.5, step_mode="m"),
     "SlidingPSN": lambda: spikejit.SlidingPSN(3, step_mode="m"),

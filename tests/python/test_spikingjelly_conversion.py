@@ -65,6 +65,7 @@ SPIKINGJELLY_NEURONS = {
     "HGNode": lambda: sj.HGNode([_table(0.5), _table(1.0)], [0.6], step_mode="m"),
     "DSRIFNode": lambda: sj.DSRIFNode(T=T, v_threshold=2.0, alpha=0.4),
     "DSRLIFNode": lambda: sj.DSRLIFNode(T=T, tau=2.5, v_threshold_training=False),
+    "MPBNLIFNode": lambda: sj.MPBNLIFNode(tau=2.5, out_features=FEATURES, learnable_vth=True, step_mode="m"),
 }
 SINGLE_STEP = {"SLTTLIFNode", "OTTTLIFNode"}  # online training: one step per call
 INFERENCE = {"STBIFNode"}  # SpikingJelly's STBIF refuses autograd
@@ -155,6 +156,30 @@ def test_a_spikingjelly_model_converts_and_trains_alike():
         torch.testing.assert_close(grads[key], grads_ref[key], rtol=1e-3, atol=1e-6, msg=key)
 
 
+@pytest.mark.parametrize("running_stats", [False, True])
+def test_a_folded_mpbn_neuron_converts_folded(running_stats):
+    """After re_parameterize_v_threshold: the folded thresholds (one kernel in evaluation) and
+    the test-time adaptation (training) as SpikingJelly's."""
+    theirs = sj.MPBNLIFNode(out_channels=FEATURES, v_reset=None, step_mode="m")
+    with torch.no_grad():
+        theirs.vbn.weight.uniform_(0.5, 1.5)
+        theirs.vbn.bias.normal_(0.0, 0.3)
+        theirs.vbn.running_mean.normal_(0.0, 0.5)
+        theirs.vbn.running_var.uniform_(0.5, 2.0)
+    theirs.re_parameterize_v_threshold(normalize_residual=True, running_stats=running_stats)
+    ours = spikejit.from_spikingjelly(copy.deepcopy(theirs))
+    assert ours.fold_bn and ours.normalize_residual and ours.running_stats == running_stats
+    x = random_input(T, B, FEATURES, 2, 2)
+    for mode in ("eval", "train", "eval"):
+        ours.train(mode == "train")
+        theirs.train(mode == "train")
+        assert torch.equal(ours(x), theirs(x))
+        assert torch.equal(ours.v, theirs.v)
+        assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()))
+        functional.reset_net(ours)
+        functional.reset_net(theirs)
+
+
 def test_the_conversion_keeps_dtype_mode_flags_and_sharing():
     shared = sj.ParametricLIFNode(step_mode="m")
     net = nn.Sequential(nn.Linear(4, 4), shared, nn.Linear(4, 4), shared).double().eval()
@@ -183,14 +208,14 @@ class _MyLIF(sj.LIFNode):
 
 
 def test_neurons_without_a_counterpart_are_refused_by_path_or_left_with_a_warning():
-    net = nn.Sequential(nn.Linear(4, 4), sj.MPBNLIFNode(out_features=4), nn.Sequential(_MyLIF()), sj.IFNode())
+    net = nn.Sequential(nn.Linear(4, 4), sj.ILCLIFNode(2, 2), nn.Sequential(_MyLIF()), sj.IFNode())
     with pytest.raises(ValueError, match=r"^module: expected SpikingJelly neurons that spikejit provides .*"
-                                         r"got 1 \(.*MPBNLIFNode\), 2\.0 \(.*_MyLIF\); strict=False"):
+                                         r"got 1 \(.*ILCLIFNode\), 2\.0 \(.*_MyLIF\); strict=False"):
         spikejit.from_spikingjelly(net)
     assert isinstance(net[3], sj.IFNode)  # nothing converted
-    with pytest.warns(UserWarning, match=r"left as they are .*MPBNLIFNode.*_MyLIF"):
+    with pytest.warns(UserWarning, match=r"left as they are .*ILCLIFNode.*_MyLIF"):
         spikejit.from_spikingjelly(net, strict=False)
-    assert isinstance(net[1], sj.MPBNLIFNode) and isinstance(net[2][0], _MyLIF)
+    assert isinstance(net[1], sj.ILCLIFNode) and isinstance(net[2][0], _MyLIF)
     assert isinstance(net[3], spikejit.IFNode)
 
 
