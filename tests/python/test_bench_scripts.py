@@ -168,7 +168,7 @@ def test_nonlinear_neurons_bench_dry_run_compares_every_neuron_with_spikingjelly
     out = run_bench("bench_nonlinear_neurons.py", "--dry-run", "--device", "cpu")
     assert "SpikingJelly: installed" in out, out
     for name in ("QIF", "EIF", "Izhikevich", "I-LIF", "CLIF", "KLIF", "CUBA LIF", "LIAF", "GLIF", "RAF", "ternary LIF",
-                 "activation-aware IF", "STBIF", "few-spikes", "DSR IF", "DSR LIF"):
+                 "activation-aware IF", "STBIF", "few-spikes", "DSR IF", "DSR LIF", "MPBN LIF"):
         row = next(line for line in out.splitlines() if line.startswith(f"| {name} |"))
         measured = "|".join(row.split("|")[5:7]) if name == "STBIF" else row.split("|", 4)[4]  # (STBIF: inference)
         assert "–" not in measured, row  # both sides measured (the copy bandwidth is CUDA's)
