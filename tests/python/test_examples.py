@@ -109,3 +109,14 @@ def test_gradient_penalty_matches_the_pytorch_loop_and_learns(device, seed):
     end = number(r"loss \(mean of 5 iterations\): [\d.]+ at the start -> ([\d.]+) at the end", out)
     assert end < 0.5 * start, out
     assert number(r"accuracy after training: ([\d.]+)%", out) > 50.0, out  # chance is 25 %
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_convert_spikingjelly_trains_like_the_original(device, seed):
+    out = run_example("convert_spikingjelly.py", "--iterations", 3, "--steps", 2, "--batch-size", 2, "--size", 32,
+                      "--device", device, "--seed", seed)
+    assert "sew_resnet18: 20 SpikingJelly neurons converted to spikejit's LIFNode" in out, out
+    assert number(r"outputs differ by at most ([\d.e+-]+)", out) < 1e-4, out
+    assert number(r"weights after training differ by at most ([\d.e+-]+)", out) < 1e-4, out
+    assert number(r"training moved them by up to ([\d.e+-]+)", out) > 1e-3, out  # (it trained)
+    assert re.search(r"training step: SpikingJelly [\d.]+ ms, converted [\d.]+ ms", out), out
