@@ -27,7 +27,9 @@
 # it needs is not run, and the summary says so (the run then FAILs).
 #
 # Environment: OUT, BUILD_DIR (default ./build-gpu), JOBS (default: all cores), BUDGET_S,
-# SANITIZER_FILTER (gtest filter for compute-sanitizer), SPIKEJIT_CACHE_DIR (default: in the build).
+# SANITIZER_FILTER (gtest filter for compute-sanitizer), SPIKEJIT_CACHE_DIR (default: in the build),
+# PYTEST_TARGETS (the Python tests to run, paths or node ids separated by spaces; default all),
+# CTEST_REGEX (ctest -R: the C++ tests to run; default all): for a machine lent for less time.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -126,10 +128,15 @@ GENERATOR=()
 command -v ninja > /dev/null 2>&1 && GENERATOR=(-G Ninja)
 if [[ -f "$BUILD/CMakeCache.txt" ]]; then GENERATOR=(); fi
 
-step configure build.log cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DSPIKEJIT_BUILD_TESTS=ON -DSPIKEJIT_BUILD_BENCH=ON "${PREFIX_ARGS[@]}" &&
-step build build.log cmake --build "$BUILD" -j "$JOBS"
-built=$?
+# The C++ build (tests, benchmarks) serves every part but the Python tests, which build the
+# package's own extension with pip.
+built=0
+if wanted cpp || wanted bench || wanted bench-extra; then
+  step configure build.log cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DSPIKEJIT_BUILD_TESTS=ON -DSPIKEJIT_BUILD_BENCH=ON "${PREFIX_ARGS[@]}" &&
+  step build build.log cmake --build "$BUILD" -j "$JOBS"
+  built=$?
+fi
 
 # The Python package on CUDA. No network there: SpikingJelly (the conformance reference) and
 # its small dependencies travel as wheels in .whl/ (see docs/python.md).
@@ -143,7 +150,8 @@ if [[ $built -eq 0 ]] && { wanted python || wanted bench || wanted bench-extra; 
 fi
 
 if [[ $built -eq 0 ]] && wanted cpp; then
-  step ctest ctest.log ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" --timeout 400
+  step ctest ctest.log ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" --timeout 400 \
+    ${CTEST_REGEX:+-R "$CTEST_REGEX"}
   # The bit-spike kernels under memcheck (a missing compute-sanitizer is reported below).
   sanitizer=$(find_sanitizer) && step memcheck-bits ctest.log "$sanitizer" --tool memcheck --error-exitcode 1 \
     "$BUILD/test_compress" --gtest_filter="CudaCompress.Misaligned*"
@@ -166,8 +174,9 @@ if [[ $installed -eq 0 ]] && wanted python; then
   # One inductor compile thread per pytest process: by default each of the 12 starts a pool of
   # one per core, and the cold compiles of the torch.compile tests (most of this step's time: a
   # fresh machine has no inductor cache) then fight over the cores.
+  read -r -a targets <<< "${PYTEST_TARGETS:-$ROOT/tests/python}"
   step pytest pytest.log env TORCHINDUCTOR_COMPILE_THREADS=1 \
-    python3 -m pytest -q -rs --durations=15 "${PYTEST_PARALLEL[@]}" "$ROOT/tests/python"
+    python3 -m pytest -q -rs --durations=15 "${PYTEST_PARALLEL[@]}" "${targets[@]}"
 fi
 
 # Most telling first: the kernels against the copy bandwidth, then through PyTorch against
