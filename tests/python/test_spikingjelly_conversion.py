@@ -180,6 +180,32 @@ def test_a_folded_mpbn_neuron_converts_folded(running_stats):
         functional.reset_net(theirs)
 
 
+def test_a_converted_network_compiles_without_graph_breaks():
+    """SpikingJelly's layers around converted neurons: torch.compile(fullgraph=True) of the
+    network, its outputs and gradients equal to eager. (reset_net stays outside the compiled
+    function, as usual: for modules that are not its MemoryModule it calls its logger, which
+    dynamo does not trace.)"""
+    torch._dynamo.reset()
+    net = nn.Sequential(layer.Conv2d(2, 4, 3, padding=1), layer.BatchNorm2d(4),
+                        sj.LIFNode(surrogate_function=surrogate.ATan()), layer.Flatten(),
+                        layer.Linear(4 * 6 * 6, 5), sj.ParametricLIFNode())
+    functional.set_step_mode(net, "m")
+    net = spikejit.from_spikingjelly(net)
+    x = torch.rand(3, 2, 2, 6, 6)
+    assert torch._dynamo.explain(net)(x).graph_break_count == 0
+    results = []
+    for model in (torch.compile(net, fullgraph=True), net):
+        functional.reset_net(net)
+        y = model(x)
+        y.sum().backward()
+        results.append((y.detach(), [p.grad.clone() for p in net.parameters()]))
+        net.zero_grad()
+    (compiled, compiled_grads), (eager, eager_grads) = results
+    assert torch.equal(compiled, eager)
+    for a, b in zip(compiled_grads, eager_grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_the_conversion_keeps_dtype_mode_flags_and_sharing():
     shared = sj.ParametricLIFNode(step_mode="m")
     net = nn.Sequential(nn.Linear(4, 4), shared, nn.Linear(4, 4), shared).double().eval()
