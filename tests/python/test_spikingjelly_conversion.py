@@ -134,6 +134,25 @@ def test_converted_network_gives_spikingjellys_outputs_and_gradients(name, devic
         functional.reset_net(theirs)
 
 
+def test_a_single_step_network_converts_and_runs_step_by_step():
+    """SpikingJelly's default, step_mode 's', driven by a loop over the steps as in its tutorials."""
+    theirs = nn.Sequential(layer.Linear(4, 8), sj.LIFNode(tau=3.0, surrogate_function=surrogate.ATan()),
+                           layer.Linear(8, 3), sj.IFNode(v_reset=None))
+    ours = spikejit.from_spikingjelly(copy.deepcopy(theirs))
+    assert ours[1].step_mode == "s" and ours[3].step_mode == "s"
+    x = random_input(T, B, 4)
+    for _ in range(2):
+        y, grad_x, grads = run(ours, x, True)
+        y_ref, grad_x_ref, grads_ref = run(theirs, x, True)
+        assert torch.equal(y, y_ref)
+        torch.testing.assert_close(grad_x, grad_x_ref, rtol=1e-4, atol=1e-5)
+        for key in grads_ref:
+            torch.testing.assert_close(grads[key], grads_ref[key], rtol=1e-4, atol=1e-5, msg=key)
+        for net in (ours, theirs):
+            net.zero_grad()
+            functional.reset_net(net)
+
+
 def test_a_spikingjelly_model_converts_and_trains_alike():
     """SpikingJelly's own spiking VGG (its convolutions, batch norms and LIF neurons)."""
     theirs = spiking_vgg.spiking_vgg11_bn(num_classes=10, spiking_neuron=sj.LIFNode, tau=2.5,
