@@ -1,5 +1,6 @@
 """Shared fixtures: fresh random seeds (printed, so a failure can be replayed with
-SPIKEJIT_TEST_SEED) and the CUDA policy (skip without a GPU, fail under SPIKEJIT_REQUIRE_CUDA=1)."""
+SPIKEJIT_TEST_SEED) and the CUDA policy (skip without a GPU, fail under SPIKEJIT_REQUIRE_CUDA=1);
+SpikingJelly's PyTorch reference pinned on CUDA."""
 import os
 import secrets
 
@@ -7,6 +8,13 @@ import pytest
 import torch
 
 import spikejit
+
+# SpikingJelly's modules on CUDA choose a fused implementation of their own (its CUDA or Triton
+# kernels, whose arithmetic is not its PyTorch reference's: Triton's division is not correctly
+# rounded, for one). The tests compare against the reference, so each neuron's choice is pinned
+# to it here, before SpikingJelly is imported (it reads these when imported).
+for _kind in ("IF", "LIF", "PLIF", "QIF", "EIF", "IZHIKEVICH", "ILIF", "ACTIVATION_AWARE_IF", "STBIF", "CLIF"):
+    os.environ.setdefault(f"SJ_{_kind}_CUDA_IMPLEMENTATION", "torch")
 
 
 @pytest.fixture(autouse=True)
