@@ -136,8 +136,8 @@ class MPBNLIFNode(BaseNode):
                                              getattr(self, "a", None)) if isinstance(t, Tensor)), None)
         if features is not None and (x_seq.dim() < 3 or x_seq.shape[2] != features):
             name = "x_seq" if self.step_mode == "m" else "x"
-            raise ValueError(f"{name}: expected steps of shape [B, {features}, ...] ({features} channels at dimension 1), "
-                             f"got shape {list(x_seq.shape[1:])}")
+            raise ValueError(f"{name}: expected steps of shape [B, {features}, ...] ({features} channels at "
+                             f"dimension 1), got shape {list(x_seq.shape[1:])}")
 
     def _params(self, x_seq: Tensor):
         """scale, shift, threshold, reset_threshold, res_mu, res_sigma, res_gamma, res_beta."""

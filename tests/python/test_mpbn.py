@@ -170,7 +170,8 @@ def test_compiles_without_graph_breaks(mode, device):
 
 
 def test_bad_arguments_and_inputs_are_named():
-    with pytest.raises(ValueError, match=r"^out_features, out_channels: expected exactly one of them, got None and None"):
+    with pytest.raises(ValueError, match=r"^out_features, out_channels: expected exactly one of them, got None and "
+                                         r"None"):
         spikejit.MPBNLIFNode()
     with pytest.raises(ValueError, match=r"^out_features, out_channels: expected exactly one of them, got 3 and 4"):
         spikejit.MPBNLIFNode(out_features=3, out_channels=4)
