@@ -40,9 +40,12 @@ __all__ = ["MPBNLIFNode"]
 
 
 def _per_channel(value, x: Tensor) -> Tensor:
-    """A scalar, or one value per channel (dimension 1 of a step's input), over a step's neurons."""
-    value = torch.as_tensor(value, dtype=x.dtype, device=x.device)
+    """A float, a scalar tensor or one value per channel (dimension 1 of a step's input), over a
+    step's neurons (a float is filled on x's device: no copy from the host)."""
     step_shape = x.shape[1:]
+    if not isinstance(value, Tensor):
+        return x.new_full((), value).expand(step_shape)
+    value = value.to(dtype=x.dtype, device=x.device)
     if value.dim() == 1:
         value = value.view(1, -1, *([1] * (len(step_shape) - 2)))
     return value.expand(step_shape)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import spikejit
-from conftest import device_params, random_input
+from conftest import device_params, random_input, require_cuda
 from module_checks import assert_close_to_reference, check_compiles_like_eager
 
 # SpikingJelly is a pinned test requirement: imported, not skipped.
@@ -160,6 +160,28 @@ def test_evaluation_runs_one_kernel_and_training_the_loop():
     folded = spikejit.MPBNLIFNode(out_features=C, step_mode="m").eval()
     folded.re_parameterize_v_threshold(normalize_residual=True)
     assert type(folded(x).grad_fn).__name__ != "StackBackward0"
+
+
+@pytest.mark.cuda
+def test_evaluation_does_not_synchronise_the_device():
+    require_cuda()
+    x = random_input(T, B, C, 3, 2, device="cuda").requires_grad_()
+    plain = spikejit.MPBNLIFNode(out_channels=C, step_mode="m").cuda().eval()
+    folded = spikejit.MPBNLIFNode(out_channels=C, step_mode="m").cuda().eval()
+    folded.re_parameterize_v_threshold(normalize_residual=True)
+    for node in (plain, folded):  # warm up: compiles or loads the kernels
+        node(x).sum().backward()
+        node.reset()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for node in (plain, folded):
+            node(x).sum().backward()
+            node.reset()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    assert torch.isfinite(x.grad).all()
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
