@@ -14,6 +14,7 @@ time-weighted rates), spread evenly over the T steps; the threshold's is the out
 rate summed where the input's rate is above, times v_threshold_grad_scaling (LIF: and delta_t).
 SpikingJelly runs the forward as a torch loop over the steps.
 """
+import functools
 import math
 
 import torch
@@ -26,10 +27,16 @@ from .ops import check_positive_int, check_tensor
 __all__ = ["DSRIFNode", "DSRLIFNode"]
 
 
+@functools.lru_cache(maxsize=64)
+def _weights_on(T: int, tau: float, delta_t: float, device: torch.device) -> Tensor:
+    """SpikingJelly's weights of the LIF's rates, exp(-(T delta_t - t delta_t) / tau) for t = 1..T,
+    on `device`: copied there once per set of options, not at every backward."""
+    return torch.tensor([math.exp(-1 / tau * (delta_t * T - t * delta_t)) for t in range(1, T + 1)]).to(device)
+
+
 def _time_weights(T: int, tau: float, delta_t: float, like: Tensor) -> Tensor:
-    """SpikingJelly's weights of the LIF's rates: exp(-(T delta_t - t delta_t) / tau), t = 1..T."""
-    weights = torch.tensor([math.exp(-1 / tau * (delta_t * T - t * delta_t)) for t in range(1, T + 1)])
-    return weights.to(like.device).view(T, *([1] * (like.dim() - 1)))
+    """The weights of the rates, [T, 1, ...] against `like`."""
+    return _weights_on(T, tau, delta_t, like.device).view(T, *([1] * (like.dim() - 1)))
 
 
 def _rate(seq: Tensor, weights) -> Tensor:
