@@ -85,12 +85,17 @@ def shipped_handle(name: str, constants: dict, surrogate_function=None) -> int:
     """The registry handle of the shipped neuron `name` (neurons/<name>.sj; _core.shipped_names())
     with `constants` overridden ({name: number or bool}) and, unless None, the surrogate of its
     spikes replaced (any form surrogate.resolve takes); built once per distinct arguments and
-    kept for the process, like the built-ins."""
-    values = {key: float(value) for key, value in constants.items()}
+    kept for the process, like the built-ins, and a constant under torch.compile like theirs."""
+    values = tuple(sorted((key, float(_specialized(value))) for key, value in constants.items()))
     surrogate = None if surrogate_function is None else _surrogate.resolve(surrogate_function)
-    key = (name, tuple(sorted(values.items())), surrogate)
-    return _cached_handle(_shipped_handles, key,
-                          lambda: _core.shipped(name, values, *(surrogate or (None, ()))))
+    return _shipped_handle(name, values, surrogate)
+
+
+# (As _builtin_handle: dynamo runs it while tracing, its result a constant of the graph.)
+@torch.compiler.assume_constant_result
+def _shipped_handle(name: str, values: tuple, surrogate) -> int:
+    return _cached_handle(_shipped_handles, (name, values, surrogate),
+                          lambda: _core.shipped(name, dict(values), *(surrogate or (None, ()))))
 
 
 def _check_number(name, value):

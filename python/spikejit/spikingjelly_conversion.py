@@ -23,6 +23,7 @@ What is refused, with a ValueError naming the module's path and class:
 SpikingJelly is not imported: its modules are told by their classes' module names.
 """
 import inspect
+import itertools
 import types
 import warnings
 from typing import Callable, Dict
@@ -159,7 +160,8 @@ def _check_convertible(path: str, m: nn.Module) -> None:
 
 
 def _first_tensor(m: nn.Module):
-    return next(iter(m.state_dict().values()), None)
+    """A tensor of m's (a parameter or a buffer, in its state dict or not): its device and dtype."""
+    return next(itertools.chain(m.parameters(), m.buffers()), None)
 
 
 def _converted(path: str, m: nn.Module) -> nn.Module:
