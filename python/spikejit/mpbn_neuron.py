@@ -169,7 +169,10 @@ class MPBNLIFNode(BaseNode):
     def _statistics(self) -> dict:
         """Copies of what the steps update, kept back after the call (SpikingJelly's order)."""
         bn = None if isinstance(self.vbn, nn.Identity) else self.vbn
-        copy = (lambda t: None if t is None else t.clone()) if bn is not None else (lambda t: None)
+
+        def copy(t):
+            return None if t is None else t.clone()
+
         return {"running_mean": copy(getattr(bn, "running_mean", None)),
                 "running_var": copy(getattr(bn, "running_var", None)),
                 "num_batches_tracked": copy(getattr(bn, "num_batches_tracked", None)),
