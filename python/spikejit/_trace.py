@@ -464,75 +464,84 @@ class TensorSource:
         return f"{'global' if isinstance(self.owner, dict) else type(self.owner).__name__} {self.name!r}"
 
 
-def _collect_candidates(obj, out: List[TensorSource], seen: set, depth: int = 0) -> None:
-    """Tensors reachable from a callable: module parameters and buffers, tensor attributes,
-    closure cells, functools.partial arguments, bound `self`, referenced globals."""
-    if depth > 4 or id(obj) in seen:
-        return
-    seen.add(id(obj))
-    if isinstance(obj, Tensor):
-        out.append(TensorSource(obj))
-        return
-    if isinstance(obj, torch.nn.Module):
-        for module in obj.modules():
-            for table in (module._parameters, module._buffers):
-                out.extend(TensorSource(t, module, name) for name, t in table.items() if t is not None)
-        _collect_attributes(obj, out, seen, depth)
-        return
-    if isinstance(obj, (list, tuple)):
-        for item in obj:
-            _collect_candidates(item, out, seen, depth + 1)
-        return
-    if isinstance(obj, dict):
-        for item in obj.values():
-            _collect_candidates(item, out, seen, depth + 1)
-        return
-    if isinstance(obj, functools.partial):
-        _collect_candidates(obj.func, out, seen, depth + 1)
-        _collect_candidates(list(obj.args) + list(obj.keywords.values()), out, seen, depth + 1)
-        return
-    if hasattr(obj, "__self__") and hasattr(obj, "__func__"):
-        _collect_candidates(obj.__self__, out, seen, depth + 1)
-        _collect_candidates(obj.__func__, out, seen, depth + 1)
-        return
-    code = getattr(obj, "__code__", None)
-    if code is not None:
-        for cell in getattr(obj, "__closure__", None) or ():
-            try:
-                contents = cell.cell_contents
-            except ValueError:  # an empty cell
-                continue
-            if isinstance(contents, Tensor):
-                out.append(TensorSource(contents, cell, "cell_contents"))
-            else:
-                _collect_candidates(contents, out, seen, depth + 1)
-        globals_ = getattr(obj, "__globals__", {})
-        for name in code.co_names:
-            value = globals_.get(name)
+class _Reach:
+    """What a callable reaches: module parameters and buffers, tensor attributes, closure cells,
+    default arguments, functools.partial arguments, bound `self`, referenced globals (`sources`: the tensors, where
+    they live), and the modules among them (`modules`: SpikingJelly's surrogates, say)."""
+
+    def __init__(self, core):
+        self.sources: List[TensorSource] = []
+        self.modules: List[torch.nn.Module] = []
+        self._seen = {}  # id -> object, held: the lists built on the way must not free their ids
+        self._visit(core, 0)
+
+    def _visit(self, obj, depth: int) -> None:
+        if depth > 4 or id(obj) in self._seen:
+            return
+        self._seen[id(obj)] = obj
+        if isinstance(obj, Tensor):
+            self.sources.append(TensorSource(obj))
+            return
+        if isinstance(obj, torch.nn.Module):
+            for module in obj.modules():
+                self.modules.append(module)
+                for table in (module._parameters, module._buffers):
+                    self.sources.extend(TensorSource(t, module, name) for name, t in table.items() if t is not None)
+            self._visit_attributes(obj, depth)
+            return
+        if isinstance(obj, (list, tuple)):
+            for item in obj:
+                self._visit(item, depth + 1)
+            return
+        if isinstance(obj, dict):
+            for item in obj.values():
+                self._visit(item, depth + 1)
+            return
+        if isinstance(obj, functools.partial):
+            self._visit(obj.func, depth + 1)
+            self._visit(list(obj.args) + list(obj.keywords.values()), depth + 1)
+            return
+        if hasattr(obj, "__self__") and hasattr(obj, "__func__"):
+            self._visit(obj.__self__, depth + 1)
+            self._visit(obj.__func__, depth + 1)
+            return
+        code = getattr(obj, "__code__", None)
+        if code is not None:
+            for cell in getattr(obj, "__closure__", None) or ():
+                try:
+                    contents = cell.cell_contents
+                except ValueError:  # an empty cell
+                    continue
+                if isinstance(contents, Tensor):
+                    self.sources.append(TensorSource(contents, cell, "cell_contents"))
+                else:
+                    self._visit(contents, depth + 1)
+            self._visit(list(getattr(obj, "__defaults__", None) or ())
+                        + list((getattr(obj, "__kwdefaults__", None) or {}).values()), depth + 1)
+            globals_ = getattr(obj, "__globals__", {})
+            for name in code.co_names:
+                value = globals_.get(name)
+                if isinstance(value, Tensor):
+                    self.sources.append(TensorSource(value, globals_, name))
+                elif isinstance(value, torch.nn.Module):
+                    self._visit(value, depth + 1)
+            return
+        if callable(obj) and hasattr(obj, "__dict__"):
+            self._visit(type(obj).__call__, depth + 1)
+            self._visit_attributes(obj, depth, also=(torch.nn.Module,))
+
+    def _visit_attributes(self, obj, depth: int, also=()) -> None:
+        """The tensors among an object's own attributes, and what its containers (and `also`) hold."""
+        for name, value in vars(obj).items():
             if isinstance(value, Tensor):
-                out.append(TensorSource(value, globals_, name))
-            elif isinstance(value, torch.nn.Module):
-                _collect_candidates(value, out, seen, depth + 1)
-        return
-    if callable(obj) and hasattr(obj, "__dict__"):
-        _collect_candidates(type(obj).__call__, out, seen, depth + 1)
-        _collect_attributes(obj, out, seen, depth, also=(torch.nn.Module,))
-
-
-def _collect_attributes(obj, out: List[TensorSource], seen: set, depth: int, also=()) -> None:
-    """The tensors among an object's own attributes, and what its containers (and `also`) hold."""
-    for name, value in vars(obj).items():
-        if isinstance(value, Tensor):
-            out.append(TensorSource(value, obj, name))
-        elif isinstance(value, (list, tuple) + also):
-            _collect_candidates(value, out, seen, depth + 1)
+                self.sources.append(TensorSource(value, obj, name))
+            elif isinstance(value, (list, tuple) + also):
+                self._visit(value, depth + 1)
 
 
 def captured_sources(core) -> List[TensorSource]:
-    """Where the tensors `core` can reach live (see _collect_candidates)."""
-    out: List[TensorSource] = []
-    _collect_candidates(core, out, set())
-    return out
+    """Where the tensors `core` can reach live (see _Reach)."""
+    return _Reach(core).sources
 
 
 def captured_tensors(core) -> List[Tensor]:
@@ -713,8 +722,9 @@ def trace_core(core: Callable, num_inputs: int, num_states: int, num_outputs: in
     def step(*args):  # make_fx reads the signature; bound methods and partials need a plain one
         return core(*args)
 
-    gm = trace_graph(step, example_inputs)
-    candidates = captured_sources(core)
+    with _surrogate.spikingjelly_surrogates_as_spike(_Reach(core).modules):
+        gm = trace_graph(step, example_inputs)
+    candidates = captured_sources(core)  # (as they are after the trace, which ran the core)
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != num_inputs + num_states:

@@ -298,7 +298,8 @@ class FlexSN(StatefulModule):
                  example_outputs: Optional[Sequence[Tensor]] = None, strict: bool = False,
                  checkpoint_every: Union[int, str] = "auto", pack_spikes: bool = False,
                  packed_outputs: Sequence[int] = ()):
-        super().__init__()
+        if "_parameters" not in self.__dict__:  # (a subclass whose core reads the module's own
+            super().__init__()                  # tensors sets the module up and registers them first)
         if not callable(core):
             raise TypeError(f"core: expected a callable, got {type(core).__name__}")
         self.num_inputs = _check_count("num_inputs", num_inputs, 1)

@@ -4,7 +4,9 @@
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)   # after: the neurons' parameters are new
 
 Each SpikingJelly neuron module whose class spikejit provides (`CONVERTIBLE`) is replaced, in its
-parent, by spikejit's module of the same name, built from the options the SpikingJelly module
+parent, by spikejit's module of the same name (for SpikingJelly 2.0's FlexSN: StaticInputsFlexSN,
+which keeps its constructor; the core is compiled into kernels, its surrogate modules included),
+built from the options the SpikingJelly module
 keeps (its constructor's arguments, read from its attributes), with its state dict loaded (the
 learned parameters and buffers, e.g. PLIF's w), on the same device and dtype, in the same
 training mode, with the same requires_grad flags. The rest of the network (SpikingJelly's layers
@@ -33,7 +35,7 @@ from torch import nn
 
 from . import (conversion_neurons, dsr_neuron, few_spike_neuron, gated_lif_neuron, ilif_neuron, lif_variants,
                mpbn_neuron, neuron, nonlinear_neuron, online_neurons, psn, readout_neuron, resonate_neuron,
-               simple_neuron, ternary_neuron)
+               simple_neuron, static_inputs_flexsn, ternary_neuron)
 
 __all__ = ["from_spikingjelly", "CONVERTIBLE"]
 
@@ -71,14 +73,19 @@ def _mpbn_arguments(m) -> dict:
     return {"mpbn": m.fold_bn, "out_features": 1 if like is None else like.numel()}
 
 
+def _copy_of(t: torch.Tensor) -> torch.Tensor:
+    return nn.Parameter(t.detach().clone(), t.requires_grad) if isinstance(t, nn.Parameter) else t.detach().clone()
+
+
 def _mpbn_fold(ours, m) -> None:
     """A folded SpikingJelly MPBNLIFNode: spikejit's folds the same way before the state dict."""
     if m.fold_bn:
         ours.re_parameterize_v_threshold(m.normalize_residual, m.running_stats)
 
 
-# Arguments that SpikingJelly's modules keep under other names, or only as the shapes of their
-# parameters (a value from the state dict needs none: the state dict is loaded after).
+# Arguments that SpikingJelly's modules (by class name) keep under other names, or only as the
+# shapes of their parameters (a value from the state dict needs none: the state dict is loaded
+# after), or that must not be their own tensors.
 _MORE_ARGUMENTS: Dict[str, Callable[[nn.Module], dict]] = {
     "LIAFNode": _lif_options,
     "GatedLIFNode": lambda m: dict(inplane=None if m.alpha.dim() == 0 else m.alpha.numel()),
@@ -92,9 +99,10 @@ _MORE_ARGUMENTS: Dict[str, Callable[[nn.Module], dict]] = {
     "DSRIFNode": _dsr_threshold,
     "DSRLIFNode": _dsr_threshold,
     "MPBNLIFNode": _mpbn_arguments,
+    "FlexSN": lambda m: dict(static_inputs=tuple(_copy_of(t) for t in m.static_inputs)),
 }
 
-# What a module needs after construction to take SpikingJelly's state dict.
+# What a module needs after construction to take SpikingJelly's state dict (by SpikingJelly's class name).
 _BEFORE_THE_STATE_DICT: Dict[str, Callable[[nn.Module, nn.Module], None]] = {"MPBNLIFNode": _mpbn_fold}
 
 # SpikingJelly's neuron classes that spikejit provides, by name, and spikejit's class of each.
@@ -111,6 +119,8 @@ CONVERTIBLE: Dict[str, type] = {
         psn.MaskedPSN, psn.SlidingPSN, few_spike_neuron.FewSpikeNode, few_spike_neuron.OutlierAwareThresholdNode,
         few_spike_neuron.HGNode, dsr_neuron.DSRIFNode, dsr_neuron.DSRLIFNode, mpbn_neuron.MPBNLIFNode)
 }
+# SpikingJelly 2.0's FlexSN, whose constructor is not the reference's that spikejit.FlexSN keeps.
+CONVERTIBLE["FlexSN"] = static_inputs_flexsn.StaticInputsFlexSN
 
 # Constructor arguments not taken from SpikingJelly's attributes: spikejit's own.
 _OWN_ARGUMENTS = frozenset({"backend", "checkpoint_every"})
@@ -167,12 +177,13 @@ def _first_tensor(m: nn.Module):
 def _converted(path: str, m: nn.Module) -> nn.Module:
     """spikejit's module for SpikingJelly's neuron m (checked convertible)."""
     _check_convertible(path, m)
-    cls = CONVERTIBLE[type(m).__name__]
+    their_name = type(m).__name__
+    cls = CONVERTIBLE[their_name]
     options = _options(m, cls)
-    options.update(_MORE_ARGUMENTS.get(cls.__name__, lambda _: {})(m))
+    options.update(_MORE_ARGUMENTS.get(their_name, lambda _: {})(m))
     try:
         ours = cls(**options)
-        _BEFORE_THE_STATE_DICT.get(cls.__name__, lambda *_: None)(ours, m)
+        _BEFORE_THE_STATE_DICT.get(their_name, lambda *_: None)(ours, m)
         like = _first_tensor(m)
         if like is not None:
             ours.to(device=like.device, dtype=like.dtype if like.is_floating_point() else None)

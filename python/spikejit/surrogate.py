@@ -3,10 +3,13 @@
     spikejit.surrogate.Sigmoid(alpha=4.0)(x)      # Heaviside forward, alpha*sig*(1-sig) backward
     spikejit.surrogate.spike(x, "atan", [2.0])    # the same through the functional form
 
-Inside a FlexSN core these trace to the IR's `spike` op (one `spikejit::spike` node). The neurons
-also accept SpikingJelly's own surrogate objects (matched by exact class name, parameters read
-from their attributes), names ("sigmoid", "ATan") and None (Sigmoid(alpha=4)).
+Inside a FlexSN core these trace to the IR's `spike` op (one `spikejit::spike` node), and so do
+SpikingJelly's surrogate modules called in a core (Sigmoid(), ATan(), ...). The neurons also accept
+SpikingJelly's own surrogate objects (matched by exact class name, parameters read from their
+attributes), names ("sigmoid", "ATan") and None (Sigmoid(alpha=4)).
 """
+import contextlib
+import functools
 import math
 import numbers
 from typing import Sequence, Tuple
@@ -116,6 +119,35 @@ def spike(x: torch.Tensor, surrogate="sigmoid", params: Sequence[float] = None) 
             raise ValueError(f"params: surrogate {name} takes {len(resolved)} parameters, got {len(params)}")
         resolved[:len(params)] = [_finite_number(f"params[{i}]", p) for i, p in enumerate(params)]
     return run_spike(x, name, list(resolved))
+
+
+def _is_spikingjelly_surrogate(m) -> bool:
+    return (type(m).__module__.startswith("spikingjelly.") and type(m).__name__ in _BY_CLASS_NAME
+            and getattr(m, "spiking", False) is True)
+
+
+def _spike_of(name: str, params: list, x: torch.Tensor) -> torch.Tensor:
+    return run_spike(x, name, params)
+
+
+@contextlib.contextmanager
+def spikingjelly_surrogates_as_spike(modules):
+    """While a FlexSN core is traced: SpikingJelly's surrogate modules among `modules` fire through
+    spike() (one `spikejit::spike` node, their name and parameters) instead of their
+    autograd.Function, which make_fx records as a Heaviside without its surrogate gradient. Each
+    module gets an attribute of its own for the time (its class is untouched); a call from another
+    thread meanwhile gets the same values and gradient."""
+    shadowed = []
+    try:
+        for m in modules:
+            if _is_spikingjelly_surrogate(m) and "forward" not in m.__dict__:
+                name, params = resolve(m)
+                m.__dict__["forward"] = functools.partial(_spike_of, name, list(params))
+                shadowed.append(m)
+        yield
+    finally:
+        for m in shadowed:
+            del m.__dict__["forward"]
 
 
 def _finite_number(name: str, value) -> float:

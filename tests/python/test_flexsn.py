@@ -3,6 +3,7 @@ eager loop, parameters captured by the core, fallback and strict mode, T = 0, st
 import copy
 import functools
 import gc
+import re
 import subprocess
 import sys
 
@@ -170,19 +171,50 @@ def test_unsupported_op_warns_naming_it_and_falls_back():
 
 
 def test_autograd_function_surrogate_is_caught_by_the_check():
-    """A surrogate whose gradient make_fx cannot see (an autograd.Function) would give a silent
-    zero gradient; the post-trace check catches it and falls back."""
+    """A surrogate whose gradient make_fx cannot see (an autograd.Function called directly, here
+    SpikingJelly's functional form) would give a silent zero gradient; the post-trace check
+    catches it and falls back."""
     sj_surrogate = pytest.importorskip("spikingjelly.activation_based.surrogate")
-    sg = sj_surrogate.Sigmoid()
 
     def core(x, v):
         h = v + x
-        s = sg(h - 1.0)
+        s = sj_surrogate.sigmoid.apply(h - 1.0, 4.0)
         return s, h * (1 - s)
 
     with pytest.warns(RuntimeWarning, match="gradient"):
         node = spikejit.FlexSN(core, 1, 1, 1)
     assert node.handle is None
+
+
+@pytest.mark.parametrize("class_name", sorted(spikejit.surrogate._BY_CLASS_NAME))
+def test_spikingjelly_surrogate_modules_compile(class_name):
+    """SpikingJelly's surrogate modules called in a core (a closure's, a default argument's) trace
+    to the spike op with their parameters: the core compiles, and spikes, potentials and
+    gradients equal the eager scan's, which runs SpikingJelly's own autograd.Function; the
+    modules are left as they were."""
+    sj_surrogate = pytest.importorskip("spikingjelly.activation_based.surrogate")
+    name, _ = spikejit.surrogate.resolve(class_name)
+    sg = getattr(sj_surrogate, class_name)()
+    for p in spikejit.ops.SURROGATE_INFO[name][1]:  # away from the defaults
+        value = getattr(sg, p)
+        setattr(sg, p, value + 1 if isinstance(value, int) else value * 1.5 if value else 0.25)
+
+    def core(x, v, leak=sj_surrogate.Sigmoid(alpha=2.0)):
+        h = v + (x - v) / 2.0
+        s = sg(h - 1.0)
+        return s + 0.5 * leak(h - 0.5), h * (1.0 - s)
+
+    node = spikejit.FlexSN(core, 1, 1, 1, strict=True)
+    assert len(re.findall(r"\bspike\(", node.program.canonical())) == 2, node.program.canonical()
+    assert "forward" not in vars(sg) and "forward" not in vars(core.__defaults__[0])
+    x = random_input(6, 5).requires_grad_()
+    y = node(x)
+    expected, _ = spikejit.eager_scan(core, [x], [torch.zeros(5)])
+    torch.testing.assert_close(y, expected[0], rtol=0, atol=0)
+    cotangent = random_input(6, 5)
+    grad, = torch.autograd.grad(y, x, cotangent)
+    expected_grad, = torch.autograd.grad(expected[0], x, cotangent)
+    torch.testing.assert_close(grad, expected_grad)
 
 
 def test_hard_threshold_output_without_a_gradient_compiles():
