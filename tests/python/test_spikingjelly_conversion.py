@@ -108,8 +108,11 @@ def run(net, x, single_step, inference=False):
 
 def test_every_spikejit_neuron_with_a_spikingjelly_counterpart_converts():
     exported = {name for name in spikejit.__all__ if name.endswith(("Node", "PSN")) and hasattr(sj, name)}
-    assert set(CONVERTIBLE) == exported - {"SimpleBaseNode"}  # a base users subclass, not a neuron
-    assert set(SPIKINGJELLY_NEURONS) == set(CONVERTIBLE)
+    # SimpleBaseNode: a base users subclass, not a neuron; FlexSN: SpikingJelly 2.0's, converted to
+    # StaticInputsFlexSN (tests/python/test_static_inputs_flexsn.py)
+    assert set(CONVERTIBLE) == exported - {"SimpleBaseNode"} | {"FlexSN"}
+    assert CONVERTIBLE["FlexSN"] is spikejit.StaticInputsFlexSN
+    assert set(SPIKINGJELLY_NEURONS) == set(CONVERTIBLE) - {"FlexSN"}
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
