@@ -1,11 +1,15 @@
 """A FlexSN neuron written in Python against the built-in neuron with the same dynamics, side by
 side in one run: LIF (tau = 2, hard reset to 0, sigmoid surrogate), inference and training
 (forward + y.sum().backward()). The design's bar: the FlexSN neuron within 5 % of the built-in.
+Beside them, SpikingJelly 2.0's FlexSN of the same core (its Triton kernels on CUDA, its loop on
+the CPU) and spikejit's conversion of it (from_spikingjelly: StaticInputsFlexSN, the core calling
+SpikingJelly's surrogate function).
 
     python bench/python/bench_flexsn_vs_builtin.py            # CUDA when available, else CPU
     python bench/python/bench_flexsn_vs_builtin.py --dry-run  # tiny sizes, a few repetitions
 """
 import argparse
+import copy
 import functools
 import statistics
 
@@ -21,10 +25,32 @@ def lif_core(x, v):
     return s, h * (1.0 - s)
 
 
+def spikingjelly_flexsn():
+    """SpikingJelly's FlexSN of lif_core's dynamics with its own surrogate, or None without it."""
+    try:
+        from spikingjelly.activation_based import surrogate
+        from spikingjelly.activation_based.neuron import FlexSN
+    except ImportError:
+        return None
+    def sj_lif_core(x, v):  # (its FlexSN refuses cores that close over modules, a surrogate's too)
+        h = v + (x - v) / 2.0
+        s = surrogate.sigmoid.apply(h - 1.0, 4.0)
+        return s, h * (1.0 - s)
+
+    return FlexSN(sj_lif_core, num_states=1, step_mode="m")
+
+
 def make_nodes(device):
     builtin = spikejit.LIFNode(tau=2.0, surrogate_function=spikejit.surrogate.Sigmoid(), step_mode="m")
     flex = spikejit.FlexSN(lif_core, num_inputs=1, num_states=1, num_outputs=1, step_mode="m", strict=True)
-    return {"built-in LIFNode": builtin.to(device), "FlexSN LIF": flex.to(device)}
+    nodes = {"built-in LIFNode": builtin.to(device), "FlexSN LIF": flex.to(device)}
+    theirs = spikingjelly_flexsn()
+    if theirs is not None:
+        converted = spikejit.from_spikingjelly(copy.deepcopy(theirs))
+        if converted.handle is None:
+            raise RuntimeError(f"the converted FlexSN runs as an eager scan: {converted.fallback_reason}")
+        nodes.update({"SpikingJelly FlexSN": theirs.to(device), "converted": converted.to(device)})
+    return nodes
 
 
 def interleaved_ms(fns, device, bursts, calls):
@@ -70,9 +96,16 @@ def main():
             ms = interleaved_ms({name: functools.partial(step, node) for name, node in nodes.items()}, device,
                                 bursts, calls)
             built, flex = ms["built-in LIFNode"], ms["FlexSN LIF"]
-            rows.append([mode, steps, neurons, f"{built:.4f}", f"{flex:.4f}", f"{100 * (flex / built - 1):+.1f} %"])
+            row = [mode, steps, neurons, f"{built:.4f}", f"{flex:.4f}", f"{100 * (flex / built - 1):+.1f} %"]
+            if "converted" in ms:
+                theirs, converted = ms["SpikingJelly FlexSN"], ms["converted"]
+                row += [f"{theirs:.4f}", f"{converted:.4f}", f"{theirs / converted:.2f}x"]
+            rows.append(row)
     print(f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}; ms per call, median of {bursts} interleaved bursts of {calls} calls")
-    print(markdown_table(["mode", "T", "N", "built-in ms", "FlexSN ms", "FlexSN vs built-in"], rows))
+    header = ["mode", "T", "N", "built-in ms", "FlexSN ms", "FlexSN vs built-in"]
+    if "converted" in nodes:
+        header += ["SpikingJelly FlexSN ms", "converted ms", "converted vs SpikingJelly"]
+    print(markdown_table(header, rows))
 
 
 if __name__ == "__main__":

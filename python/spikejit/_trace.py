@@ -465,13 +465,12 @@ class TensorSource:
 
 
 class _Reach:
-    """What a callable reaches: module parameters and buffers, tensor attributes, closure cells,
-    default arguments, functools.partial arguments, bound `self`, referenced globals (`sources`: the tensors, where
-    they live), and the modules among them (`modules`: SpikingJelly's surrogates, say)."""
+    """The tensors a callable reaches (`sources`: where they live): module parameters and buffers,
+    tensor attributes, closure cells, default arguments, functools.partial arguments, bound
+    `self`, referenced globals."""
 
     def __init__(self, core):
         self.sources: List[TensorSource] = []
-        self.modules: List[torch.nn.Module] = []
         self._seen = {}  # id -> object, held: the lists built on the way must not free their ids
         self._visit(core, 0)
 
@@ -484,7 +483,6 @@ class _Reach:
             return
         if isinstance(obj, torch.nn.Module):
             for module in obj.modules():
-                self.modules.append(module)
                 for table in (module._parameters, module._buffers):
                     self.sources.extend(TensorSource(t, module, name) for name, t in table.items() if t is not None)
             self._visit_attributes(obj, depth)
@@ -722,9 +720,9 @@ def trace_core(core: Callable, num_inputs: int, num_states: int, num_outputs: in
     def step(*args):  # make_fx reads the signature; bound methods and partials need a plain one
         return core(*args)
 
-    with _surrogate.spikingjelly_surrogates_as_spike(_Reach(core).modules):
+    with _surrogate.spikingjelly_surrogates_as_spike():
         gm = trace_graph(step, example_inputs)
-    candidates = captured_sources(core)  # (as they are after the trace, which ran the core)
+    candidates = captured_sources(core)
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != num_inputs + num_states:

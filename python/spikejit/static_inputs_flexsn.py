@@ -82,7 +82,8 @@ def _with_static_inputs(core: Callable, module: "StaticInputsFlexSN", *args):
 
 class StaticInputsFlexSN(FlexSN):
     """A neuron from a one-step core with SpikingJelly 2.0's FlexSN constructor; see the module
-    docstring. `backend`, `strict`, `checkpoint_every` and `pack_spikes` are spikejit.FlexSN's."""
+    docstring. `backend`, `strict`, `checkpoint_every` and `pack_spikes` are spikejit.FlexSN's;
+    `step_core` is the core as given (`core` is it with the static inputs bound)."""
 
     def __init__(self, core: Callable, num_states: int, static_inputs: Sequence[Tensor] = (), step_mode: str = "m",
                  store_state_seqs: bool = False, backend: str = "spikejit", strict: bool = False,
@@ -103,7 +104,9 @@ class StaticInputsFlexSN(FlexSN):
             else:
                 self.register_buffer(name, tensor)
         self.step_core = core
-        super().__init__(functools.partial(_with_static_inputs, core, self), num_inputs, num_states, num_outputs,
+        step = functools.partial(_with_static_inputs, core, self)
+        step.__name__ = getattr(core, "__name__", type(core).__name__)  # (the compiled neuron's name)
+        super().__init__(step, num_inputs, num_states, num_outputs,
                          step_mode=step_mode, backend=backend, store_state_seqs=store_state_seqs, strict=strict,
                          checkpoint_every=checkpoint_every, pack_spikes=pack_spikes)
 

@@ -4,14 +4,18 @@
     spikejit.surrogate.spike(x, "atan", [2.0])    # the same through the functional form
 
 Inside a FlexSN core these trace to the IR's `spike` op (one `spikejit::spike` node), and so do
-SpikingJelly's surrogate modules called in a core (Sigmoid(), ATan(), ...). The neurons also accept
-SpikingJelly's own surrogate objects (matched by exact class name, parameters read from their
-attributes), names ("sigmoid", "ATan") and None (Sigmoid(alpha=4)).
+SpikingJelly's surrogates called in a core (its modules, Sigmoid()(x), and its functions,
+sigmoid.apply(x, 4.0)). The neurons also accept SpikingJelly's own surrogate objects (matched by
+exact class name, parameters read from their attributes), names ("sigmoid", "ATan") and None
+(Sigmoid(alpha=4)).
 """
 import contextlib
 import functools
+import inspect
 import math
 import numbers
+import sys
+import threading
 from typing import Sequence, Tuple
 
 import torch
@@ -121,33 +125,43 @@ def spike(x: torch.Tensor, surrogate="sigmoid", params: Sequence[float] = None) 
     return run_spike(x, name, list(resolved))
 
 
-def _is_spikingjelly_surrogate(m) -> bool:
-    return (type(m).__module__.startswith("spikingjelly.") and type(m).__name__ in _BY_CLASS_NAME
-            and getattr(m, "spiking", False) is True)
+def _spike_of(name: str, param_names: Sequence[str], signature: inspect.Signature, *args, **kwargs):
+    """spike() for a call of SpikingJelly's surrogate function `name` (its forward's arguments)."""
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    values = list(bound.arguments.values())
+    params = [float(bound.arguments[p]) for p in param_names]
+    return run_spike(values[0], name, params)
 
 
-def _spike_of(name: str, params: list, x: torch.Tensor) -> torch.Tensor:
-    return run_spike(x, name, params)
+_SPIKINGJELLY_SURROGATES = "spikingjelly.activation_based.surrogate"
+_PATCHING = threading.RLock()
 
 
 @contextlib.contextmanager
-def spikingjelly_surrogates_as_spike(modules):
-    """While a FlexSN core is traced: SpikingJelly's surrogate modules among `modules` fire through
-    spike() (one `spikejit::spike` node, their name and parameters) instead of their
-    autograd.Function, which make_fx records as a Heaviside without its surrogate gradient. Each
-    module gets an attribute of its own for the time (its class is untouched); a call from another
-    thread meanwhile gets the same values and gradient."""
-    shadowed = []
-    try:
-        for m in modules:
-            if _is_spikingjelly_surrogate(m) and "forward" not in m.__dict__:
-                name, params = resolve(m)
-                m.__dict__["forward"] = functools.partial(_spike_of, name, list(params))
-                shadowed.append(m)
-        yield
-    finally:
-        for m in shadowed:
-            del m.__dict__["forward"]
+def spikingjelly_surrogates_as_spike():
+    """While a FlexSN core is traced: SpikingJelly's surrogate functions (its autograd.Functions
+    `sigmoid`, `atan`, ..., which its surrogate modules call too) fire through spike(), one
+    `spikejit::spike` node with their name and parameters; make_fx would record only their
+    forward, a Heaviside without the surrogate gradient. Their `apply` is replaced for the time
+    (one trace at a time); a call from another thread meanwhile gets the same values and gradient."""
+    module = sys.modules.get(_SPIKINGJELLY_SURROGATES)
+    with _PATCHING:
+        patched = []
+        try:
+            for name, (_, param_names, _) in SURROGATE_INFO.items():
+                function = getattr(module, name, None)
+                if (isinstance(function, type) and issubclass(function, torch.autograd.Function)
+                        and "apply" not in vars(function)):
+                    signature = inspect.signature(function.forward)
+                    if next(iter(signature.parameters), None) == "ctx":  # (forward(ctx, x, ...): older versions)
+                        signature = signature.replace(parameters=list(signature.parameters.values())[1:])
+                    function.apply = staticmethod(functools.partial(_spike_of, name, param_names, signature))
+                    patched.append(function)
+            yield
+        finally:
+            for function in patched:
+                del function.apply
 
 
 def _finite_number(name: str, value) -> float:

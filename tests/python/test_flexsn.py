@@ -170,15 +170,28 @@ def test_unsupported_op_warns_naming_it_and_falls_back():
     assert info.value.op == "aten.lgamma.default"
 
 
-def test_autograd_function_surrogate_is_caught_by_the_check():
-    """A surrogate whose gradient make_fx cannot see (an autograd.Function called directly, here
-    SpikingJelly's functional form) would give a silent zero gradient; the post-trace check
-    catches it and falls back."""
-    sj_surrogate = pytest.importorskip("spikingjelly.activation_based.surrogate")
+class _StraightThrough(torch.autograd.Function):
+    """A user's surrogate: Heaviside forward, the identity's gradient."""
 
+    @staticmethod
+    def forward(x):
+        return (x >= 0).to(x.dtype)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def test_autograd_function_surrogate_is_caught_by_the_check():
+    """A surrogate whose gradient make_fx cannot see (a user's autograd.Function) would give a
+    silent zero gradient; the post-trace check catches it and falls back."""
     def core(x, v):
         h = v + x
-        s = sj_surrogate.sigmoid.apply(h - 1.0, 4.0)
+        s = _StraightThrough.apply(h - 1.0)
         return s, h * (1 - s)
 
     with pytest.warns(RuntimeWarning, match="gradient"):
@@ -187,11 +200,11 @@ def test_autograd_function_surrogate_is_caught_by_the_check():
 
 
 @pytest.mark.parametrize("class_name", sorted(spikejit.surrogate._BY_CLASS_NAME))
-def test_spikingjelly_surrogate_modules_compile(class_name):
-    """SpikingJelly's surrogate modules called in a core (a closure's, a default argument's) trace
-    to the spike op with their parameters: the core compiles, and spikes, potentials and
-    gradients equal the eager scan's, which runs SpikingJelly's own autograd.Function; the
-    modules are left as they were."""
+def test_spikingjelly_surrogates_compile(class_name):
+    """SpikingJelly's surrogates called in a core, as modules (here a closure's) and as functions
+    (sigmoid.apply(x, alpha)), trace to the spike op with their parameters: the core compiles,
+    and spikes, potentials and gradients equal the eager scan's, which runs SpikingJelly's own
+    autograd.Functions; those are left as they were."""
     sj_surrogate = pytest.importorskip("spikingjelly.activation_based.surrogate")
     name, _ = spikejit.surrogate.resolve(class_name)
     sg = getattr(sj_surrogate, class_name)()
@@ -199,14 +212,15 @@ def test_spikingjelly_surrogate_modules_compile(class_name):
         value = getattr(sg, p)
         setattr(sg, p, value + 1 if isinstance(value, int) else value * 1.5 if value else 0.25)
 
-    def core(x, v, leak=sj_surrogate.Sigmoid(alpha=2.0)):
+    def core(x, v):
         h = v + (x - v) / 2.0
         s = sg(h - 1.0)
-        return s + 0.5 * leak(h - 0.5), h * (1.0 - s)
+        return s + 0.5 * sj_surrogate.atan.apply(h - 0.5, 3.0), h * (1.0 - s)
 
     node = spikejit.FlexSN(core, 1, 1, 1, strict=True)
-    assert len(re.findall(r"\bspike\(", node.program.canonical())) == 2, node.program.canonical()
-    assert "forward" not in vars(sg) and "forward" not in vars(core.__defaults__[0])
+    text = node.program.canonical()
+    assert len(re.findall(r"\bspike\(", text)) == 2 and "atan(alpha=3)" in text, text
+    assert "apply" not in vars(getattr(sj_surrogate, name)) and "apply" not in vars(sj_surrogate.atan)
     x = random_input(6, 5).requires_grad_()
     y = node(x)
     expected, _ = spikejit.eager_scan(core, [x], [torch.zeros(5)])
