@@ -39,9 +39,9 @@ def adaptive_core(x, y, v, a, threshold, gain):
 
 
 def plain_core(x, v):
-    """No static inputs."""
+    """No static inputs; SpikingJelly's surrogate function."""
     h = 0.5 * v + x
-    s = SIGMOID(h - 1.0)
+    s = sj_surrogate.piecewise_leaky_relu.apply(h - 1.0, 2.0, 0.05)
     return s, h - s
 
 
