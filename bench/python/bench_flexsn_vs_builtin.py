@@ -40,6 +40,15 @@ def spikingjelly_flexsn():
     return FlexSN(sj_lif_core, num_states=1, step_mode="m")
 
 
+def spikingjelly_implementation(node, device) -> str:
+    """Which of its paths SpikingJelly's FlexSN chose (it logs the choice; this reads what it kept)."""
+    if device.type != "cuda":
+        return "its per-step loop (the CPU)"
+    chosen = set(node._triton_capability.values())  # (per device and dtype: one of each here)
+    return {frozenset({True}): "its Triton kernels", frozenset({False}): "torch's scan operator (its Triton failed)"}.get(
+        frozenset(chosen), f"unknown ({node._triton_capability})")
+
+
 def make_nodes(device):
     builtin = spikejit.LIFNode(tau=2.0, surrogate_function=spikejit.surrogate.Sigmoid(), step_mode="m")
     flex = spikejit.FlexSN(lif_core, num_inputs=1, num_states=1, num_outputs=1, step_mode="m", strict=True)
@@ -105,6 +114,7 @@ def main():
     header = ["mode", "T", "N", "built-in ms", "FlexSN ms", "FlexSN vs built-in"]
     if "converted" in nodes:
         header += ["SpikingJelly FlexSN ms", "converted ms", "converted vs SpikingJelly"]
+        print(f"SpikingJelly's FlexSN ran as: {spikingjelly_implementation(nodes['SpikingJelly FlexSN'], device)}")
     print(markdown_table(header, rows))
 
 
