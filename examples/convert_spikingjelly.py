@@ -2,11 +2,13 @@
 
     python examples/convert_spikingjelly.py                  # SEW-ResNet-18, CPU (or --device cuda)
     python examples/convert_spikingjelly.py --model vgg11_bn --iterations 3
+    python examples/convert_spikingjelly.py --neuron flexsn  # its neurons written as FlexSN cores
 
 Needs SpikingJelly (`pip install spikingjelly`). The network is SpikingJelly's own SEW-ResNet-18 (or
-spiking VGG-11 with batch norms) with its LIF neurons, multi step. `spikejit.from_spikingjelly`
-replaces each neuron by spikejit's LIFNode with the same options; the convolutions, batch norms
-and the rest stay. The example then trains the original and the converted network side by side,
+spiking VGG-11 with batch norms) with its LIF neurons, multi step, or with `--neuron flexsn` the
+same LIF written as one step for SpikingJelly 2.0's FlexSN (`lif_step` below).
+`spikejit.from_spikingjelly` replaces each neuron by spikejit's LIFNode with the same options (or
+by a StaticInputsFlexSN compiling the same step); the convolutions, batch norms and the rest stay. The example then trains the original and the converted network side by side,
 from the same weights on the same batches (random images and labels: the point is the
 arithmetic, not the task), and prints how far apart their outputs and weights are, and the time of
 a training step of each.
@@ -26,6 +28,8 @@ from spikingjelly.activation_based.model import sew_resnet, spiking_vgg
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", choices=("sew_resnet18", "vgg11_bn"), default="sew_resnet18")
+    p.add_argument("--neuron", choices=("lif", "flexsn"), default="lif",
+                   help="SpikingJelly's LIFNode, or the same LIF as a step of its FlexSN")
     p.add_argument("--steps", type=int, default=4, help="time steps T")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--size", type=int, default=32, help="image height and width")
@@ -35,9 +39,24 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def spikingjelly_network(model):
+def lif_step(x, v):
+    """LIFNode(tau=2.0, surrogate_function=ATan(), detach_reset=True) as one step for FlexSN: its
+    surrogate as a function (SpikingJelly's FlexSN refuses cores that close over modules)."""
+    h = v + (x - v) / 2.0
+    s = surrogate.atan.apply(h - 1.0, 2.0)
+    return s, h * (1.0 - s.detach())
+
+
+def flexsn_lif(**_options):
+    """The models pass their neuron's options; the step holds them."""
+    return neuron.FlexSN(lif_step, num_states=1)
+
+
+def spikingjelly_network(model, neuron_kind):
     options = dict(num_classes=10, spiking_neuron=neuron.LIFNode, tau=2.0, surrogate_function=surrogate.ATan(),
                    detach_reset=True)
+    if neuron_kind == "flexsn":
+        options = dict(num_classes=10, spiking_neuron=flexsn_lif)
     if model == "sew_resnet18":
         net = sew_resnet.sew_resnet18(cnf="ADD", **options)
     else:
@@ -63,7 +82,7 @@ def main(argv=None):
     args = parse_args(argv)
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
-    theirs = spikingjelly_network(args.model).to(device)
+    theirs = spikingjelly_network(args.model, args.neuron).to(device)
     ours = spikejit.from_spikingjelly(copy.deepcopy(theirs))
     kinds = sorted({type(m).__name__ for m in ours.modules() if type(m).__module__.startswith("spikejit")})
     count = sum(type(m).__module__.startswith("spikejit") for m in ours.modules())

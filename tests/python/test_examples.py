@@ -121,3 +121,14 @@ def test_convert_spikingjelly_trains_like_the_original(device, seed):
     assert number(r"weights after training differ by at most ([\d.e+-]+)", out) < 1e-4, out
     assert number(r"training moved them by up to ([\d.e+-]+)", out) > 1e-3, out  # (it trained)
     assert re.search(r"training step: SpikingJelly [\d.]+ ms, converted [\d.]+ ms", out), out
+
+
+def test_convert_spikingjelly_flexsn_trains_like_the_original(seed):
+    """SpikingJelly 2.0's FlexSN neurons converted (CPU only: on CUDA SpikingJelly runs its own
+    Triton kernels, whose rounding differs)."""
+    out = run_example("convert_spikingjelly.py", "--neuron", "flexsn", "--iterations", 3, "--steps", 2,
+                      "--batch-size", 2, "--size", 32, "--seed", seed)
+    assert "sew_resnet18: 20 SpikingJelly neurons converted to spikejit's StaticInputsFlexSN" in out, out
+    assert number(r"outputs differ by at most ([\d.e+-]+)", out) < 1e-4, out
+    assert number(r"weights after training differ by at most ([\d.e+-]+)", out) < 1e-4, out
+    assert number(r"training moved them by up to ([\d.e+-]+)", out) > 1e-3, out
