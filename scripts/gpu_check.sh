@@ -196,7 +196,7 @@ if [[ $installed -eq 0 ]] && wanted bench; then
 fi
 
 if [[ $installed -eq 0 ]] && wanted bench-extra; then
-  bench_step 40 flexbench bench.txt python3 "$ROOT/bench/python/bench_flexsn_vs_builtin.py"
+  bench_step 100 flexbench bench.txt python3 "$ROOT/bench/python/bench_flexsn_vs_builtin.py"
   bench_step 90 graphbench bench.txt python3 "$ROOT/bench/python/bench_cuda_graphs.py"
   bench_step 60 layoutbench bench.txt python3 "$ROOT/bench/python/bench_layouts.py"
   bench_step 40 fwdbench bench.txt python3 "$ROOT/bench/python/bench_forward_mode.py"

@@ -8,8 +8,8 @@ parent, by spikejit's module of the same name (for SpikingJelly 2.0's FlexSN: St
 which keeps its constructor; the core is compiled into kernels, its surrogate modules included),
 built from the options the SpikingJelly module
 keeps (its constructor's arguments, read from its attributes), with its state dict loaded (the
-learned parameters and buffers, e.g. PLIF's w), on the same device and dtype, in the same
-training mode, with the same requires_grad flags. The rest of the network (SpikingJelly's layers
+learned parameters and buffers, e.g. PLIF's w), on the same device and dtype (a neuron without
+tensors of its own: the network's), in the same training mode, with the same requires_grad flags. The rest of the network (SpikingJelly's layers
 and containers, PyTorch's modules) is left as it is, so the call changes the network in place and
 returns it (a new module when `module` itself is a neuron), like
 `torch.nn.SyncBatchNorm.convert_sync_batchnorm`. A neuron shared by several parents stays shared.
@@ -174,8 +174,10 @@ def _first_tensor(m: nn.Module):
     return next(itertools.chain(m.parameters(), m.buffers()), None)
 
 
-def _converted(path: str, m: nn.Module) -> nn.Module:
-    """spikejit's module for SpikingJelly's neuron m (checked convertible)."""
+def _converted(path: str, m: nn.Module, network_tensor) -> nn.Module:
+    """spikejit's module for SpikingJelly's neuron m (checked convertible), on the device and dtype
+    of its own tensors, or, without any (a fixed DSR threshold is a plain attribute that
+    `.to()` leaves on the CPU), of `network_tensor`."""
     _check_convertible(path, m)
     their_name = type(m).__name__
     cls = CONVERTIBLE[their_name]
@@ -185,6 +187,7 @@ def _converted(path: str, m: nn.Module) -> nn.Module:
         ours = cls(**options)
         _BEFORE_THE_STATE_DICT.get(their_name, lambda *_: None)(ours, m)
         like = _first_tensor(m)
+        like = network_tensor if like is None else like
         if like is not None:
             ours.to(device=like.device, dtype=like.dtype if like.is_floating_point() else None)
         ours.load_state_dict(m.state_dict())
@@ -219,9 +222,10 @@ def from_spikingjelly(module: nn.Module, strict: bool = True) -> nn.Module:
         warnings.warn(f"from_spikingjelly: left as they are (no spikejit counterpart): {names}", stacklevel=2)
 
     done = {}  # id of SpikingJelly's neuron -> spikejit's: a shared neuron stays shared
+    network_tensor = _first_tensor(module)
     for path, m in module.named_modules(remove_duplicate=True):
         if convertible(m):
-            done[id(m)] = _converted(path, m)
+            done[id(m)] = _converted(path, m, network_tensor)
     if id(module) in done:
         return done[id(module)]
     for parent in list(module.modules()):

@@ -238,6 +238,23 @@ def test_the_conversion_keeps_dtype_mode_flags_and_sharing():
     assert net[1].w.dtype == torch.float64 and not net[1].training and not net[1].w.requires_grad
 
 
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_a_neuron_without_tensors_of_its_own_takes_the_networks_device_and_dtype(device):
+    """SpikingJelly's DSR LIF with a fixed threshold keeps it as a plain attribute, which `.to()`
+    leaves as it is (float32, on the CPU: SpikingJelly mixes it in as a scalar); spikejit's, a
+    buffer, goes where the network is and runs there (found on a GPU: it stayed on the CPU)."""
+    net = nn.Sequential(nn.Linear(4, 4), sj.DSRLIFNode(T=T, tau=2.5, v_threshold_training=False))
+    net.to(device=device, dtype=torch.float64)
+    assert net[1].v_threshold.device.type == "cpu" and net[1].v_threshold.dtype == torch.float32
+    theirs = copy.deepcopy(net)
+    ours = spikejit.from_spikingjelly(net)
+    assert ours[1].v_threshold.device == device and ours[1].v_threshold.dtype == torch.float64
+    x = random_input(T, B, 4, device=device, dtype=torch.float64)
+    y = ours(x)
+    assert y.dtype == torch.float64
+    torch.testing.assert_close(y, theirs(x), check_dtype=False)  # (SpikingJelly's comes out in float32)
+
+
 def test_a_neuron_alone_converts_to_a_new_module():
     theirs = sj.LIFNode(tau=4.0, step_mode="m")
     ours = spikejit.from_spikingjelly(theirs)
