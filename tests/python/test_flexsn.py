@@ -115,6 +115,29 @@ def test_module_core_parameters_get_gradients():
     torch.testing.assert_close(grads[1], core.beta.grad, rtol=1e-5, atol=1e-6)
 
 
+def test_default_argument_parameters_get_gradients():
+    """Tensors a core takes as default arguments are its parameters too, read at every call with
+    gradients (a one-element one was baked in as a constant before)."""
+    tau = nn.Parameter(torch.tensor(2.0))
+    threshold = nn.Parameter(torch.rand(7) + 0.5)
+
+    def core(x, v, tau=tau, *, threshold=threshold):
+        h = v + (x - v) / tau
+        s = spikejit.surrogate.spike(h - threshold)
+        return s, h * (1 - s)
+
+    node = spikejit.FlexSN(core, 1, 1, 1, strict=True)
+    assert len(node.program.params) == 2
+    x = random_input(6, 7).requires_grad_()
+    node(x).sum().backward()
+    grads = [x.grad.clone(), tau.grad.clone(), threshold.grad.clone()]
+    x.grad, tau.grad, threshold.grad = None, None, None
+    outputs, _ = spikejit.eager_scan(core, [x], [torch.zeros(7)])
+    outputs[0].sum().backward()
+    for got, want in zip(grads, [x.grad, tau.grad, threshold.grad]):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_partial_and_bound_method_cores():
     scale = torch.tensor(1.5)
 
