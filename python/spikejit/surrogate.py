@@ -125,17 +125,21 @@ def spike(x: torch.Tensor, surrogate="sigmoid", params: Sequence[float] = None) 
     return run_spike(x, name, list(resolved))
 
 
-def _spike_of(name: str, param_names: Sequence[str], signature: inspect.Signature, *args, **kwargs):
-    """spike() for a call of SpikingJelly's surrogate function `name` (its forward's arguments)."""
+_SPIKINGJELLY_SURROGATES = "spikingjelly.activation_based.surrogate"
+_PATCHING = threading.RLock()
+_TRACING = threading.local()  # .depth: how many traces of cores this thread is inside
+
+
+def _spike_in_traces(function: type, name: str, param_names: Sequence[str], signature: inspect.Signature,
+                     *args, **kwargs):
+    """SpikingJelly's surrogate function `function` called: spike() with its parameters (read from
+    its forward's arguments) in the thread that traces a core, its own `apply` in any other."""
+    if not getattr(_TRACING, "depth", 0):
+        return super(function, function).apply(*args, **kwargs)
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()
     values = list(bound.arguments.values())
-    params = [float(bound.arguments[p]) for p in param_names]
-    return run_spike(values[0], name, params)
-
-
-_SPIKINGJELLY_SURROGATES = "spikingjelly.activation_based.surrogate"
-_PATCHING = threading.RLock()
+    return run_spike(values[0], name, [float(bound.arguments[p]) for p in param_names])
 
 
 @contextlib.contextmanager
@@ -144,10 +148,11 @@ def spikingjelly_surrogates_as_spike():
     `sigmoid`, `atan`, ..., which its surrogate modules call too) fire through spike(), one
     `spikejit::spike` node with their name and parameters; make_fx would record only their
     forward, a Heaviside without the surrogate gradient. Their `apply` is replaced for the time
-    (one trace at a time); a call from another thread meanwhile gets the same values and gradient."""
+    (one trace at a time), and only this thread's calls take the replacement."""
     module = sys.modules.get(_SPIKINGJELLY_SURROGATES)
     with _PATCHING:
         patched = []
+        _TRACING.depth = getattr(_TRACING, "depth", 0) + 1
         try:
             for name, (_, param_names, _) in SURROGATE_INFO.items():
                 function = getattr(module, name, None)
@@ -156,10 +161,12 @@ def spikingjelly_surrogates_as_spike():
                     signature = inspect.signature(function.forward)
                     if next(iter(signature.parameters), None) == "ctx":  # (forward(ctx, x, ...): older versions)
                         signature = signature.replace(parameters=list(signature.parameters.values())[1:])
-                    function.apply = staticmethod(functools.partial(_spike_of, name, param_names, signature))
+                    function.apply = staticmethod(functools.partial(_spike_in_traces, function, name, param_names,
+                                                                    signature))
                     patched.append(function)
             yield
         finally:
+            _TRACING.depth -= 1
             for function in patched:
                 del function.apply
 
