@@ -5,11 +5,11 @@
 
 Each SpikingJelly neuron module whose class spikejit provides (`CONVERTIBLE`) is replaced, in its
 parent, by spikejit's module of the same name (for SpikingJelly 2.0's FlexSN: StaticInputsFlexSN,
-which keeps its constructor; the core is compiled into kernels, its surrogate modules included),
-built from the options the SpikingJelly module
-keeps (its constructor's arguments, read from its attributes), with its state dict loaded (the
-learned parameters and buffers, e.g. PLIF's w), on the same device and dtype (a neuron without
-tensors of its own: the network's), in the same training mode, with the same requires_grad flags. The rest of the network (SpikingJelly's layers
+which keeps its constructor and compiles the core, SpikingJelly's surrogates included), built from
+the options the SpikingJelly module keeps (its constructor's arguments, read from its attributes),
+with its state dict loaded (the learned parameters and buffers, e.g. PLIF's w), on the same device
+and dtype (a neuron without tensors of its own: the network's), in the same training mode, with
+the same requires_grad flags. The rest of the network (SpikingJelly's layers
 and containers, PyTorch's modules) is left as it is, so the call changes the network in place and
 returns it (a new module when `module` itself is a neuron), like
 `torch.nn.SyncBatchNorm.convert_sync_batchnorm`. A neuron shared by several parents stays shared.
