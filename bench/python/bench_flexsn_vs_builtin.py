@@ -86,7 +86,12 @@ def main():
         [(8, 4194304), (32, 4194304), (256, 16384), (1024, 4096)]
     bursts, calls = (3, 2) if args.dry_run else (15, 10)
     nodes = make_nodes(device)
-    rows = []
+    print(f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}; ms per call, "
+          f"median of {bursts} interleaved bursts of {calls} calls")
+    header = ["mode", "T", "N", "built-in ms", "FlexSN ms", "FlexSN vs built-in"]
+    if "converted" in nodes:
+        header += ["SpikingJelly FlexSN ms", "converted ms", "converted vs SpikingJelly"]
+    print(markdown_table(header, []), flush=True)  # then each row as it is measured
     for steps, neurons in sizes:
         x = torch.rand(steps, neurons, device=device) * 2
         xg = x.clone().requires_grad_()
@@ -109,13 +114,9 @@ def main():
             if "converted" in ms:
                 theirs, converted = ms["SpikingJelly FlexSN"], ms["converted"]
                 row += [f"{theirs:.4f}", f"{converted:.4f}", f"{theirs / converted:.2f}x"]
-            rows.append(row)
-    print(f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}; ms per call, median of {bursts} interleaved bursts of {calls} calls")
-    header = ["mode", "T", "N", "built-in ms", "FlexSN ms", "FlexSN vs built-in"]
+            print(markdown_table(header, [row]).splitlines()[-1], flush=True)
     if "converted" in nodes:
-        header += ["SpikingJelly FlexSN ms", "converted ms", "converted vs SpikingJelly"]
         print(f"SpikingJelly's FlexSN ran as: {spikingjelly_implementation(nodes['SpikingJelly FlexSN'], device)}")
-    print(markdown_table(header, rows))
 
 
 if __name__ == "__main__":
