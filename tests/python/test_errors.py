@@ -334,7 +334,7 @@ def test_unknown_and_unsupported_surrogates():
            lambda: spikejit.surrogate.spike(torch.zeros(2), "nope"))
     expect(TypeError, "Sigmoid got an unexpected parameter 'beta'; it takes ('alpha',)",
            lambda: spikejit.surrogate.Sigmoid(beta=2.0))
-    sj = pytest.importorskip("spikingjelly.activation_based.surrogate")
+    from spikingjelly.activation_based import surrogate as sj
     unsupported = f"; spikejit supports {KNOWN} (spikejit.surrogate or SpikingJelly's classes)"
     expect(ValueError, "surrogate_function: unsupported surrogate PoissonPass" + unsupported,
            lambda: spikejit.LIFNode(surrogate_function=sj.PoissonPass()))

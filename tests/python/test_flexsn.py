@@ -14,6 +14,9 @@ from torch import nn
 import spikejit
 from conftest import device_params, random_input
 
+# SpikingJelly is a pinned test requirement: imported, not skipped.
+from spikingjelly.activation_based import surrogate as sj_surrogate
+
 
 def strange_core(x, m, v, a):
     """Two inputs, two states, two outputs; the second input modulates through a sigmoid."""
@@ -228,7 +231,6 @@ def test_spikingjelly_surrogates_compile(class_name):
     (sigmoid.apply(x, alpha)), trace to the spike op with their parameters: the core compiles,
     and spikes, potentials and gradients equal the eager scan's, which runs SpikingJelly's own
     autograd.Functions; those are left as they were."""
-    sj_surrogate = pytest.importorskip("spikingjelly.activation_based.surrogate")
     name, _ = spikejit.surrogate.resolve(class_name)
     sg = getattr(sj_surrogate, class_name)()
     for p in spikejit.ops.SURROGATE_INFO[name][1]:  # away from the defaults
