@@ -22,6 +22,8 @@ multi_step_functional_forward and FlexSNKernel).
 """
 import copy
 import inspect
+import os
+import sys
 import threading
 import warnings
 from typing import Callable, Iterable, List, Optional, Sequence, Union
@@ -75,6 +77,18 @@ def _check_arity(core, count: int) -> None:
 
 def _example_device(params: Sequence[Tensor]) -> torch.device:
     return params[0].device if params else torch.device("cpu")
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _stacklevel_outside_spikejit() -> int:
+    """warnings.warn's stacklevel, for a warning raised by its caller, that names the first line
+    outside this package (the user's construction, through any subclass's __init__)."""
+    frame, level = sys._getframe(1), 1  # (1: the caller, the function that warns)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class _CompiledCore:
@@ -366,7 +380,7 @@ class FlexSN(StatefulModule):
                        f"{'strict=True, so no eager fallback' if self.strict else 'falling back to an eager scan'}")
             if self.strict:
                 raise UnsupportedCoreError(message, e.op) from e
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            warnings.warn(message, RuntimeWarning, stacklevel=_stacklevel_outside_spikejit())
             self.fallback_reason = str(e)
             return
         self._compiled = compiled

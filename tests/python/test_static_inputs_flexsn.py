@@ -2,6 +2,7 @@
 and from_spikingjelly's conversion of it. SpikingJelly runs on the CPU (its eager scan: on CUDA it
 picks its own Triton kernels, whose rounding differs); ours on each device."""
 import copy
+import functools
 import pickle
 
 import pytest
@@ -216,6 +217,17 @@ def test_converted_from_spikingjelly():
     theirs_grads = torch.autograd.grad(theirs_out, [x] + their_params, cotangent)
     ours_grads = torch.autograd.grad(ours_out, [xo] + our_params, cotangent)
     assert_same(list(ours_grads), list(theirs_grads))
+
+
+def test_the_fallback_warning_names_the_callers_line():
+    """The warning of a core that cannot compile points at the line that built the module (through
+    StaticInputsFlexSN's constructor and FlexSN's), as FlexSN's own does."""
+    tau = nn.Parameter(torch.tensor(2.5))
+    with pytest.warns(RuntimeWarning, match="aten.lgamma") as caught:
+        spikejit.StaticInputsFlexSN(unsupported_core, 1, static_inputs=(tau,))
+    with pytest.warns(RuntimeWarning, match="aten.lgamma") as caught_flexsn:
+        spikejit.FlexSN(functools.partial(unsupported_core, tau=tau), 1, 1, 1)
+    assert [w.filename for w in (caught[0], caught_flexsn[0])] == [__file__, __file__]
 
 
 def test_conversion_refuses_a_flexsn_with_a_state():
