@@ -190,10 +190,12 @@ def test_static_inputs_are_read_where_they_live():
     assert_same(list(ours(*xs)), list(theirs(*xs)))
 
 
-def test_converted_from_spikingjelly():
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_converted_from_spikingjelly(device):
     """from_spikingjelly: SpikingJelly's FlexSN neurons (inside its own layers) become
-    StaticInputsFlexSN, static inputs copied (new tensors of equal values and flags), and the
-    network trains alike: outputs, input gradients, weight and static-parameter gradients."""
+    StaticInputsFlexSN, static inputs copied (new tensors of equal values and flags) on the
+    network's device, and the network trains alike: outputs, input gradients, weight and
+    static-parameter gradients (SpikingJelly's on the CPU)."""
     def network():
         return nn.Sequential(sj_layer.Linear(8, 8), SJFlexSN(lif_core, 1, static_inputs=statics_of("lif")),
                              sj_layer.Linear(8, 8), SJFlexSN(plain_core, 1))
@@ -201,21 +203,21 @@ def test_converted_from_spikingjelly():
     theirs = network()
     sj_functional.set_step_mode(theirs, "m")
     theirs[1]._static_input_0.requires_grad_(False)
-    ours = spikejit.from_spikingjelly(copy.deepcopy(theirs))
+    ours = spikejit.from_spikingjelly(copy.deepcopy(theirs).to(device))
     assert [type(ours[i]) for i in (1, 3)] == [spikejit.StaticInputsFlexSN] * 2
     assert ours[1].handle is not None and ours[3].handle is not None
     assert ours[1]._static_input_0 is not theirs[1]._static_input_0
-    assert not ours[1]._static_input_0.requires_grad
+    assert ours[1]._static_input_0.device == device and not ours[1]._static_input_0.requires_grad
     assert dict(ours.named_parameters()).keys() == dict(theirs.named_parameters()).keys()
     x = random_input(6, 3, 8).requires_grad_()
-    xo = x.detach().clone().requires_grad_()
+    xo = x.detach().to(device).requires_grad_()
     theirs_out, ours_out = theirs(x), ours(xo)
-    torch.testing.assert_close(ours_out, theirs_out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours_out.cpu(), theirs_out, rtol=1e-5, atol=1e-5)
     cotangent = torch.randn_like(theirs_out)
     their_params = [p for p in theirs.parameters() if p.requires_grad]
     our_params = [p for p in ours.parameters() if p.requires_grad]
     theirs_grads = torch.autograd.grad(theirs_out, [x] + their_params, cotangent)
-    ours_grads = torch.autograd.grad(ours_out, [xo] + our_params, cotangent)
+    ours_grads = torch.autograd.grad(ours_out, [xo] + our_params, cotangent.to(device))
     assert_same(list(ours_grads), list(theirs_grads))
 
 
