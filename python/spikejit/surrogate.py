@@ -138,8 +138,8 @@ def _spike_in_traces(function: type, name: str, param_names: Sequence[str], sign
         return super(function, function).apply(*args, **kwargs)
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()
-    values = list(bound.arguments.values())
-    return run_spike(values[0], name, [float(bound.arguments[p]) for p in param_names])
+    x = next(iter(bound.arguments.values()))
+    return run_spike(x, name, [float(bound.arguments[p]) for p in param_names])
 
 
 @contextlib.contextmanager

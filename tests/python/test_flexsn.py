@@ -523,6 +523,41 @@ def test_handles_name_programs_the_same_in_every_process():
     assert live(b.handle)
 
 
+class _OlderSigmoid(torch.autograd.Function):
+    """A surrogate function as older SpikingJelly versions write them: forward(ctx, x, alpha)."""
+
+    @staticmethod
+    def forward(ctx, x, alpha):
+        ctx.save_for_backward(x)
+        ctx.alpha = alpha
+        return (x >= 0).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        sg = torch.sigmoid(ctx.alpha * ctx.saved_tensors[0])
+        return grad * ctx.alpha * sg * (1 - sg), None
+
+
+def test_older_spikingjelly_surrogate_functions_compile(monkeypatch):
+    """A surrogate function whose forward takes ctx first (older SpikingJelly) traces to spike
+    with its parameter too, read past ctx."""
+    monkeypatch.setattr(sj_surrogate, "sigmoid", _OlderSigmoid)
+
+    def core(x, v):
+        h = v + (x - v) / 2.0
+        s = sj_surrogate.sigmoid.apply(h - 1.0, 2.5)
+        return s, h * (1.0 - s)
+
+    node = spikejit.FlexSN(core, 1, 1, 1, strict=True)
+    assert "sigmoid(alpha=2.5)" in node.program.canonical(), node.program.canonical()
+    assert "apply" not in vars(_OlderSigmoid)
+    x = random_input(6, 5).requires_grad_()
+    y = node(x)
+    expected, _ = spikejit.eager_scan(core, [x], [torch.zeros(5)])
+    torch.testing.assert_close(y, expected[0], rtol=0, atol=0)
+    torch.testing.assert_close(torch.autograd.grad(y.sum(), x)[0], torch.autograd.grad(expected[0].sum(), x)[0])
+
+
 def test_modules_made_in_several_threads_at_once_all_compile():
     """Cores with spikejit's surrogate, SpikingJelly's surrogate function (its `apply` is replaced
     while a core is traced, for the tracing thread) and none, compiled in six threads at once,

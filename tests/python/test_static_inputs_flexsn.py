@@ -181,12 +181,17 @@ def test_pickles_with_a_module_level_core():
 
 
 def test_static_inputs_are_read_where_they_live():
-    """A dtype change replaces the buffers (not the parameters): the kernels read the new ones, as
-    SpikingJelly's core does, in float64."""
+    """A dtype change replaces the buffers (not the parameters), and so does an assignment: the
+    kernels read the module's tensors as they are at each call, as SpikingJelly's core does."""
     theirs, ours = pair("adaptive", "cpu")
     theirs.double()
     ours.double()
     xs = [x.double() for x in inputs_of("adaptive")]
+    assert_same(list(ours(*xs)), list(theirs(*xs)))
+    threshold = torch.rand(SHAPE, dtype=torch.float64) + 1.5  # (far from the first: other spikes)
+    for module in (theirs, ours):
+        module.reset()
+        module._static_input_0 = threshold.clone()
     assert_same(list(ours(*xs)), list(theirs(*xs)))
 
 
