@@ -8,10 +8,11 @@ Needs SpikingJelly (`pip install spikingjelly`). The network is SpikingJelly's o
 spiking VGG-11 with batch norms) with its LIF neurons, multi step, or with `--neuron flexsn` the
 same LIF written as one step for SpikingJelly 2.0's FlexSN (`lif_step` below).
 `spikejit.from_spikingjelly` replaces each neuron by spikejit's LIFNode with the same options (or
-by a StaticInputsFlexSN compiling the same step); the convolutions, batch norms and the rest stay. The example then trains the original and the converted network side by side,
-from the same weights on the same batches (random images and labels: the point is the
-arithmetic, not the task), and prints how far apart their outputs and weights are, and the time of
-a training step of each.
+by a StaticInputsFlexSN compiling the same step); the convolutions, batch norms and the rest stay.
+The example then trains the original and the converted network side by side, from the same
+weights on the same batches (random images and labels: the point is the arithmetic, not the
+task), and prints how far apart their outputs and weights are, and the time of a training step
+of each.
 """
 import argparse
 import copy

@@ -32,6 +32,7 @@ def spikingjelly_flexsn():
         from spikingjelly.activation_based.neuron import FlexSN
     except ImportError:
         return None
+
     def sj_lif_core(x, v):  # (its FlexSN refuses cores that close over modules, a surrogate's too)
         h = v + (x - v) / 2.0
         s = surrogate.sigmoid.apply(h - 1.0, 4.0)
@@ -45,8 +46,11 @@ def spikingjelly_implementation(node, device) -> str:
     if device.type != "cuda":
         return "its per-step loop (the CPU)"
     chosen = set(node._triton_capability.values())  # (per device and dtype: one of each here)
-    return {frozenset({True}): "its Triton kernels", frozenset({False}): "torch's scan operator (its Triton failed)"}.get(
-        frozenset(chosen), f"unknown ({node._triton_capability})")
+    if chosen == {True}:
+        return "its Triton kernels"
+    if chosen == {False}:
+        return "torch's scan operator (its Triton failed)"
+    return f"unknown ({node._triton_capability})"
 
 
 def make_nodes(device):
