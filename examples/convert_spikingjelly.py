@@ -85,9 +85,11 @@ def main(argv=None):
     device = torch.device(args.device)
     theirs = spikingjelly_network(args.model, args.neuron).to(device)
     ours = spikejit.from_spikingjelly(copy.deepcopy(theirs))
-    kinds = sorted({type(m).__name__ for m in ours.modules() if type(m).__module__.startswith("spikejit")})
-    count = sum(type(m).__module__.startswith("spikejit") for m in ours.modules())
-    print(f"{args.model}: {count} SpikingJelly neurons converted to spikejit's {', '.join(kinds)}")
+    converted = [m for m in ours.modules() if type(m).__module__.startswith("spikejit")]
+    kinds = sorted({type(m).__name__ for m in converted})
+    eager = [m.fallback_reason for m in converted if getattr(m, "fallback_reason", None)]  # (FlexSN's)
+    print(f"{args.model}: {len(converted)} SpikingJelly neurons converted to spikejit's {', '.join(kinds)}, "
+          + (f"{len(eager)} of them eager scans ({eager[0]})" if eager else "all running as kernels"))
 
     initial = [p.detach().clone() for p in theirs.parameters()]
     optimizers = [torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9) for net in (theirs, ours)]

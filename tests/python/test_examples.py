@@ -116,7 +116,7 @@ def test_gradient_penalty_matches_the_pytorch_loop_and_learns(device, seed):
 def test_convert_spikingjelly_trains_like_the_original(device, seed):
     out = run_example("convert_spikingjelly.py", "--iterations", 3, "--steps", 2, "--batch-size", 2, "--size", 32,
                       "--device", device, "--seed", seed)
-    assert "sew_resnet18: 20 SpikingJelly neurons converted to spikejit's LIFNode" in out, out
+    assert "sew_resnet18: 20 SpikingJelly neurons converted to spikejit's LIFNode, all running as kernels" in out, out
     assert number(r"outputs differ by at most ([\d.e+-]+)", out) < 1e-4, out
     assert number(r"weights after training differ by at most ([\d.e+-]+)", out) < 1e-4, out
     assert number(r"training moved them by up to ([\d.e+-]+)", out) > 1e-3, out  # (it trained)
@@ -128,7 +128,8 @@ def test_convert_spikingjelly_flexsn_trains_like_the_original(seed):
     Triton kernels, whose rounding differs)."""
     out = run_example("convert_spikingjelly.py", "--neuron", "flexsn", "--iterations", 3, "--steps", 2,
                       "--batch-size", 2, "--size", 32, "--seed", seed)
-    assert "sew_resnet18: 20 SpikingJelly neurons converted to spikejit's StaticInputsFlexSN" in out, out
+    assert ("sew_resnet18: 20 SpikingJelly neurons converted to spikejit's StaticInputsFlexSN, all running as "
+            "kernels") in out, out
     assert number(r"outputs differ by at most ([\d.e+-]+)", out) < 1e-4, out
     assert number(r"weights after training differ by at most ([\d.e+-]+)", out) < 1e-4, out
     assert number(r"training moved them by up to ([\d.e+-]+)", out) > 1e-3, out
