@@ -51,7 +51,7 @@ def test_custom_neuron_learnable_matches_eager_and_learns(device, seed):
     mismatches = number(r"against PyTorch's eager loop: (\d+) different spikes", out)
     gradient = number(r"parameter gradients differ by at most ([\d.e+-]+) \(relative\)", out)
     assert mismatches == 0, out
-    assert gradient < 1e-4, out
+    assert gradient < 1e-9, out       # float64 (see the example), sums in another order
     start = number(r"rate error: ([\d.]+) at the start", out)
     end = number(r"-> ([\d.]+) at the end", out)
     assert end < 0.5 * start, out
