@@ -24,6 +24,7 @@ from ._core import ArgumentError, Error, ParseError, Program
 from . import cpu_pool, ops, registry, surrogate
 from .flexsn import FlexSN, FlexSNKernel, UnsupportedCoreError
 from .static_inputs_flexsn import StaticInputsFlexSN
+from .compiled_spikingjelly_neuron import CompiledSpikingJellyNeuron
 from .functional import (if_multi_step, lif_multi_step, multistep_if, multistep_lif, multistep_plif,
                          plif_multi_step)
 from .neuron import IFNode, LIFNode, ParametricLIFNode
@@ -58,7 +59,7 @@ __all__ = [
     "NonSpikingIFNode", "NonSpikingLIFNode", "SLTTLIFNode", "OTTTLIFNode", "ActivationAwareIFNode",
     "HalfThresholdIFNode", "STBIFNode", "SimpleBaseNode", "SimpleIFNode", "SimpleLIFNode", "PSN", "MaskedPSN",
     "SlidingPSN", "FewSpikeTable", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode", "DSRIFNode", "DSRLIFNode",
-    "MPBNLIFNode", "FlexSN", "FlexSNKernel", "StaticInputsFlexSN",
+    "MPBNLIFNode", "FlexSN", "FlexSNKernel", "StaticInputsFlexSN", "CompiledSpikingJellyNeuron",
     "multistep_if", "multistep_lif", "multistep_plif", "if_multi_step", "lif_multi_step", "plif_multi_step",
     "eager_scan", "eager_scan_final_state", "lowerable_scan", "lowerable_scan_final_state",
     "lowerable_scan_available", "bit_spike_compress", "bit_spike_decompress", "pack_spike_rows",

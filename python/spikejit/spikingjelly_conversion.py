@@ -14,9 +14,14 @@ and containers, PyTorch's modules) is left as it is, so the call changes the net
 returns it (a new module when `module` itself is a neuron), like
 `torch.nn.SyncBatchNorm.convert_sync_batchnorm`. A neuron shared by several parents stays shared.
 
+A neuron of another class (the user's own subclass of SpikingJelly's BaseNode, LIFNode, ...) is
+compiled from its step into a CompiledSpikingJellyNeuron, when its class allows that (see that
+module: its sequences must be its step repeated) and the step compiles into kernels.
+
 What is refused, with a ValueError naming the module's path and class:
-- a SpikingJelly neuron without a spikejit counterpart (the ILC and Noisy neurons), or a subclass of one (its overrides
-  would be lost); with `strict=False` these are left as they are, with one warning naming them;
+- a SpikingJelly neuron that spikejit neither provides nor compiles (the ILC and Noisy neurons, a
+  subclass whose step calls SpikingJelly's kernel ops; the message says why); with `strict=False`
+  these are left as they are, with one warning naming them;
 - a neuron holding a state other than its reset value (a `v` from an earlier call): call
   SpikingJelly's `functional.reset_net(net)` first;
 - a neuron with hooks (a SpikingJelly monitor's, for example): they would not carry over, so
@@ -33,9 +38,9 @@ from typing import Callable, Dict
 import torch
 from torch import nn
 
-from . import (conversion_neurons, dsr_neuron, few_spike_neuron, gated_lif_neuron, ilif_neuron, lif_variants,
-               mpbn_neuron, neuron, nonlinear_neuron, online_neurons, psn, readout_neuron, resonate_neuron,
-               simple_neuron, static_inputs_flexsn, ternary_neuron)
+from . import (compiled_spikingjelly_neuron, conversion_neurons, dsr_neuron, few_spike_neuron, gated_lif_neuron,
+               ilif_neuron, lif_variants, mpbn_neuron, neuron, nonlinear_neuron, online_neurons, psn, readout_neuron,
+               resonate_neuron, simple_neuron, static_inputs_flexsn, ternary_neuron)
 
 __all__ = ["from_spikingjelly", "CONVERTIBLE"]
 
@@ -200,6 +205,16 @@ def _converted(path: str, m: nn.Module, network_tensor) -> nn.Module:
     return ours.train(m.training)
 
 
+def _placed(path: str, ours: nn.Module, m: nn.Module, network_tensor) -> nn.Module:
+    """`ours`, m compiled (a neuron of a class spikejit does not provide), once m is checked
+    convertible, on the network's device and dtype when m has no tensors (else it has m's)."""
+    _check_convertible(path, m)
+    if _first_tensor(m) is None and network_tensor is not None:
+        ours.to(device=network_tensor.device,
+                dtype=network_tensor.dtype if network_tensor.is_floating_point() else None)
+    return ours
+
+
 def from_spikingjelly(module: nn.Module, strict: bool = True) -> nn.Module:
     """Replaces every SpikingJelly neuron in `module` by spikejit's (see the module's docstring);
     returns `module`, or spikejit's neuron when `module` is one."""
@@ -208,24 +223,29 @@ def from_spikingjelly(module: nn.Module, strict: bool = True) -> nn.Module:
     if not isinstance(strict, bool):
         raise TypeError(f"strict: expected a bool, got {type(strict).__name__}")
 
-    def convertible(m):
-        sj_class = _spikingjelly_neuron_class(m)
-        return sj_class is not None and type(m) is sj_class and sj_class.__name__ in CONVERTIBLE
-
-    left = [(path, m) for path, m in module.named_modules(remove_duplicate=True)
-            if _spikingjelly_neuron_class(m) is not None and not convertible(m)]
-    if left:
-        names = ", ".join(f"{path or 'module'} ({type(m).__module__}.{type(m).__name__})" for path, m in left)
-        if strict:
-            raise ValueError(f"module: expected SpikingJelly neurons that spikejit provides (exactly their classes, "
-                             f"not subclasses), got {names}; strict=False leaves them as they are")
-        warnings.warn(f"from_spikingjelly: left as they are (no spikejit counterpart): {names}", stacklevel=2)
-
     done = {}  # id of SpikingJelly's neuron -> spikejit's: a shared neuron stays shared
+    left = []  # (path, module, why) of the neurons that stay SpikingJelly's
     network_tensor = _first_tensor(module)
     for path, m in module.named_modules(remove_duplicate=True):
-        if convertible(m):
+        sj_class = _spikingjelly_neuron_class(m)
+        if sj_class is None:
+            continue
+        if type(m) is sj_class and sj_class.__name__ in CONVERTIBLE:
             done[id(m)] = _converted(path, m, network_tensor)
+            continue
+        try:
+            ours = compiled_spikingjelly_neuron.CompiledSpikingJellyNeuron(m, strict=True)
+        except (TypeError, ValueError, RuntimeError, NotImplementedError) as error:
+            left.append((path, m, error))  # (spikejit can't compile it: why)
+            continue
+        done[id(m)] = _placed(path, ours, m, network_tensor)
+    if left:
+        names = "; ".join(f"{path or 'module'} ({type(m).__module__}.{type(m).__name__}): {why}"
+                          for path, m, why in left)
+        if strict:
+            raise ValueError(f"module: expected SpikingJelly neurons that spikejit provides or compiles from their "
+                             f"step, got {names}; strict=False leaves them as they are")
+        warnings.warn(f"from_spikingjelly: left as they are: {names}", stacklevel=2)
     if id(module) in done:
         return done[id(module)]
     for parent in list(module.modules()):
