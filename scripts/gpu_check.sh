@@ -197,6 +197,7 @@ fi
 
 if [[ $installed -eq 0 ]] && wanted bench-extra; then
   bench_step 100 flexbench bench.txt python3 "$ROOT/bench/python/bench_flexsn_vs_builtin.py"
+  bench_step 60 sjneuronbench bench.txt python3 "$ROOT/bench/python/bench_compiled_spikingjelly_neuron.py"
   bench_step 90 graphbench bench.txt python3 "$ROOT/bench/python/bench_cuda_graphs.py"
   bench_step 60 layoutbench bench.txt python3 "$ROOT/bench/python/bench_layouts.py"
   bench_step 40 fwdbench bench.txt python3 "$ROOT/bench/python/bench_forward_mode.py"

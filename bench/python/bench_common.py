@@ -93,6 +93,21 @@ def median_ms(fn, device, calls, bursts, warm_up=3):
     return statistics.median(burst_ms(fn, device, calls) for _ in range(bursts))
 
 
+def interleaved_ms(fns, device, bursts, calls):
+    """Median ms per call of each of `fns` (name -> callable), the bursts of the two taken in
+    turn (the order flipped every round) so that a drift of the host or the GPU's clocks
+    falls on both alike."""
+    for fn in fns.values():
+        for _ in range(3):
+            fn()
+    times = {name: [] for name in fns}
+    names = list(fns)
+    for burst in range(bursts):
+        for name in (names if burst % 2 == 0 else names[::-1]):
+            times[name].append(burst_ms(fns[name], device, calls))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def cuda_copy_bandwidth(device, numel):
     """Bytes read + written per second by a device-to-device copy of `numel` float32; None off CUDA."""
     import torch

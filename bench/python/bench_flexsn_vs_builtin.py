@@ -11,12 +11,11 @@ SpikingJelly's surrogate function).
 import argparse
 import copy
 import functools
-import statistics
 
 import torch
 
 import spikejit
-from bench_common import burst_ms, markdown_table
+from bench_common import interleaved_ms, markdown_table
 
 
 def lif_core(x, v):
@@ -64,21 +63,6 @@ def make_nodes(device):
             raise RuntimeError(f"the converted FlexSN runs as an eager scan: {converted.fallback_reason}")
         nodes.update({"SpikingJelly FlexSN": theirs.to(device), "converted": converted.to(device)})
     return nodes
-
-
-def interleaved_ms(fns, device, bursts, calls):
-    """Median ms per call of each of `fns` (name -> callable), the bursts of the two taken in
-    turn (the order flipped every round) so that a drift of the host or the GPU's clocks
-    falls on both alike."""
-    for fn in fns.values():
-        for _ in range(3):
-            fn()
-    times = {name: [] for name in fns}
-    names = list(fns)
-    for burst in range(bursts):
-        for name in (names if burst % 2 == 0 else names[::-1]):
-            times[name].append(burst_ms(fns[name], device, calls))
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main():

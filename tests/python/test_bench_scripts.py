@@ -28,10 +28,11 @@ def test_memory_bench_dry_run_runs_every_spikejit_variant():
             assert row is not None and "failed" not in row and "not run" not in row, out
 
 
-@pytest.mark.parametrize("script", ["bench_gpu_vs_spikingjelly.py", "bench_flexsn_vs_builtin.py"])
+@pytest.mark.parametrize("script", ["bench_gpu_vs_spikingjelly.py", "bench_flexsn_vs_builtin.py",
+                                    "bench_compiled_spikingjelly_neuron.py"])
 def test_gpu_bench_dry_runs(script):
-    out = run_bench(script, "--dry-run", *(["--sj-backends", "--budget-s", "60"] if "spikingjelly" in script else []))
-    assert "| LIF |" in out or "| infer |" in out, out
+    out = run_bench(script, "--dry-run", *(["--sj-backends", "--budget-s", "60"] if "gpu_vs" in script else []))
+    assert "| LIF |" in out or "| infer |" in out or "| AdaptiveLIF | infer |" in out, out
 
 
 def test_gpu_bench_rounds_report_medians(tmp_path):

@@ -381,3 +381,25 @@ def test_a_step_with_random_draws_is_not_taken_for_a_mode_dependent_one():
 
     ours = spikejit.CompiledSpikingJellyNeuron(NoisyIF())
     assert ours.program is not None, ours.fallback_reason
+
+
+def test_compiles_without_graph_breaks():
+    """torch.compile(fullgraph=True) of Linear -> CompiledSpikingJellyNeuron -> Linear: the same
+    outputs and gradients as eager, the neuron's parameters included."""
+    torch._dynamo.reset()
+    neuron = spikejit.CompiledSpikingJellyNeuron(make("adaptive"))
+    neuron.step_mode = "m"
+    model = nn.Sequential(nn.Linear(SHAPE[-1], SHAPE[-1]), neuron, nn.Linear(SHAPE[-1], 4))
+    x = torch.randn(5, *SHAPE)
+
+    def step(x):
+        loss = model(x).square().sum()
+        neuron.reset()
+        return loss
+
+    params = list(model.parameters())
+    eager = torch.autograd.grad(step(x), params)
+    compiled = torch.compile(step, fullgraph=True)
+    torch.testing.assert_close(compiled(x), step(x))
+    for a, b in zip(torch.autograd.grad(compiled(x), params), eager):
+        torch.testing.assert_close(a, b)
