@@ -3,12 +3,15 @@
     python examples/convert_spikingjelly.py                  # SEW-ResNet-18, CPU (or --device cuda)
     python examples/convert_spikingjelly.py --model vgg11_bn --iterations 3
     python examples/convert_spikingjelly.py --neuron flexsn  # its neurons written as FlexSN cores
+    python examples/convert_spikingjelly.py --neuron custom  # ... as a neuron class of one's own
 
 Needs SpikingJelly (`pip install spikingjelly`). The network is SpikingJelly's own SEW-ResNet-18 (or
 spiking VGG-11 with batch norms) with its LIF neurons, multi step, or with `--neuron flexsn` the
-same LIF written as one step for SpikingJelly 2.0's FlexSN (`lif_step` below).
+same LIF written as one step for SpikingJelly 2.0's FlexSN (`lif_step` below), or with `--neuron
+custom` as a neuron class of the user's own (`StepLIF` below, a BaseNode subclass).
 `spikejit.from_spikingjelly` replaces each neuron by spikejit's LIFNode with the same options (or
-by a StaticInputsFlexSN compiling the same step); the convolutions, batch norms and the rest stay.
+by a StaticInputsFlexSN, or a CompiledSpikingJellyNeuron, compiling the same step); the
+convolutions, batch norms and the rest stay.
 The example then trains the original and the converted network side by side, from the same
 weights on the same batches (random images and labels: the point is the arithmetic, not the
 task), and prints how far apart their outputs and weights are, and the time of a training step
@@ -29,8 +32,8 @@ from spikingjelly.activation_based.model import sew_resnet, spiking_vgg
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", choices=("sew_resnet18", "vgg11_bn"), default="sew_resnet18")
-    p.add_argument("--neuron", choices=("lif", "flexsn"), default="lif",
-                   help="SpikingJelly's LIFNode, or the same LIF as a step of its FlexSN")
+    p.add_argument("--neuron", choices=("lif", "flexsn", "custom"), default="lif",
+                   help="SpikingJelly's LIFNode, or the same LIF as a step of its FlexSN, or as a class of one's own")
     p.add_argument("--steps", type=int, default=4, help="time steps T")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--size", type=int, default=32, help="image height and width")
@@ -53,11 +56,29 @@ def flexsn_lif(**_options):
     return neuron.FlexSN(lif_step, num_states=1)
 
 
+class StepLIF(neuron.BaseNode):
+    """The same LIF as a neuron class of one's own, written the SpikingJelly 2.0 way: a BaseNode
+    with its one step over its memory v."""
+
+    def __init__(self, tau: float = 2.0, **options):
+        super().__init__(**options)
+        self.tau = tau
+
+    def single_step_functional_forward(self, inputs, states, **kwargs):
+        x, v = inputs[0], states[0]
+        h = v + (x - v) / self.tau
+        s = self.surrogate_function(h - self.v_threshold)
+        r = s.detach() if self.detach_reset else s
+        return (s,), (h * (1.0 - r),)
+
+
 def spikingjelly_network(model, neuron_kind):
     options = dict(num_classes=10, spiking_neuron=neuron.LIFNode, tau=2.0, surrogate_function=surrogate.ATan(),
                    detach_reset=True)
     if neuron_kind == "flexsn":
         options = dict(num_classes=10, spiking_neuron=flexsn_lif)
+    if neuron_kind == "custom":
+        options["spiking_neuron"] = StepLIF
     if model == "sew_resnet18":
         net = sew_resnet.sew_resnet18(cnf="ADD", **options)
     else:

@@ -133,3 +133,14 @@ def test_convert_spikingjelly_flexsn_trains_like_the_original(seed):
     assert number(r"outputs differ by at most ([\d.e+-]+)", out) < 1e-4, out
     assert number(r"weights after training differ by at most ([\d.e+-]+)", out) < 1e-4, out
     assert number(r"training moved them by up to ([\d.e+-]+)", out) > 1e-3, out
+
+
+def test_convert_spikingjelly_custom_neuron_class_trains_like_the_original(seed):
+    """A neuron class of the user's own (a BaseNode subclass) compiled from its step."""
+    out = run_example("convert_spikingjelly.py", "--neuron", "custom", "--iterations", 3, "--steps", 2,
+                      "--batch-size", 2, "--size", 32, "--seed", seed)
+    assert ("sew_resnet18: 20 SpikingJelly neurons converted to spikejit's CompiledSpikingJellyNeuron, all running "
+            "as kernels") in out, out
+    assert number(r"outputs differ by at most ([\d.e+-]+)", out) < 1e-4, out
+    assert number(r"weights after training differ by at most ([\d.e+-]+)", out) < 1e-4, out
+    assert number(r"training moved them by up to ([\d.e+-]+)", out) > 1e-3, out
