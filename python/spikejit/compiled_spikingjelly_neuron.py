@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from ._stateful_module import StatefulModule
+from .functional import check_flag
 from .flexsn import FlexSN
 
 __all__ = ["CompiledSpikingJellyNeuron", "SPIKINGJELLY_BASES"]
@@ -78,8 +79,9 @@ def _check_neuron(neuron) -> Tuple[str, ...]:
     if sequence_owner is not None and sequence_owner.__name__ != "MemoryModule" and \
             mro.index(step_owner) < mro.index(sequence_owner):
         raise ValueError(f"neuron: {step_owner.__name__} defines single_step_functional_forward, but SpikingJelly runs "
-                         f"its sequences (step_mode 'm') with {sequence_owner.__name__}'s multi_step_functional_forward, "
-                         f"which does not call it: its two step modes differ; derive the neuron from BaseNode")
+                         f"its sequences (step_mode 'm') with {sequence_owner.__name__}'s "
+                         f"multi_step_functional_forward, which does not call it: its two step modes differ; derive "
+                         f"the neuron from BaseNode")
     memories = tuple(neuron._memories)
     if not memories:
         raise ValueError(f"neuron: expected registered memories (the states), got none in {type(neuron).__name__}")
@@ -191,7 +193,6 @@ class CompiledSpikingJellyNeuron(FlexSN):
             self.__dict__[table] = step.__dict__[table]
         self.__dict__["_step"] = step
         self.memory_names = memories
-        self.store_v_seq = bool(getattr(neuron, "store_v_seq", False))
         core = functools.partial(_one_step, step, memories, num_inputs)
         core.__name__ = type(neuron).__name__  # (the compiled neuron's name)
         like = next((t for t in itertools.chain(step.parameters(), step.buffers()) if t.is_floating_point()),
@@ -199,8 +200,8 @@ class CompiledSpikingJellyNeuron(FlexSN):
         num_outputs = _count_outputs(core, num_inputs, len(memories), like)
         _check_training_mode_free(core, step, num_inputs, len(memories), like)
         super().__init__(core, num_inputs, len(memories), num_outputs, step_mode=getattr(neuron, "step_mode", "s"),
-                         backend=backend, store_state_seqs=self.store_v_seq, strict=strict,
-                         checkpoint_every=checkpoint_every, pack_spikes=pack_spikes)
+                         backend=backend, store_state_seqs=bool(getattr(neuron, "store_v_seq", False)),
+                         strict=strict, checkpoint_every=checkpoint_every, pack_spikes=pack_spikes)
         self.train(neuron.training)
 
     @property
@@ -209,8 +210,17 @@ class CompiledSpikingJellyNeuron(FlexSN):
         return self._step
 
     def init_states(self, num_states: int, step_mode: str, *inputs) -> List[Tensor]:
-        x = inputs[0] if step_mode == "s" else inputs[0][0]
+        x = inputs[0] if step_mode == "s" else inputs[0].new_empty(inputs[0].shape[1:])  # (T may be 0)
         return _initial_states(self._step, self.memory_names, x)
+
+    @property
+    def store_v_seq(self) -> bool:
+        """SpikingJelly's name of store_state_seqs: keep the states' sequences (v_seq)."""
+        return self.store_state_seqs
+
+    @store_v_seq.setter
+    def store_v_seq(self, value: bool) -> None:
+        self.store_state_seqs = check_flag("store_v_seq", value)
 
     def train(self, mode: bool = True):
         super().train(mode)

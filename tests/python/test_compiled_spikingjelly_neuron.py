@@ -162,6 +162,20 @@ def test_v_seq_with_store_v_seq():
     assert not ours.neuron.store_v_seq  # (the private copy's step does not record)
 
 
+def test_store_v_seq_set_later_and_zero_steps():
+    ours = spikejit.CompiledSpikingJellyNeuron(make("leaky_if"))
+    ours.step_mode = "m"
+    assert not ours.store_v_seq
+    ours.store_v_seq = True
+    y = ours(torch.randn(3, *SHAPE))
+    assert ours.store_state_seqs and ours.v_seq.shape == (3, *SHAPE) and torch.equal(ours.v_seq[-1], ours.v)
+    with pytest.raises(TypeError, match=r"^store_v_seq: expected a bool"):
+        ours.store_v_seq = 1
+    ours.reset()
+    empty = ours(torch.randn(0, *SHAPE))
+    assert empty.shape == (0, *SHAPE) and torch.equal(ours.v, torch.zeros(SHAPE)) and y.shape == (3, *SHAPE)
+
+
 def test_module_options_state_and_reset():
     theirs = make("adaptive")
     theirs.step_mode = "m"
