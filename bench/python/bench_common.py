@@ -108,6 +108,26 @@ def interleaved_ms(fns, device, bursts, calls):
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def infer_and_train(x):
+    """The two ways a neuron module is timed on the sequence x, as (mode, fn(node)) pairs: "infer",
+    one call without gradients; "train", one call on a copy of x that requires its gradient, then
+    y.sum().backward(). Each resets the neuron after its call."""
+    import torch
+    xg = x.clone().requires_grad_()
+
+    def infer(node):
+        with torch.no_grad():
+            node(x)
+        node.reset()
+
+    def train(node):
+        xg.grad = None
+        node(xg).sum().backward()
+        node.reset()
+
+    return (("infer", infer), ("train", train))
+
+
 def cuda_copy_bandwidth(device, numel):
     """Bytes read + written per second by a device-to-device copy of `numel` float32; None off CUDA."""
     import torch

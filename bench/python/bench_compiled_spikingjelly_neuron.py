@@ -17,7 +17,7 @@ from torch import nn
 from spikingjelly.activation_based import neuron, surrogate
 
 import spikejit
-from bench_common import interleaved_ms, markdown_table
+from bench_common import infer_and_train, interleaved_ms, markdown_table
 
 
 class AdaptiveLIF(neuron.BaseNode):
@@ -61,20 +61,7 @@ def main():
         ours = spikejit.CompiledSpikingJellyNeuron(theirs, strict=True)
         nodes = {"theirs": theirs, "ours": ours}
         for steps, neurons in sizes:
-            x = torch.rand(steps, neurons, device=device) * 2
-            xg = x.clone().requires_grad_()
-
-            def infer(node):
-                with torch.no_grad():
-                    node(x)
-                node.reset()
-
-            def train(node):
-                xg.grad = None
-                node(xg).sum().backward()
-                node.reset()
-
-            for mode, step in (("infer", infer), ("train", train)):
+            for mode, step in infer_and_train(torch.rand(steps, neurons, device=device) * 2):
                 ms = interleaved_ms({name: functools.partial(step, node) for name, node in nodes.items()}, device,
                                     bursts, calls)
                 row = [cls.__name__, mode, steps, neurons, f"{ms['theirs']:.4f}", f"{ms['ours']:.4f}",

@@ -15,7 +15,7 @@ import functools
 import torch
 
 import spikejit
-from bench_common import interleaved_ms, markdown_table
+from bench_common import infer_and_train, interleaved_ms, markdown_table
 
 
 def lif_core(x, v):
@@ -81,20 +81,7 @@ def main():
         header += ["SpikingJelly FlexSN ms", "converted ms", "converted vs SpikingJelly"]
     print(markdown_table(header, []), flush=True)  # then each row as it is measured
     for steps, neurons in sizes:
-        x = torch.rand(steps, neurons, device=device) * 2
-        xg = x.clone().requires_grad_()
-
-        def infer(node):
-            with torch.no_grad():
-                node(x)
-            node.reset()
-
-        def train(node):
-            xg.grad = None
-            node(xg).sum().backward()
-            node.reset()
-
-        for mode, step in (("infer", infer), ("train", train)):
+        for mode, step in infer_and_train(torch.rand(steps, neurons, device=device) * 2):
             ms = interleaved_ms({name: functools.partial(step, node) for name, node in nodes.items()}, device,
                                 bursts, calls)
             built, flex = ms["built-in LIFNode"], ms["FlexSN LIF"]

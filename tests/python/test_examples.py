@@ -123,24 +123,16 @@ def test_convert_spikingjelly_trains_like_the_original(device, seed):
     assert re.search(r"training step: SpikingJelly [\d.]+ ms, converted [\d.]+ ms", out), out
 
 
-def test_convert_spikingjelly_flexsn_trains_like_the_original(seed):
-    """SpikingJelly 2.0's FlexSN neurons converted (CPU only: on CUDA SpikingJelly runs its own
-    Triton kernels, whose rounding differs)."""
-    out = run_example("convert_spikingjelly.py", "--neuron", "flexsn", "--iterations", 3, "--steps", 2,
+@pytest.mark.parametrize("kind, converted_to", [("flexsn", "StaticInputsFlexSN"),
+                                                ("custom", "CompiledSpikingJellyNeuron")])
+def test_convert_spikingjelly_steps_train_like_the_original(seed, kind, converted_to):
+    """SpikingJelly 2.0's FlexSN neurons, or a neuron class of the user's own (a BaseNode
+    subclass), converted (CPU only: on CUDA SpikingJelly runs its FlexSN as its own Triton
+    kernels, whose rounding differs)."""
+    out = run_example("convert_spikingjelly.py", "--neuron", kind, "--iterations", 3, "--steps", 2,
                       "--batch-size", 2, "--size", 32, "--seed", seed)
-    assert ("sew_resnet18: 20 SpikingJelly neurons converted to spikejit's StaticInputsFlexSN, all running as "
+    assert (f"sew_resnet18: 20 SpikingJelly neurons converted to spikejit's {converted_to}, all running as "
             "kernels") in out, out
-    assert number(r"outputs differ by at most ([\d.e+-]+)", out) < 1e-4, out
-    assert number(r"weights after training differ by at most ([\d.e+-]+)", out) < 1e-4, out
-    assert number(r"training moved them by up to ([\d.e+-]+)", out) > 1e-3, out
-
-
-def test_convert_spikingjelly_custom_neuron_class_trains_like_the_original(seed):
-    """A neuron class of the user's own (a BaseNode subclass) compiled from its step."""
-    out = run_example("convert_spikingjelly.py", "--neuron", "custom", "--iterations", 3, "--steps", 2,
-                      "--batch-size", 2, "--size", 32, "--seed", seed)
-    assert ("sew_resnet18: 20 SpikingJelly neurons converted to spikejit's CompiledSpikingJellyNeuron, all running "
-            "as kernels") in out, out
     assert number(r"outputs differ by at most ([\d.e+-]+)", out) < 1e-4, out
     assert number(r"weights after training differ by at most ([\d.e+-]+)", out) < 1e-4, out
     assert number(r"training moved them by up to ([\d.e+-]+)", out) > 1e-3, out
