@@ -12,10 +12,18 @@ from conftest import random_input
 
 # SpikingJelly is a pinned test requirement: imported, not skipped.
 from spikingjelly.activation_based import functional as sj_functional
+from spikingjelly.activation_based import neuron as sj_neuron
 
 T = 6
 class _SimpleQuadratic(spikejit.SimpleBaseNode):
     """A SimpleBaseNode subclass, as its users write them."""
+
+    def neuronal_charge(self, x):
+        self.v = self.v + 0.1 * self.v * self.v + x
+
+
+class _SpikingJellyQuadratic(sj_neuron.SimpleBaseNode):
+    """A neuron class of a SpikingJelly user's own, for CompiledSpikingJellyNeuron."""
 
     def neuronal_charge(self, x):
         self.v = self.v + 0.1 * self.v * self.v + x
@@ -64,6 +72,7 @@ MODULES = {
     "PSN": lambda: spikejit.PSN(T),
     "MaskedPSN": lambda: spikejit.MaskedPSN(2, T, lambda_init=0.5, step_mode="m"),
     "SlidingPSN": lambda: spikejit.SlidingPSN(3, step_mode="m"),
+    "CompiledSpikingJellyNeuron": lambda: spikejit.CompiledSpikingJellyNeuron(_SpikingJellyQuadratic(step_mode="m")),
 }
 SINGLE_STEP = {"SLTTLIFNode", "OTTTLIFNode"}
 FIRST_ORDER = {"DSRIFNode", "DSRLIFNode"}  # SpikingJelly's rate gradient: no derivative of its own
@@ -79,7 +88,7 @@ def call(name, node, x):
 
 
 def test_every_exported_neuron_module_is_listed():
-    exported = {name for name in spikejit.__all__ if name.endswith(("Node", "PSN"))}
+    exported = {name for name in spikejit.__all__ if name.endswith(("Node", "PSN", "Neuron"))}
     assert exported == set(MODULES), f"list these in MODULES: {sorted(exported - set(MODULES))}"
 
 
@@ -107,7 +116,7 @@ def test_runs_copies_loads_and_resets(name):
 
 @pytest.mark.parametrize("name", list(MODULES))
 def test_a_non_tensor_input_is_a_type_error_naming_it(name):
-    with pytest.raises(TypeError, match=r"^x(_seq)?: expected a tensor, got list"):
+    with pytest.raises(TypeError, match=r"^(x(_seq)?|inputs\[0\]): expected a tensor, got list"):
         MODULES[name]()([[1.0, 2.0]])
 
 
