@@ -74,6 +74,11 @@ def _check_neuron(neuron) -> Tuple[str, ...]:
         if own:
             raise ValueError(f"neuron: {cls.__name__} defines {', '.join(own)}, so a sequence may not be its step "
                              "repeated, which is what spikejit compiles")
+    stateful_owner = _defining("single_step_forward", mro)
+    if mro.index(stateful_owner) < mro.index(base) and "SimpleBaseNode" not in {c.__name__ for c in base.__mro__}:
+        raise ValueError(f"neuron: {stateful_owner.__name__} defines single_step_forward, but SpikingJelly runs the "
+                         f"sequences of a {base.__name__} through single_step_functional_forward, which does not call "
+                         f"it: its two step modes differ; define single_step_functional_forward instead")
     step_owner = _defining("single_step_functional_forward", mro)
     sequence_owner = _defining("multi_step_functional_forward", mro)
     if sequence_owner is not None and sequence_owner.__name__ != "MemoryModule" and \

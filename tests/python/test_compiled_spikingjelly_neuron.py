@@ -339,6 +339,24 @@ def test_a_step_that_spikingjelly_s_sequences_do_not_run_is_refused():
         spikejit.CompiledSpikingJellyNeuron(OverriddenLIFStep())
 
 
+class OwnSingleStep(AdaptiveLIF):
+    """A BaseNode whose single_step_forward is its own: SpikingJelly's sequences do not call it."""
+
+    def single_step_forward(self, x, *args, **kwargs):
+        return super().single_step_forward(0.5 * x, *args, **kwargs)
+
+
+def test_a_single_step_forward_that_spikingjelly_s_sequences_do_not_run_is_refused():
+    theirs = OwnSingleStep(SHAPE[-1])
+    one_by_one = copy.deepcopy(theirs)
+    theirs.step_mode = "m"
+    x = torch.randn(6, *SHAPE) + 0.8
+    assert not torch.equal(theirs(x), torch.stack([one_by_one(x_t) for x_t in x]))  # SpikingJelly's modes differ
+    with pytest.raises(ValueError, match=r"^neuron: OwnSingleStep defines single_step_forward, but SpikingJelly runs "
+                                         r"the sequences of a BaseNode through single_step_functional_forward"):
+        spikejit.CompiledSpikingJellyNeuron(OwnSingleStep(SHAPE[-1]))
+
+
 @pytest.mark.parametrize("base", sorted(_ABSTRACT))
 def test_an_abstract_base_is_refused_naming_its_step(base):
     with pytest.raises(RuntimeError, match=r"^neuron: its step failed on one-element tensors: NotImplementedError"):
