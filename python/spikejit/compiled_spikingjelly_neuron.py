@@ -232,6 +232,19 @@ class CompiledSpikingJellyNeuron(FlexSN):
         self._step.training = mode  # (not one of this module's children, yet its step reads the mode)
         return self
 
+    def single_step_forward(self, *inputs):
+        """One step; with store_v_seq the states are appended to the sequences, as SpikingJelly's
+        single steps append v (a step of another shape starts them again)."""
+        outputs = super().single_step_forward(*inputs)
+        if self.store_state_seqs:
+            steps = [state.unsqueeze(0) for state in self.states]
+            seqs = self.state_seqs
+            if seqs is not None and all(a.shape[1:] == b.shape[1:] and a.device == b.device and a.dtype == b.dtype
+                                        for a, b in zip(seqs, steps)):
+                steps = [torch.cat(pair) for pair in zip(seqs, steps)]
+            self.state_seqs = steps
+        return outputs
+
     @property
     def v_seq(self):
         """The sequence of memory 'v' from the last multi-step call with store_v_seq, else None."""

@@ -523,8 +523,13 @@ class FlexSN(StatefulModule):
         return inputs, states
 
     def single_step_forward(self, *inputs):
+        """One step: the compiled kernels over a sequence of one step (as the built-in neurons
+        run a step), or the core itself when it runs eagerly."""
         self._check_inputs(inputs)
         states = self._current_states(inputs[0], sequence=False)
+        if self._compiled is not None:
+            outputs, self.states, _ = self._run_sequence([x.unsqueeze(0) for x in inputs], states, one_step=True)
+            return [y[0] for y in outputs]
         if states is None:
             states = self.init_states(self.num_states, "s", *inputs)
         inputs, states = self._mask(inputs, states)
@@ -546,8 +551,9 @@ class FlexSN(StatefulModule):
                     raise TypeError(f"states[{j}]: expected a tensor or None, got {type(s).__name__}")
         return self._run_sequence(list(inputs), states, seed)
 
-    def _run_sequence(self, inputs, states, seed=None):
-        """multi_step_functional_forward after its checks."""
+    def _run_sequence(self, inputs, states, seed=None, one_step=False):
+        """multi_step_functional_forward after its checks. `one_step`: the inputs are one step
+        made a sequence (single_step_forward), which keeps no state sequences and no bit rows."""
         if seed is not None and self._compiled is None:
             raise ValueError(f"seed: fixes the draws of the compiled kernels, but the core runs as "
                              f"{'an eager scan: ' + self.fallback_reason if self.fallback_reason else self.backend}"
@@ -557,9 +563,9 @@ class FlexSN(StatefulModule):
         inputs, states = self._mask(inputs, None if states is None else list(states))
         if self._compiled is not None:
             init = [None] * self.num_states if states is None else states
-            outputs, finals, seqs = self._compiled.run(inputs, init, self.store_state_seqs,
+            outputs, finals, seqs = self._compiled.run(inputs, init, self.store_state_seqs and not one_step,
                                                        checkpoint_every=self.checkpoint_every,
-                                                       packed_outputs=self._packed_mask,
+                                                       packed_outputs=0 if one_step else self._packed_mask,
                                                        pack_spikes=self.pack_spikes, seed=seed)
             return list(outputs), list(finals), (list(seqs) if seqs is not None else None)
         use_hop = self.backend == "hop" and lowerable_scan_available()

@@ -149,16 +149,23 @@ def test_spike_outputs_are_exactly_spikingjelly_s():
     assert all(torch.equal(a[0], b[0]) for a, b in zip(y_theirs, y_ours))
 
 
-def test_v_seq_with_store_v_seq():
+@pytest.mark.parametrize("step_mode", ["m", "s"])
+def test_v_seq_with_store_v_seq(step_mode):
     theirs = make("adaptive")
     theirs.store_v_seq = True
     ours = spikejit.CompiledSpikingJellyNeuron(theirs)
     assert ours.store_v_seq and ours.v_seq is None
     x = torch.randn(5, *SHAPE) + 0.6
-    theirs.step_mode = ours.step_mode = "m"
-    theirs(x)
-    ours(x)
+    theirs.step_mode = ours.step_mode = step_mode
+    for _ in range(2):  # (single steps append to the sequence of the calls before)
+        for module in (theirs, ours):
+            if step_mode == "m":
+                module(x)
+            else:
+                for x_t in x:
+                    module(x_t)
     torch.testing.assert_close(ours.v_seq, theirs.v_seq)
+    assert ours.v_seq.shape[0] == (5 if step_mode == "m" else 10)
     assert not ours.neuron.store_v_seq  # (the private copy's step does not record)
 
 

@@ -334,6 +334,46 @@ def test_single_step_mode_matches_multi_step():
     torch.testing.assert_close(y_m, torch.stack([o[1] for o in outs]))
 
 
+class _LearnedGate(nn.Module):
+    """A core with a learnable per-neuron gain, for the single-step gradients."""
+
+    def __init__(self):
+        super().__init__()
+        self.gain = nn.Parameter(1.0 + 0.1 * torch.randn(8))
+
+    def forward(self, x, v):
+        h = 0.7 * v + self.gain * x
+        s = spikejit.surrogate.Sigmoid()(h - 1.0)
+        return s, h * (1.0 - s)
+
+
+def test_single_steps_run_the_kernels_with_the_eager_core_s_gradients():
+    """step_mode 's' runs the compiled kernels one step at a time (a sequence of one step): the
+    outputs, the state carried from step to step, and the gradients of the inputs and of the
+    core's parameter through all the steps equal the core's own eager steps."""
+    core = _LearnedGate()
+    kernels = spikejit.FlexSN(core, 1, 1, 1, step_mode="s", strict=True)
+    eager = spikejit.FlexSN(core, 1, 1, 1, step_mode="s", backend="torch")
+    run, calls = kernels._compiled.run, []
+    kernels._compiled.run = lambda *args, **kwargs: calls.append(1) or run(*args, **kwargs)
+    x = random_input(6, 3, 8)
+    weights = torch.randn(6, 3, 8)
+    results = []
+    for node in (kernels, eager):
+        xr = x.clone().requires_grad_()
+        core.zero_grad()
+        y = torch.stack([node(xr[t]) for t in range(6)])
+        ((y * weights).sum() + node.states[0].sum()).backward()
+        results.append((y.detach(), node.states[0].detach(), xr.grad, core.gain.grad.clone()))
+        node.reset()
+    (y_k, v_k, gx_k, gp_k), (y_e, v_e, gx_e, gp_e) = results
+    assert torch.equal(y_k, y_e)
+    torch.testing.assert_close(v_k, v_e)
+    torch.testing.assert_close(gx_k, gx_e)
+    torch.testing.assert_close(gp_k, gp_e)
+    assert kernels.state_seqs is None and len(calls) == 6  # (a kernel call a step; single steps keep no sequences)
+
+
 def test_custom_init_states_and_torch_backend():
     class Offset(spikejit.FlexSN):
         @staticmethod
