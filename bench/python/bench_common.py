@@ -111,18 +111,22 @@ def interleaved_ms(fns, device, bursts, calls):
 def infer_and_train(x):
     """The two ways a neuron module is timed on the sequence x, as (mode, fn(node)) pairs: "infer",
     one call without gradients; "train", one call on a copy of x that requires its gradient, then
-    y.sum().backward(). Each resets the neuron after its call."""
+    y.sum().backward(). A neuron in step mode 's' is called once per step. Each resets the neuron
+    after its call."""
     import torch
     xg = x.clone().requires_grad_()
 
+    def call(node, x_seq):
+        return node(x_seq) if node.step_mode == "m" else torch.stack([node(x_t) for x_t in x_seq])
+
     def infer(node):
         with torch.no_grad():
-            node(x)
+            call(node, x)
         node.reset()
 
     def train(node):
         xg.grad = None
-        node(xg).sum().backward()
+        call(node, xg).sum().backward()
         node.reset()
 
     return (("infer", infer), ("train", train))

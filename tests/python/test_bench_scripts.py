@@ -32,7 +32,7 @@ def test_memory_bench_dry_run_runs_every_spikejit_variant():
                                     "bench_compiled_spikingjelly_neuron.py"])
 def test_gpu_bench_dry_runs(script):
     out = run_bench(script, "--dry-run", *(["--sj-backends", "--budget-s", "60"] if "gpu_vs" in script else []))
-    assert "| LIF |" in out or "| infer |" in out or "| AdaptiveLIF | infer |" in out, out
+    assert "| LIF |" in out or "| infer |" in out or "| AdaptiveLIF | s | infer |" in out, out
 
 
 def test_gpu_bench_rounds_report_medians(tmp_path):
