@@ -118,6 +118,13 @@ def run_both(theirs, ours, device, steps: int = 6, calls: int = 2, step_mode: st
     return results
 
 
+def spikingjelly_sequence_and_steps(theirs, x):
+    """SpikingJelly's neuron over x in step mode 'm', and (a copy) one step at a time, stacked."""
+    one_by_one = copy.deepcopy(theirs)
+    one_by_one.step_mode, theirs.step_mode = "s", "m"
+    return theirs(x), torch.stack([one_by_one(x_t) for x_t in x])
+
+
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 @pytest.mark.parametrize("name", NEURONS)
 @pytest.mark.parametrize("step_mode", ["m", "s"])
@@ -322,28 +329,15 @@ def test_every_base_is_its_step_repeated_and_a_subclass_equals_it(base, seed):
     cls = type(f"My{base}", (getattr(sj, base),), {})
     theirs = cls(**_BASE_ARGUMENTS.get(base, {}))
     x = torch.randn(6, *SHAPE) + 0.8
-    one_by_one = copy.deepcopy(theirs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ours = spikejit.CompiledSpikingJellyNeuron(theirs)
-    one_by_one.step_mode = "s"
-    theirs.step_mode = ours.step_mode = "m"
-    expected = theirs(x)
-    assert torch.equal(torch.stack([one_by_one(x_t) for x_t in x]), expected)  # the premise, in SpikingJelly
+    ours.step_mode = "m"
+    expected, steps = spikingjelly_sequence_and_steps(theirs, x)
+    assert torch.equal(steps, expected)  # the premise, in SpikingJelly
     assert (ours.program is not None) == (base in _COMPILED), (base, ours.fallback_reason)
     assert bool(caught) == (base not in _COMPILED)
     torch.testing.assert_close(ours(x), expected, rtol=1e-5, atol=1e-6)
-
-
-def test_a_step_that_spikingjelly_s_sequences_do_not_run_is_refused():
-    theirs = OverriddenLIFStep()
-    one_by_one = copy.deepcopy(theirs)
-    theirs.step_mode = "m"
-    x = torch.randn(6, *SHAPE) + 0.8
-    assert not torch.equal(theirs(x), torch.stack([one_by_one(x_t) for x_t in x]))  # SpikingJelly's modes differ
-    with pytest.raises(ValueError, match=r"^neuron: OverriddenLIFStep defines single_step_functional_forward, but "
-                                         r"SpikingJelly runs its sequences \(step_mode 'm'\) with LIFNode's"):
-        spikejit.CompiledSpikingJellyNeuron(OverriddenLIFStep())
 
 
 class OwnSingleStep(AdaptiveLIF):
@@ -353,15 +347,16 @@ class OwnSingleStep(AdaptiveLIF):
         return super().single_step_forward(0.5 * x, *args, **kwargs)
 
 
-def test_a_single_step_forward_that_spikingjelly_s_sequences_do_not_run_is_refused():
-    theirs = OwnSingleStep(SHAPE[-1])
-    one_by_one = copy.deepcopy(theirs)
-    theirs.step_mode = "m"
-    x = torch.randn(6, *SHAPE) + 0.8
-    assert not torch.equal(theirs(x), torch.stack([one_by_one(x_t) for x_t in x]))  # SpikingJelly's modes differ
-    with pytest.raises(ValueError, match=r"^neuron: OwnSingleStep defines single_step_forward, but SpikingJelly runs "
-                                         r"the sequences of a BaseNode through single_step_functional_forward"):
-        spikejit.CompiledSpikingJellyNeuron(OwnSingleStep(SHAPE[-1]))
+@pytest.mark.parametrize("make_neuron, message", [
+    (OverriddenLIFStep, r"OverriddenLIFStep defines single_step_functional_forward, but SpikingJelly runs its "
+                        r"sequences \(step_mode 'm'\) with LIFNode's"),
+    (lambda: OwnSingleStep(SHAPE[-1]), r"OwnSingleStep defines single_step_forward, but SpikingJelly runs the "
+                                       r"sequences of a BaseNode through single_step_functional_forward")])
+def test_a_step_that_spikingjelly_s_sequences_do_not_run_is_refused(make_neuron, message):
+    sequence, steps = spikingjelly_sequence_and_steps(make_neuron(), torch.randn(6, *SHAPE) + 0.8)
+    assert not torch.equal(sequence, steps)  # SpikingJelly's two step modes differ
+    with pytest.raises(ValueError, match="^neuron: " + message):
+        spikejit.CompiledSpikingJellyNeuron(make_neuron())
 
 
 @pytest.mark.parametrize("base", sorted(_ABSTRACT))
