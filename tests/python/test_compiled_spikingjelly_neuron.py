@@ -437,3 +437,26 @@ def test_compiles_without_graph_breaks():
     torch.testing.assert_close(compiled(x), step(x))
     for a, b in zip(torch.autograd.grad(compiled(x), params), eager):
         torch.testing.assert_close(a, b)
+
+
+class GatedIF(sj.BaseNode):
+    """A step of two inputs: SpikingJelly passes the second one through single_step_forward(x, g)."""
+
+    def single_step_functional_forward(self, inputs, states, **kwargs):
+        x, g = inputs
+        h = states[0] + x * torch.sigmoid(g)
+        s = self.surrogate_function(h - self.v_threshold)
+        return (s,), (h * (1.0 - s),)
+
+
+@pytest.mark.parametrize("step_mode", ["m", "s"])
+def test_a_step_of_two_inputs(step_mode):
+    theirs = GatedIF(step_mode=step_mode)
+    ours = spikejit.CompiledSpikingJellyNeuron(theirs, num_inputs=2)
+    assert ours.program is not None and ours.num_inputs == 2
+    x, g = torch.randn(5, *SHAPE) + 0.8, torch.randn(5, *SHAPE)
+    if step_mode == "m":
+        assert torch.equal(ours(x, g), theirs(x, g))
+    else:
+        assert all(torch.equal(ours(x[t], g[t]), theirs(x[t], g[t])) for t in range(5))
+    torch.testing.assert_close(ours.v, theirs.v)
