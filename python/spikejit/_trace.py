@@ -11,6 +11,7 @@ traced shape must be the neuron shape of the examples (RANDOM_OPS, _check_draw).
 import copy
 import functools
 import math
+import operator
 import re
 import types
 from typing import Callable, Dict, List, Optional, Sequence
@@ -598,12 +599,50 @@ def _needed(gm) -> set:
     return needed
 
 
+# Ops that only add or remove dims of size 1 (unsqueeze, select of such a dim, a stack of one
+# tensor, ...) leave every neuron's value where it was. They are told apart by the traced shapes,
+# which needs example inputs whose own dims are all larger than 1 (the one-element default
+# examples are not: there `x[0]` could be the first neuron as well as the only step).
+UNIT_VIEW_OPS = frozenset({
+    "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default", "aten.select.int",
+    "aten.stack.default", "aten.cat.default", "aten.unbind.int", "aten.view.default", "aten._unsafe_view.default",
+    "aten.reshape.default", "<built-in function getitem>"})
+
+
+def _without_unit_dims(shape) -> List[int]:
+    return [d for d in shape if d != 1]
+
+
+def _unit_view(node, values, neuron_shape):
+    """The value(s) a view op of UNIT_VIEW_OPS passes on: its operand's (for unbind a list of one,
+    for getitem that list's item), when the op only adds or removes dims of size 1."""
+    target = str(node.target)
+    if node.target is operator.getitem:  # (an item of unbind's list)
+        return values[node.args[0]][node.args[1]]
+    if 1 in neuron_shape:
+        raise UnsupportedOp(target, f"a view of the values with example inputs of shape {list(neuron_shape)}: their "
+                            f"dims of size 1 cannot be told from added ones; pass example_inputs without them")
+    source = node.args[0]
+    if isinstance(source, (list, tuple)):  # stack, cat
+        if len(source) != 1:
+            raise UnsupportedOp(target, f"a {target.split('.')[1]} of {len(source)} tensors: one value per neuron "
+                                "cannot hold several")
+        source = source[0]
+    results = node.meta["val"]
+    results = list(results) if isinstance(results, (list, tuple)) else [results]
+    before = _without_unit_dims(source.meta["val"].shape)
+    if len(results) != 1 or _without_unit_dims(results[0].shape) != before:
+        raise UnsupportedOp(target, f"a view from shape {list(source.meta['val'].shape)} to "
+                            f"{[list(r.shape) for r in results]}: only dims of size 1 may come or go")
+    return [values[source]] if target == "aten.unbind.int" else values[source]
+
+
 def _unruled(gm, needed) -> list:
     """The ops of needed nodes that have no rule, in graph order."""
     ops = []
     for node in gm.graph.nodes:
         if node in needed and node.op == "call_function" and str(node.target) not in RULES \
-                and node.target not in ops:
+                and str(node.target) not in UNIT_VIEW_OPS and node.target not in ops:
             ops.append(node.target)
     return ops
 
@@ -782,6 +821,9 @@ def trace_core(core: Callable, num_inputs: int, num_states: int, num_outputs: in
         if node.op != "call_function":
             raise UnsupportedOp(f"{node.op} {node.target}")
         target = str(node.target)
+        if target in UNIT_VIEW_OPS:
+            values[node] = _unit_view(node, values, neuron_shape)
+            continue
         rule = RULES.get(target)
         if rule is None:
             raise UnsupportedOp(target, "not supported (docs/user-guide.md lists the ops FlexSN compiles)")

@@ -148,20 +148,22 @@ def _same(a: Tensor, b: Tensor) -> bool:
     return a.shape == b.shape and bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
-def _probe_shape(step: nn.Module) -> Tuple[int, ...]:
-    """A step's shape that the neuron's tensors broadcast to (per-neuron ones: theirs), of several values."""
+def _example_shape(step: nn.Module) -> Tuple[int, ...]:
+    """A step's shape for tracing and probing the neuron: one its tensors broadcast to (per-neuron
+    ones: theirs), without dims of size 1, so that the tracer can tell the dims SpikingJelly's
+    own steps add (`x.unsqueeze(0)`: they run a step as a sequence of one) from the neurons'."""
     try:
         shape = torch.broadcast_shapes(*(t.shape for t in itertools.chain(step.parameters(), step.buffers())))
     except RuntimeError:
-        return (1,)
-    return tuple(shape) if math.prod(shape) > 1 else (16,)
+        shape = ()
+    return tuple(2 if d == 1 else d for d in shape) if math.prod(shape) > 1 else (2, 3)
 
 
 def _check_training_mode_free(core: Callable, step: nn.Module, num_inputs: int, num_states: int, like) -> None:
     """Refuses a step whose results change with the training mode: it is compiled once. (Random
     draws are the same in both calls: each starts from the same seed.)"""
     generator = torch.Generator().manual_seed(0)
-    shape = _probe_shape(step)
+    shape = _example_shape(step)
     args = [torch.randn(shape, generator=generator).to(like) for _ in range(num_inputs + num_states)]
     mode = step.training
     results = []
@@ -204,9 +206,14 @@ class CompiledSpikingJellyNeuron(FlexSN):
                     torch.zeros(()))  # (the step's device and dtype)
         num_outputs = _count_outputs(core, num_inputs, len(memories), like)
         _check_training_mode_free(core, step, num_inputs, len(memories), like)
-        super().__init__(core, num_inputs, len(memories), num_outputs, step_mode=getattr(neuron, "step_mode", "s"),
-                         backend=backend, store_state_seqs=bool(getattr(neuron, "store_v_seq", False)),
-                         strict=strict, checkpoint_every=checkpoint_every, pack_spikes=pack_spikes)
+        # Traced in float64: SpikingJelly's own steps (IF, LIF, ...) run their kernel ops for
+        # float32 and their reference PyTorch code for float64, which the tracer reads.
+        examples = [torch.zeros(_example_shape(step), dtype=torch.float64, device=like.device)
+                    for _ in range(num_inputs + len(memories))]
+        super().__init__(core, num_inputs, len(memories), num_outputs, example_inputs=examples,
+                         step_mode=getattr(neuron, "step_mode", "s"), backend=backend,
+                         store_state_seqs=bool(getattr(neuron, "store_v_seq", False)), strict=strict,
+                         checkpoint_every=checkpoint_every, pack_spikes=pack_spikes)
         self.train(neuron.training)
 
     @property

@@ -20,8 +20,8 @@ module: its sequences must be its step repeated) and the step compiles into kern
 
 What is refused, with a ValueError naming the module's path and class:
 - a SpikingJelly neuron that spikejit neither provides nor compiles (the ILC and Noisy neurons, a
-  subclass whose step calls SpikingJelly's kernel ops; the message says why); with `strict=False`
-  these are left as they are, with one warning naming them;
+  step with an op outside FlexSN's table, a subclass of ILIFNode; the message says why); with
+  `strict=False` these are left as they are, with one warning naming them;
 - a neuron holding a state other than its reset value (a `v` from an earlier call): call
   SpikingJelly's `functional.reset_net(net)` first;
 - a neuron with hooks (a SpikingJelly monitor's, for example): they would not carry over, so

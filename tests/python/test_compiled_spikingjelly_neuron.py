@@ -301,27 +301,31 @@ def test_from_spikingjelly_converts_a_network_of_user_neurons_and_trains_the_sam
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=key)
 
 
-def test_from_spikingjelly_refuses_what_does_not_compile_or_leaves_it_with_a_warning():
-    class StepOfSpikingJelly(sj.LIFNode):  # its step is SpikingJelly's kernel op, outside the table
-        pass
+class LgammaIF(sj.SimpleBaseNode):
+    """A step with an op outside FlexSN's table."""
 
-    net = nn.Sequential(StepOfSpikingJelly(), make("leaky_if"))
+    def neuronal_charge(self, x):
+        self.v = self.v + 0.1 * torch.lgamma(x.abs() + 1.0)
+
+
+def test_from_spikingjelly_refuses_what_does_not_compile_or_leaves_it_with_a_warning():
+    net = nn.Sequential(LgammaIF(), make("leaky_if"))
     with pytest.raises(ValueError, match=r"^module: expected SpikingJelly neurons that spikejit provides or compiles"
-                                         r" .*0 \(.*StepOfSpikingJelly\): FlexSN: cannot compile the core"):
+                                         r" .*0 \(.*LgammaIF\): FlexSN: cannot compile the core: aten.lgamma"):
         spikejit.from_spikingjelly(net)
     assert isinstance(net[1], LeakyIF)  # nothing converted
-    with pytest.warns(UserWarning, match=r"left as they are: 0 \(.*StepOfSpikingJelly\)"):
+    with pytest.warns(UserWarning, match=r"left as they are: 0 \(.*LgammaIF\)"):
         spikejit.from_spikingjelly(net, strict=False)
-    assert isinstance(net[0], StepOfSpikingJelly) and isinstance(net[1], spikejit.CompiledSpikingJellyNeuron)
+    assert isinstance(net[0], LgammaIF) and isinstance(net[1], spikejit.CompiledSpikingJellyNeuron)
 
 
 # Every SpikingJelly base a user may derive from, with the arguments it needs.
 _BASE_ARGUMENTS = {"SimpleLIFNode": dict(tau=2.0, decay_input=True)}
 _ABSTRACT = {"BaseNode", "AdaptBaseNode", "SimpleBaseNode"}
-# The bases whose own step spikejit compiles (the others' steps call SpikingJelly's kernel ops,
-# outside the table, or its own autograd functions: their subclasses run as eager scans).
-_COMPILED = {"CUBALIFNode", "ComplementaryLIFNode", "KLIFNode", "RAFNode", "SimpleIFNode", "SimpleLIFNode",
-             "TernaryIFNode", "TernaryLIFNode"}
+# The bases whose own step spikejit compiles: all but ILIF, whose step is its own autograd
+# function (the check after tracing catches it: its subclasses run as eager scans). IF, LIF, PLIF,
+# QIF, EIF, Izhikevich and HalfThresholdIF compile through their reference code (traced in float64).
+_COMPILED = SPIKINGJELLY_BASES - _ABSTRACT - {"ILIFNode"}
 
 
 @pytest.mark.parametrize("base", sorted(SPIKINGJELLY_BASES - _ABSTRACT))
@@ -333,11 +337,17 @@ def test_every_base_is_its_step_repeated_and_a_subclass_equals_it(base, seed):
         warnings.simplefilter("always")
         ours = spikejit.CompiledSpikingJellyNeuron(theirs)
     ours.step_mode = "m"
-    expected, steps = spikingjelly_sequence_and_steps(theirs, x)
+    expected, steps = spikingjelly_sequence_and_steps(copy.deepcopy(theirs), x)
     assert torch.equal(steps, expected)  # the premise, in SpikingJelly
     assert (ours.program is not None) == (base in _COMPILED), (base, ours.fallback_reason)
     assert bool(caught) == (base not in _COMPILED)
-    torch.testing.assert_close(ours(x), expected, rtol=1e-5, atol=1e-6)
+    # Outputs and gradients against SpikingJelly's own sequence (its kernel ops, in float32).
+    (x_theirs, y_theirs), (x_ours, y_ours) = run_both(theirs, ours, torch.device("cpu"), steps=6, calls=1)
+    torch.testing.assert_close(y_ours[0][0], y_theirs[0][0].detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(x_ours[0].grad, x_theirs[0].grad, rtol=1e-4, atol=1e-5)
+    theirs_params = dict(theirs.named_parameters())
+    for key, p in ours.named_parameters():
+        torch.testing.assert_close(p.grad, theirs_params[key].grad, rtol=1e-4, atol=1e-5, msg=key)
 
 
 class OwnSingleStep(AdaptiveLIF):

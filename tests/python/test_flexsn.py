@@ -334,6 +334,49 @@ def test_single_step_mode_matches_multi_step():
     torch.testing.assert_close(y_m, torch.stack([o[1] for o in outs]))
 
 
+def unit_view_core(x, v):
+    """Views that only add or remove dims of size 1, as SpikingJelly's own steps use them (a
+    step run as a sequence of one): unsqueeze, stack and cat of one tensor, unbind, squeeze,
+    select and reshape of a unit dim."""
+    h = v.unsqueeze(0) + torch.stack([x])            # [1, *S]
+    (h,) = torch.cat([h]).unbind(0)
+    h = h.reshape(1, *h.shape).squeeze(0).unsqueeze(-1).select(-1, 0)
+    s = spikejit.surrogate.Sigmoid()(h - 1.0)
+    return s, h * (1.0 - s)
+
+
+def test_views_of_unit_dims_compile_with_examples_without_unit_dims():
+    examples = [torch.zeros(2, 3), torch.zeros(2, 3)]
+    node = spikejit.FlexSN(unit_view_core, 1, 1, 1, example_inputs=examples, strict=True)
+    eager = spikejit.FlexSN(unit_view_core, 1, 1, 1, backend="torch")
+    x = random_input(5, 4, 7)
+    results = []
+    for module in (node, eager):
+        xr = x.clone().requires_grad_()
+        y = module(xr)
+        y.sum().backward()
+        results.append((y.detach(), xr.grad))
+    assert torch.equal(results[0][0], results[1][0])
+    torch.testing.assert_close(results[0][1], results[1][1])
+
+
+def test_views_that_move_values_between_neurons_are_refused():
+    with pytest.raises(spikejit.UnsupportedCoreError, match=r"aten.unsqueeze.default: a view of the values with example "
+                                                            r"inputs of shape \[1\]: their dims of size 1 cannot be "
+                                                            r"told from added ones; pass example_inputs without them"):
+        spikejit.FlexSN(unit_view_core, 1, 1, 1, strict=True)  # (the one-element default examples)
+    examples = [torch.zeros(2, 3), torch.zeros(2, 3)]
+    with pytest.raises(spikejit.UnsupportedCoreError, match=r"aten.select.int: a view from shape \[2, 3\] to "
+                                                            r"\[\[3\]\]: only dims of size 1 may come or go"):
+        spikejit.FlexSN(lambda x, v: (x[0] + v, v), 1, 1, 1, example_inputs=examples, strict=True)  # the first neurons
+    with pytest.raises(spikejit.UnsupportedCoreError, match=r"aten.view.default: a view from shape \[2, 3\] to "
+                                                            r"\[\[6\]\]"):
+        spikejit.FlexSN(lambda x, v: (x.flatten().view(2, 3) + v, v), 1, 1, 1, example_inputs=examples, strict=True)
+    with pytest.raises(spikejit.UnsupportedCoreError, match=r"aten.stack.default: a stack of 2 tensors: one value per "
+                                                            r"neuron cannot hold several"):
+        spikejit.FlexSN(lambda x, v: (torch.stack([x, v]).sum(0), v), 1, 1, 1, example_inputs=examples, strict=True)
+
+
 class _LearnedGate(nn.Module):
     """A core with a learnable per-neuron gain, for the single-step gradients."""
 
