@@ -129,8 +129,12 @@ def test_converted_network_gives_spikingjellys_outputs_and_gradients(name, devic
         torch.testing.assert_close(y, y_ref)
         torch.testing.assert_close(grad_x, grad_x_ref, rtol=1e-4, atol=1e-5)
         assert grads.keys() == grads_ref.keys()
+        # Near-zero elements are compared against the network's gradient scale: a gradient whose
+        # true value is 0 is rounding noise on both sides (MPBN's batch norm removes the Linear's
+        # bias: its gradient came out 1e-5 against weight gradients of 700).
+        atol = 1e-5 + 1e-6 * max((g.abs().max().item() for g in grads_ref.values()), default=0.0)
         for key in grads:
-            torch.testing.assert_close(grads[key], grads_ref[key], rtol=1e-4, atol=1e-5, msg=key)
+            torch.testing.assert_close(grads[key], grads_ref[key], rtol=1e-4, atol=atol, msg=key)
         ours.zero_grad()
         theirs.zero_grad()
         functional.reset_net(ours)
