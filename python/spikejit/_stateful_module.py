@@ -1,4 +1,5 @@
 """The base of spikejit's neuron modules: state attributes assigned on every call, cheaply."""
+import torch
 from torch import Tensor, nn
 
 _PLAIN_STATE_TYPES = (Tensor, float, list, type(None))
@@ -41,6 +42,15 @@ class StatefulModule(nn.Module):
             if name in state:
                 state[name] = _detached(state[name])
         return state
+
+
+def appended_step(sequence, step: Tensor) -> Tensor:
+    """A recorded sequence with one more step [1, *S] at its end, as single steps record v_seq;
+    a step of another shape, device or dtype (or no sequence yet) starts it again."""
+    if (isinstance(sequence, Tensor) and sequence.shape[1:] == step.shape[1:] and sequence.device == step.device
+            and sequence.dtype == step.dtype):
+        return torch.cat((sequence, step))
+    return step
 
 
 def _detached(value):

@@ -30,7 +30,7 @@ from typing import Callable, List, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from ._stateful_module import StatefulModule
+from ._stateful_module import StatefulModule, appended_step
 from .functional import check_flag
 from .flexsn import FlexSN
 
@@ -159,11 +159,11 @@ def _example_shape(step: nn.Module) -> Tuple[int, ...]:
     return tuple(2 if d == 1 else d for d in shape) if math.prod(shape) > 1 else (2, 3)
 
 
-def _check_training_mode_free(core: Callable, step: nn.Module, num_inputs: int, num_states: int, like) -> None:
+def _check_training_mode_free(core: Callable, step: nn.Module, num_inputs: int, num_states: int, like: Tensor,
+                              shape: Tuple[int, ...]) -> None:
     """Refuses a step whose results change with the training mode: it is compiled once. (Random
-    draws are the same in both calls: each starts from the same seed.)"""
+    draws are the same in both calls, on inputs of `shape`: each starts from the same seed.)"""
     generator = torch.Generator().manual_seed(0)
-    shape = _example_shape(step)
     args = [torch.randn(shape, generator=generator).to(like) for _ in range(num_inputs + num_states)]
     mode = step.training
     results = []
@@ -204,11 +204,12 @@ class CompiledSpikingJellyNeuron(FlexSN):
         core.__name__ = type(neuron).__name__  # (the compiled neuron's name)
         like = next((t for t in itertools.chain(step.parameters(), step.buffers()) if t.is_floating_point()),
                     torch.zeros(()))  # (the step's device and dtype)
+        shape = _example_shape(step)
         num_outputs = _count_outputs(core, num_inputs, len(memories), like)
-        _check_training_mode_free(core, step, num_inputs, len(memories), like)
+        _check_training_mode_free(core, step, num_inputs, len(memories), like, shape)
         # Traced in float64: SpikingJelly's own steps (IF, LIF, ...) run their kernel ops for
         # float32 and their reference PyTorch code for float64, which the tracer reads.
-        examples = [torch.zeros(_example_shape(step), dtype=torch.float64, device=like.device)
+        examples = [torch.zeros(shape, dtype=torch.float64, device=like.device)
                     for _ in range(num_inputs + len(memories))]
         super().__init__(core, num_inputs, len(memories), num_outputs, example_inputs=examples,
                          step_mode=getattr(neuron, "step_mode", "s"), backend=backend,
@@ -244,12 +245,8 @@ class CompiledSpikingJellyNeuron(FlexSN):
         single steps append v (a step of another shape starts them again)."""
         outputs = super().single_step_forward(*inputs)
         if self.store_state_seqs:
-            steps = [state.unsqueeze(0) for state in self.states]
-            seqs = self.state_seqs
-            if seqs is not None and all(a.shape[1:] == b.shape[1:] and a.device == b.device and a.dtype == b.dtype
-                                        for a, b in zip(seqs, steps)):
-                steps = [torch.cat(pair) for pair in zip(seqs, steps)]
-            self.state_seqs = steps
+            seqs = self.state_seqs or [None] * self.num_states
+            self.state_seqs = [appended_step(seq, state.unsqueeze(0)) for seq, state in zip(seqs, self.states)]
         return outputs
 
     @property

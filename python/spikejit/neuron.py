@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from . import surrogate as _surrogate
 from .functional import builtin_handle, check_flag, refuse_stale_state, run_neuron, shipped_handle
 from ._kernel_calls import AUTO, check_checkpoint_every, scalar_param
-from ._stateful_module import StatefulModule
+from ._stateful_module import StatefulModule, appended_step
 
 __all__ = ["BaseNode", "IFNode", "LIFNode", "ParametricLIFNode"]
 
@@ -254,13 +254,7 @@ class BaseNode(StatefulModule):
         outputs, finals, _ = self._run(x_seq, states, False)
         self._keep_final_states(finals)
         if self.store_v_seq:
-            step = self.v.unsqueeze(0)
-            v_seq = self.v_seq
-            if (isinstance(v_seq, Tensor) and v_seq.shape[1:] == step.shape[1:] and v_seq.device == step.device
-                    and v_seq.dtype == step.dtype):
-                self.v_seq = torch.cat((v_seq, step))
-            else:
-                self.v_seq = step
+            self.v_seq = appended_step(self.v_seq, self.v.unsqueeze(0))
         return outputs[0][0]
 
     def forward(self, x: Tensor) -> Tensor:

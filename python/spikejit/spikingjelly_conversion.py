@@ -179,6 +179,12 @@ def _first_tensor(m: nn.Module):
     return next(itertools.chain(m.parameters(), m.buffers()), None)
 
 
+def _move_like(ours: nn.Module, like) -> None:
+    """ours onto like's device (and its dtype, a floating one); nothing without `like`."""
+    if like is not None:
+        ours.to(device=like.device, dtype=like.dtype if like.is_floating_point() else None)
+
+
 def _converted(path: str, m: nn.Module, network_tensor) -> nn.Module:
     """spikejit's module for SpikingJelly's neuron m (checked convertible), on the device and dtype
     of its own tensors, or, without any (a fixed DSR threshold is a plain attribute that
@@ -191,10 +197,8 @@ def _converted(path: str, m: nn.Module, network_tensor) -> nn.Module:
     try:
         ours = cls(**options)
         _BEFORE_THE_STATE_DICT.get(their_name, lambda *_: None)(ours, m)
-        like = _first_tensor(m)
-        like = network_tensor if like is None else like
-        if like is not None:
-            ours.to(device=like.device, dtype=like.dtype if like.is_floating_point() else None)
+        own = _first_tensor(m)
+        _move_like(ours, network_tensor if own is None else own)
         ours.load_state_dict(m.state_dict())
     except (TypeError, ValueError, RuntimeError) as error:
         raise type(error)(f"{path or 'module'} ({type(m).__name__}): {error}") from error
@@ -209,9 +213,8 @@ def _placed(path: str, ours: nn.Module, m: nn.Module, network_tensor) -> nn.Modu
     """`ours`, m compiled (a neuron of a class spikejit does not provide), once m is checked
     convertible, on the network's device and dtype when m has no tensors (else it has m's)."""
     _check_convertible(path, m)
-    if _first_tensor(m) is None and network_tensor is not None:
-        ours.to(device=network_tensor.device,
-                dtype=network_tensor.dtype if network_tensor.is_floating_point() else None)
+    if _first_tensor(m) is None:
+        _move_like(ours, network_tensor)
     return ours
 
 
