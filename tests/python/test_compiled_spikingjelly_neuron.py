@@ -101,7 +101,7 @@ def run_both(theirs, ours, device, steps: int = 6, calls: int = 2, step_mode: st
     xs = [torch.randn(steps, *SHAPE, dtype=dtype) + 0.6 for _ in range(calls)]
     results = []
     for module, where in ((theirs, torch.device("cpu")), (ours, device)):
-        inputs = [x.to(where).requires_grad_() for x in xs]
+        inputs = [x.to(where).detach().requires_grad_() for x in xs]  # leaves on every device
         outputs = []
         for x in inputs:
             if step_mode == "m":

@@ -247,15 +247,16 @@ def test_a_neuron_without_tensors_of_its_own_takes_the_networks_device_and_dtype
     """SpikingJelly's DSR LIF with a fixed threshold keeps it as a plain attribute, which `.to()`
     leaves as it is (float32, on the CPU: SpikingJelly mixes it in as a scalar); spikejit's, a
     buffer, goes where the network is and runs there (found on a GPU: it stayed on the CPU)."""
+    dtype = torch.float64 if device.type == "cpu" else torch.float32  # (float64 runs on the CPU only)
     net = nn.Sequential(nn.Linear(4, 4), sj.DSRLIFNode(T=T, tau=2.5, v_threshold_training=False))
-    net.to(device=device, dtype=torch.float64)
+    net.to(device=device, dtype=dtype)
     assert net[1].v_threshold.device.type == "cpu" and net[1].v_threshold.dtype == torch.float32
     theirs = copy.deepcopy(net)
     ours = spikejit.from_spikingjelly(net)
-    assert ours[1].v_threshold.device == device and ours[1].v_threshold.dtype == torch.float64
-    x = random_input(T, B, 4, device=device, dtype=torch.float64)
+    assert ours[1].v_threshold.device == device and ours[1].v_threshold.dtype == dtype
+    x = random_input(T, B, 4, device=device, dtype=dtype)
     y = ours(x)
-    assert y.dtype == torch.float64
+    assert y.dtype == dtype
     torch.testing.assert_close(y, theirs(x), check_dtype=False)  # (SpikingJelly's comes out in float32)
 
 
