@@ -50,12 +50,13 @@ def compare_with_eager(node, x_seq):
     returns (spike mismatches, largest difference of the parameters' gradients relative to the
     largest gradient).
 
-    Both run on float64 copies: the scalar time constant's gradient is a sum over every neuron
-    and step whose terms largely cancel, and in float32 the eager loop's own rounding error in that
-    sum can reach 1e-4 of the result (the kernel's is smaller), which would hide the kernel's."""
-    kernel = copy.deepcopy(node).double()
+    Both run on float64 copies on the CPU (where spikejit's float64 kernels run): the scalar time
+    constant's gradient is a sum over every neuron and step whose terms largely cancel, and in
+    float32 the eager loop's own rounding error in that sum can reach 1e-4 of the result (the
+    kernel's is smaller), which would hide the kernel's."""
+    kernel = copy.deepcopy(node).to(device="cpu", dtype=torch.float64)
     eager = spikejit.FlexSN(kernel.core, num_inputs=1, num_states=1, num_outputs=1, backend="torch")
-    x_seq = x_seq.double()
+    x_seq = x_seq.to(device="cpu", dtype=torch.float64)
     weights = torch.randn_like(x_seq)  # a random linear loss, so every gradient is exercised
     results = []
     for module in (kernel, eager):
@@ -82,7 +83,7 @@ def main(argv=None):
         return 0.8 + 0.6 * torch.randn(args.steps, args.batch_size, args.neurons, device=device)
 
     mismatches, grad_diff = compare_with_eager(node, inputs())
-    print(f"in float64, compiled kernels against PyTorch's eager loop: {mismatches} different spikes, "
+    print(f"in float64 on the CPU, compiled kernels against PyTorch's eager loop: {mismatches} different spikes, "
           f"parameter gradients differ by at most {grad_diff:.1e} (relative)")
 
     # Each neuron has its own target firing rate; the thresholds (and tau) must learn them.
