@@ -25,7 +25,7 @@ import copy
 import functools
 import itertools
 import math
-from typing import Callable, List, Tuple, Union
+from typing import Callable, Dict, List, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -255,6 +255,18 @@ class CompiledSpikingJellyNeuron(FlexSN):
         if self.state_seqs is None or "v" not in self.memory_names:
             return None
         return self.state_seqs[self.memory_names.index("v")]
+
+    def _module_paths(self) -> Dict[int, str]:
+        paths = super()._module_paths()
+        paths[id(self._step)] = ""  # (the private copy's tensors are this module's)
+        return paths
+
+    def _replicate_for_data_parallel(self):
+        if self._compiled is None:  # its step would read the private copy's tables: the original's tensors
+            raise RuntimeError(f"CompiledSpikingJellyNeuron: DataParallel cannot copy a neuron that runs its step "
+                               f"eagerly ({self.fallback_reason or 'backend ' + repr(self.backend)}); use "
+                               f"DistributedDataParallel")
+        return super()._replicate_for_data_parallel()
 
     def __getattr__(self, name: str):
         try:

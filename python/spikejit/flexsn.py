@@ -26,7 +26,8 @@ import os
 import sys
 import threading
 import warnings
-from typing import Callable, Iterable, List, Optional, Sequence, Union
+import weakref
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -91,6 +92,34 @@ def _stacklevel_outside_spikejit() -> int:
     return level
 
 
+def module_paths(root: torch.nn.Module) -> Dict[int, str]:
+    """id -> path below `root`, for each module of its tree: where a DataParallel replica of root
+    has its copy of that module."""
+    paths = {}
+    for name, module in root.named_modules(remove_duplicate=False):
+        paths.setdefault(id(module), name)
+    return paths
+
+
+class _ReplicaSource:
+    """A core tensor read from a DataParallel replica: attribute `name` of the module at `path`
+    below it (replicate sets the copies of parameters and buffers there after making the replica).
+    The replica is held weakly: its compiled core must not keep it alive."""
+
+    __slots__ = ("replica", "path", "name")
+    owner = None  # (not the original's: a replica of a replica maps nothing again)
+
+    def __init__(self, replica: torch.nn.Module, path: str, name: str):
+        self.replica, self.path, self.name = weakref.ref(replica), path, name
+
+    def get(self):
+        replica = self.replica()
+        return None if replica is None else getattr(replica.get_submodule(self.path), self.name, None)
+
+    def describe(self) -> str:
+        return f"{self.path + '.' if self.path else ''}{self.name} of a DataParallel replica"
+
+
 class _CompiledCore:
     """A core translated into a registered program, with the tensors bound to its parameters."""
 
@@ -146,6 +175,14 @@ class _CompiledCore:
                 raise ValueError(f"core parameter {i}: shape {list(p.shape)} does not broadcast to the "
                                  f"neuron shape {list(neuron_shape)}") from None
         return out
+
+    def for_replica(self, paths: Dict[int, str], replica: torch.nn.Module) -> "_CompiledCore":
+        """A copy whose tensors that live in a module of `paths` (id -> its path below the module
+        replicated) are read from the same path below `replica`."""
+        new = copy.copy(self)
+        new.sources = [_ReplicaSource(replica, paths[id(source.owner)], source.name)
+                       if id(source.owner) in paths else source for source in self.sources]
+        return new
 
     def run(self, inputs, states, store_state_seqs, params=None, checkpoint_every=AUTO, packed_outputs=0,
             pack_spikes=False, seed=None):
@@ -425,6 +462,24 @@ class FlexSN(StatefulModule):
             raise RuntimeError(f"FlexSN: the core runs as an eager scan, without parameters to pass: "
                                f"{self.fallback_reason or 'backend ' + repr(self.backend)}")
         return self._compiled.runtime_params(x_seq)
+
+    def _module_paths(self) -> Dict[int, str]:
+        """Where the modules holding the core's tensors are below this module (module_paths)."""
+        return module_paths(self)
+
+    def _replicate_for_data_parallel(self):
+        # DataParallel's copy for another device (torch.nn.parallel.replicate): the core's tensors
+        # that live in this module's tree are read from the replica's tree, where their copies go.
+        replica = super()._replicate_for_data_parallel()
+        if self._compiled is not None:
+            replica._compiled = self.compiled_for_replica(self._module_paths(), replica)
+        return replica
+
+    def compiled_for_replica(self, paths: Dict[int, str], replica: torch.nn.Module) -> "_CompiledCore":
+        """The compiled core reading the tensors of the modules in `paths` (module_paths of the
+        module replicated) from the same paths below `replica`: for a module that runs this
+        FlexSN's kernels with tensors of its own tree."""
+        return self._compiled.for_replica(paths, replica)
 
     def __deepcopy__(self, memo):
         new = type(self).__new__(type(self))

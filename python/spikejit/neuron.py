@@ -124,6 +124,8 @@ class BaseNode(StatefulModule):
     def _set_attribute(self, name, value):
         if not self.__dict__.get("_options_ready", False):
             super()._set_attribute(name, value)
+        elif name in self._OPTIONS and isinstance(value, nn.Module) and self.__dict__.get("_is_replica", False):
+            self._store(name, value)  # DataParallel's copy of an option module: the program stays the original's
         elif name in self._OPTIONS:
             self._assign_option(name, self._checked_option(name, value))
         elif name == "store_v_seq":

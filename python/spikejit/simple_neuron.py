@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from . import surrogate as _surrogate
-from .flexsn import FlexSN
+from .flexsn import FlexSN, module_paths
 from .functional import check_flag, run_neuron
 from ._kernel_calls import check_checkpoint_every
 from .neuron import initial_state
@@ -137,8 +137,16 @@ class SimpleBaseNode(StatefulModule, metaclass=_TracedOnceBuilt):
         if name == "surrogate_function":
             value = _spikejit_surrogate(value)
         super()._set_attribute(name, value)
-        if "_current" in self.__dict__:  # (built: an assignment may change what the step reads)
+        # (built: an assignment may change what the step reads; not a DataParallel replica's copies)
+        if "_current" in self.__dict__ and not self.__dict__.get("_is_replica", False):
             self._retrace()
+
+    def _replicate_for_data_parallel(self):
+        # The step's tensors live in this module's tree: a DataParallel replica reads them from its
+        # own tree, where replicate puts their copies.
+        replica = super()._replicate_for_data_parallel()
+        replica.__dict__["_replica_core"] = self._current.compiled_for_replica(module_paths(self), replica)
+        return replica
 
     def forward(self, x: Tensor) -> Tensor:
         if not isinstance(x, Tensor):
@@ -154,8 +162,9 @@ class SimpleBaseNode(StatefulModule, metaclass=_TracedOnceBuilt):
     def _multi_step(self, x_seq: Tensor) -> Tensor:
         kernel = self._current
         v = initial_state(self, self.v, "v", 0.0, x_seq)  # (a traced program starts its states at 0)
-        outputs, finals, _ = run_neuron(kernel.handle, 1, 1, [x_seq], [v], kernel.runtime_params(x_seq), False,
-                                        self.checkpoint_every)
+        replica_core = self.__dict__.get("_replica_core")
+        params = (kernel if replica_core is None else replica_core).runtime_params(x_seq)
+        outputs, finals, _ = run_neuron(kernel.handle, 1, 1, [x_seq], [v], params, False, self.checkpoint_every)
         self.v = finals[0]
         return outputs[0]
 
