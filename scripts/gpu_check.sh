@@ -24,7 +24,8 @@
 #                compression                                       about 5-6 min
 # `tests` is cpp,python. Without --only, everything runs (about 20 minutes).
 # BUDGET_S (default 570) guards a call: a benchmark step that would start with less time left than
-# it needs is not run, and the summary says so (the run then FAILs).
+# it needs is not run, one still running when the budget is spent is stopped (rc 124), and the
+# summary says so (the run then FAILs).
 #
 # Environment: OUT, BUILD_DIR (default ./build-gpu), JOBS (default: all cores), BUDGET_S,
 # SANITIZER_FILTER (gtest filter for compute-sanitizer), SPIKEJIT_CACHE_DIR (default: in the build),
@@ -96,7 +97,11 @@ bench_step() {
     status=1
     return 1
   fi
-  step "$@"
+  # A step stuck past the budget (a benchmark's compile that never ends) is stopped, so the steps
+  # after it still get their turn in the next call rather than the whole call timing out.
+  local name=$1 log=$2
+  shift 2
+  step "$name" "$log" timeout --kill-after=10 "$((BUDGET_S - SECONDS))" "$@"
 }
 
 find_sanitizer() {
