@@ -24,6 +24,7 @@ void bind_builtins(nanobind::module_& m);
 void bind_kernels(nanobind::module_& m);
 void bind_compress(nanobind::module_& m);
 void bind_cpu_pool(nanobind::module_& m);
+void bind_cache(nanobind::module_& m);
 void bind_torch_calls(nanobind::module_& m);  // torch/eager_calls.cpp, where built with torch
 
 }  // namespace spikejit::python

@@ -10,6 +10,7 @@ NB_MODULE(_core, m) {
   spikejit::python::bind_kernels(m);
   spikejit::python::bind_compress(m);
   spikejit::python::bind_cpu_pool(m);
+  spikejit::python::bind_cache(m);
 #ifdef SPIKEJIT_WITH_TORCH
   spikejit::python::bind_torch_calls(m);
 #endif

@@ -66,4 +66,12 @@ uint64_t cache_size();                    // total bytes of the entries
 size_t cache_clear();                     // removes every entry; returns how many
 CacheInfo cache_info();
 
+// Neuron programs by name in the same folder: for a graph that names a program by a handle (a
+// PyTorch program exported with spikejit's ops) and runs in another process. remember_program
+// stores `text` (a canonical neuron text) under `name`: "" when stored or already there, else
+// why not (the cache turned off, no folder, a write that failed). recall_program returns the
+// text stored under `name`, or "" when there is none (a damaged entry is none).
+std::string remember_program(const std::string& name, const std::string& label, const std::string& text);
+std::string recall_program(const std::string& name);
+
 }  // namespace spikejit::runtime

@@ -48,7 +48,7 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
-from . import _core, _kernel_calls
+from . import _core, _kernel_calls, registry
 from ._func_transforms import (KERNELS_FIRST_ORDER, FuncInference, FuncTraining, refuse_second_derivative,
                                transforms_active)
 from ._layout import memory_order
@@ -70,8 +70,13 @@ def neuron_inference(handle: int, inputs: List[Tensor], init_states: List[Tensor
     return inference(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed)
 
 
+# A traced graph names the program by its handle and may run where no module registered it (an
+# exported program, after its model is gone or in another process): each fake remembers it.
+
+
 @neuron_inference.register_fake
 def _(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs=0, seed=None):
+    registry.remember(handle)
     _, counts = program_counts(handle)
     _, outputs, state_seqs, final_states = inference_buffers(
         counts, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed)
@@ -98,6 +103,7 @@ def neuron_forward(handle: int, inputs: List[Tensor], init_states: List[Tensor],
 @neuron_forward.register_fake
 def _(handle, inputs, init_states, params, store_state_seqs, checkpoint_every=0, packed_outputs=0,
       pack_spikes=False, seed=None):
+    registry.remember(handle)
     call = training_call(handle, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes)
     _, outputs, final_states, state_seqs, saved = call.forward_buffers(inputs, init_states, params, seed)
     return outputs + final_states + state_seqs + saved
@@ -125,6 +131,7 @@ def neuron_backward(handle: int, seq_shape: List[int], dtype: torch.dtype, devic
 @neuron_backward.register_fake
 def _(handle, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_states, grad_state_seqs,
       checkpoint_every=0, pack_spikes=False, seed=None):
+    registry.remember(handle)
     call = training_call(handle, False, checkpoint_every, 0, pack_spikes)
     return call.backward_buffers(list(seq_shape), dtype, device, saved, params, grad_outputs, grad_final_states,
                                  grad_state_seqs, seed)

@@ -10,7 +10,15 @@ A handle is derived from what the program is (its canonical text, its backward s
 values they save, and the ops' result layout), not from the order of registration: compiled
 graphs that torch.compile caches on disk hold handles as constants and are reused by other
 processes, so a handle must mean the same program (and the same number of op results) in every
-process and version. Registering an equal program again adds an owner to its entry.
+process and version. Registering an equal program again adds an owner to its entry. The entry
+holds the program as its canonical text makes it (a shipped neuron built with its constants
+folded may number its values otherwise), so that any process rebuilds it from the text alone.
+
+A graph that names a handle can outlive every owner (a program exported with torch.export, run
+after its model is gone or saved and loaded in another process). So when a graph is traced with
+a handle (the ops' fake implementations run), its program's text is remembered: in this process
+and in the disk cache (spikejit/runtime.h, remember_program). An unknown handle is looked up
+there and registered again, for the rest of the process, when the text rebuilds to that handle.
 """
 import hashlib
 import threading
@@ -51,10 +59,16 @@ def _handle_of(program: "_core.Program") -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
 
 
+def _rebuilt(program: "_core.Program") -> "_core.Program":
+    """The program as its canonical text makes it."""
+    return _core.Program.from_text(program.canonical(), f"<program {program.name}>")
+
+
 def register(program: "_core.Program") -> int:
     """Adds one owner reference to `program`'s entry (made if needed); returns its handle."""
     if not isinstance(program, _core.Program):
         raise TypeError(f"program: expected spikejit._core.Program, got {type(program).__name__}")
+    program = _rebuilt(program)
     handle = _handle_of(program)
     with _lock:
         entry = _entries.get(handle)
@@ -65,20 +79,65 @@ def register(program: "_core.Program") -> int:
     return handle
 
 
-def program(handle) -> "_core.Program":
-    """The program of a live handle; RuntimeError if the handle is unknown or released."""
+# handle -> canonical text of the programs that traced graphs name (remember), for this process.
+_remembered = {}
+
+
+def _store_name(handle: int) -> str:
+    return f"{_RESULT_LAYOUT} handle {handle}"
+
+
+def remember(handle) -> None:
+    """Keeps the text of a live handle's program where an unknown handle is looked up (this
+    process, the disk cache): a graph traced with the handle may run after its owners are gone
+    or in another process. A disk cache that is off or unwritable keeps nothing (no error: the
+    graph then runs where the program is registered, as before)."""
     handle = _as_handle(handle)
-    entry = _entries.get(handle)
+    if handle in _remembered:
+        return
+    text = program(handle).canonical()
+    _core.remember_program(_store_name(handle), f"program {program(handle).name} (spikejit handle {handle})", text)
+    _remembered[handle] = text
+
+
+def _recalled(handle: int):
+    """The entry of a remembered program, registered again for the rest of the process, or None."""
+    text = _remembered.get(handle) or _core.recall_program(_store_name(handle))
+    if not text:
+        return None
+    try:
+        recalled = _core.Program.from_text(text, "<remembered program>")
+    except (_core.ParseError, _core.Error):  # (a text another version of spikejit wrote)
+        return None
+    if _handle_of(recalled) != handle:  # (another version's autodiff: not this handle's program)
+        return None
+    with _lock:
+        entry = _entries.get(handle)
+        if entry is None:
+            entry = _entries[handle] = _Entry(recalled)  # its owner is the process: never released
+        _remembered[handle] = text
+    return entry
+
+
+def _entry(handle) -> _Entry:
+    """The entry of a live or remembered handle; RuntimeError for any other."""
+    handle = _as_handle(handle)
+    entry = _entries.get(handle) or _recalled(handle)
     if entry is None:
-        raise RuntimeError(f"spikejit: kernel handle {handle} is not registered (released or never created)")
-    return entry.program
+        raise RuntimeError(f"spikejit: kernel handle {handle} is not registered (released or never created, and "
+                           f"no graph traced with it was seen by this process or this machine's kernel cache)")
+    return entry
+
+
+def program(handle) -> "_core.Program":
+    """The program of a live or remembered handle; RuntimeError for any other."""
+    return _entry(handle).program
 
 
 def program_and_cache(handle):
-    """(program, a dict for facts derived from it) of a live handle; the dict goes with the entry."""
-    entry = _entries.get(_as_handle(handle))
-    if entry is None:
-        raise RuntimeError(f"spikejit: kernel handle {handle} is not registered (released or never created)")
+    """(program, a dict for facts derived from it) of a live or remembered handle; the dict goes
+    with the entry."""
+    entry = _entry(handle)
     return entry.program, entry.derived
 
 
@@ -110,6 +169,8 @@ def derived_handle(handle, key: str, make) -> int:
 
 def _change(handle, owner_delta: int, active_delta: int) -> None:
     handle = _as_handle(handle)
+    if (owner_delta > 0 or active_delta > 0) and handle not in _entries:
+        _recalled(handle)  # (before the lock, which it takes)
     with _lock:
         entry = _entries.get(handle)
         if entry is None:

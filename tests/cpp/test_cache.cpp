@@ -391,6 +391,31 @@ TEST_F(CacheTest, ListSizeAndClearThroughThePublicFunctions) {
   EXPECT_EQ(names_in(cache.folder()), std::vector<std::string>{"not-an-entry.txt"});
 }
 
+TEST_F(CacheTest, ProgramsAreRememberedByNameAndRecalled) {
+  SCOPED_TRACE(trace());
+  ScopedEnv dir("SPIKEJIT_CACHE_DIR", root_.c_str());
+  ScopedEnv on("SPIKEJIT_CACHE", nullptr);
+  const std::string name = std::to_string(rng_());
+  const std::string text = "neuron n\ninput x\noutput y\ny = x * " + std::to_string(rng_() % 1000) + "\n";
+  EXPECT_EQ(recall_program(name), "");
+  EXPECT_EQ(remember_program(name, "program " + name, text), "");
+  EXPECT_EQ(remember_program(name, "program " + name, text), "");  // already there
+  EXPECT_EQ(recall_program(name), text);
+  EXPECT_EQ(recall_program(name + "0"), "");  // another name
+  std::vector<CacheEntry> entries = cache_entries();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].label, "program " + name);
+
+  write_all(entries[0].path, "broken");  // a damaged entry is none, and is written again
+  EXPECT_EQ(recall_program(name), "");
+  EXPECT_EQ(remember_program(name, "program " + name, text), "");
+  EXPECT_EQ(recall_program(name), text);
+
+  ScopedEnv off("SPIKEJIT_CACHE", "0");
+  EXPECT_EQ(recall_program(name), "");
+  EXPECT_EQ(remember_program(name, "program " + name, text), "the disk cache is turned off (SPIKEJIT_CACHE=0)");
+}
+
 TEST_F(CacheTest, UnwritableFolderIsReportedNotThrown) {
   SCOPED_TRACE(trace());
   write_all(root_ + "/a-file", "x");

@@ -321,7 +321,8 @@ def test_released_kernel_handle():
     program = spikejit.Program.from_text("neuron n\ninput x\noutput y\ny = x\n")
     handle = spikejit.registry.register(program)
     spikejit.registry.release_owner(handle)
-    expect(RuntimeError, f"spikejit: kernel handle {handle} is not registered (released or never created)",
+    expect(RuntimeError, f"spikejit: kernel handle {handle} is not registered (released or never created, and no "
+                         f"graph traced with it was seen by this process or this machine's kernel cache)",
            lambda: spikejit.registry.program(handle))
 
 

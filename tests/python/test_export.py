@@ -1,0 +1,141 @@
+"""torch.export of networks with spikejit's neurons: the exported program equals the eager network,
+runs after the network is gone, and runs in another process after `import spikejit` alone (the
+programs its graph names by handle are remembered in the kernel cache when it is traced), in
+inference and with gradients. Each test makes neurons with constants of its own (from the seed),
+so their programs are new to this process and its cache folder."""
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+import spikejit
+from conftest import device_params, random_input
+
+
+def make_network(seed: int) -> nn.Sequential:
+    """Linear -> LIFNode -> Linear -> FlexSN (a LIF core) -> Linear, with a threshold and a time
+    constant that no other test uses."""
+    generator = torch.Generator().manual_seed(seed)
+    threshold = 0.9 + 0.2 * torch.rand((), generator=generator).item()
+    tau = 2.0 + torch.rand((), generator=generator).item()
+
+    def core(x, v):
+        h = v + (x - v) / tau
+        s = spikejit.surrogate.Sigmoid()(h - threshold)
+        return s, h * (1 - s)
+
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), spikejit.LIFNode(tau=tau, v_threshold=threshold, step_mode="m"),
+                         nn.Linear(16, 16), spikejit.FlexSN(core, 1, 1, 1, strict=True), nn.Linear(16, 4))
+
+
+def reset(network: nn.Module) -> None:
+    for module in network.modules():
+        if isinstance(module, (spikejit.LIFNode, spikejit.FlexSN)):
+            module.reset()
+
+
+def handles(network: nn.Module):
+    return [module.handle if isinstance(module, spikejit.FlexSN) else module._program_handle
+            for module in network.modules() if isinstance(module, (spikejit.LIFNode, spikejit.FlexSN))]
+
+
+def run_child(code: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_an_exported_network_equals_eager_and_outlives_it(device, seed):
+    network = make_network(seed).to(device).eval()
+    x = random_input(5, 3, 8, device=device)
+    exported = torch.export.export(network, (x,))
+    reset(network)
+    with torch.no_grad():  # (a graph would keep the programs for its backward)
+        expected = network(x)
+    named = handles(network)
+    assert f"torch.ops.spikejit.neuron_forward.default({named[0]}" in exported.graph_module.code
+    del network
+    gc.collect()
+    assert not spikejit.registry.is_registered(named[1])  # the FlexSN's program was released...
+    torch.testing.assert_close(exported.module()(x), expected, rtol=0, atol=0)  # ...and comes back
+    assert spikejit.registry.is_registered(named[1])
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_an_exported_network_trains_like_eager(device, seed):
+    network = make_network(seed).to(device)
+    x = random_input(5, 3, 8, device=device)
+    exported = torch.export.export(network, (x,)).module()
+    reset(network)
+    results = []
+    for module in (network, exported):
+        xr = x.clone().requires_grad_()
+        y = module(xr)
+        (y * torch.arange(y.numel(), device=device).reshape(y.shape).sin()).sum().backward()
+        results.append((y.detach(), xr.grad, [p.grad for p in module.parameters()]))
+    (y_eager, gx_eager, gp_eager), (y_exported, gx_exported, gp_exported) = results
+    torch.testing.assert_close(y_exported, y_eager, rtol=0, atol=0)
+    torch.testing.assert_close(gx_exported, gx_eager)
+    assert len(gp_exported) == len(gp_eager) == 6
+    for a, b in zip(gp_exported, gp_eager):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_saved_exported_network_runs_in_another_process(seed, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPIKEJIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPIKEJIT_CACHE", "1")
+    network = make_network(seed).eval()
+    x = random_input(5, 3, 8)
+    torch.export.save(torch.export.export(network, (x,)), tmp_path / "network.pt2")
+    reset(network)
+    torch.save((x, network(x)), tmp_path / "expected.pt")
+    child = f"""
+        import torch, spikejit
+        exported = torch.export.load({str(tmp_path / "network.pt2")!r})
+        x, expected = torch.load({str(tmp_path / "expected.pt")!r})
+        torch.testing.assert_close(exported.module()(x), expected, rtol=0, atol=0)
+        print("equal")
+    """
+    result = run_child(child, dict(os.environ))
+    assert result.returncode == 0 and result.stdout.strip() == "equal", result.stderr[-3000:]
+
+    # Without the disk cache the other process cannot know the programs: a clear error.
+    result = run_child(child, {**os.environ, "SPIKEJIT_CACHE": "0"})
+    assert result.returncode != 0
+    assert (f"RuntimeError: spikejit: kernel handle {handles(network)[0]} is not registered (released or never "
+            f"created, and no graph traced with it was seen by this process or this machine's kernel cache)"
+            in result.stderr), result.stderr[-3000:]
+
+
+def test_a_remembered_text_of_another_program_is_not_taken_for_the_handle(seed, tmp_path, monkeypatch):
+    """The text stored under a handle must rebuild to that handle (another version of spikejit may
+    have written it, or the folder was tampered with): otherwise the handle stays unknown."""
+    monkeypatch.setenv("SPIKEJIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPIKEJIT_CACHE", "1")
+    handle = 1 + seed  # no program's
+    assert spikejit._core.remember_program(spikejit.registry._store_name(handle), "tampered",
+                                           "neuron n\ninput x\noutput y\ny = x\n") == ""
+    with pytest.raises(RuntimeError, match=f"kernel handle {handle} is not registered"):
+        spikejit.registry.program(handle)
+
+
+def test_the_registry_holds_programs_as_their_canonical_text_makes_them():
+    """A shipped neuron built with its constants folded numbers its values otherwise than the same
+    neuron parsed from its canonical text; the registry keeps the latter, which any process can
+    rebuild, and names it by that."""
+    built = spikejit._core.shipped("lif", {"tau": 3.0})
+    rebuilt = spikejit._core.Program.from_text(built.canonical())
+    assert built.backward_text() != rebuilt.backward_text()  # (the premise)
+    handle = spikejit.registry.register(built)
+    try:
+        assert spikejit.registry.program(handle).backward_text() == rebuilt.backward_text()
+        assert spikejit.registry.register(rebuilt) == handle
+        spikejit.registry.release_owner(handle)
+    finally:
+        spikejit.registry.release_owner(handle)
