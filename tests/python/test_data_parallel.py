@@ -1,7 +1,8 @@
 """Every neuron module under nn.DataParallel's replicate: a replica reads its own copies of the
 module's parameters and buffers (and of those of its submodules, an activation's, a core's), not
-the original's. Found by this test: a compiled FlexSN, CompiledSpikingJellyNeuron, SimpleBaseNode
-and LIAFNode with a PReLU read the original's tensors in a replica, or failed to trace one.
+the original's. Found by this test: a compiled FlexSN (StaticInputsFlexSN too) and
+CompiledSpikingJellyNeuron read the original's tensors in a replica; SimpleBaseNode and LIAFNode
+with a PReLU failed to trace their step again in one.
 
 replicate's only step that needs GPUs is the broadcast of the tensors to the devices; the tests
 put a CPU stand-in in its place that gives each replica j the tensors scaled by a random factor
@@ -56,10 +57,18 @@ class _SpikingJellyLearnable(sj_neuron.SimpleBaseNode):
         self.v = self.decay * self.v + x
 
 
+def _static_inputs_core(x, v, tau, theta):
+    h = v + (x - v) / tau
+    s = spikejit.surrogate.Sigmoid()(h - theta)
+    return s, h * (1 - s)
+
+
 CASES = {
     **{name: make for name, make in MODULES.items() if name not in SINGLE_STEP},
     "FlexSN with a learnable core": lambda: spikejit.FlexSN(_LearnableCore(), 1, 1, 1, strict=True),
     "SimpleBaseNode with a parameter": _LearnableSimple,
+    "StaticInputsFlexSN with a parameter and a buffer": lambda: spikejit.StaticInputsFlexSN(
+        _static_inputs_core, num_states=1, static_inputs=(nn.Parameter(torch.tensor(2.5)), torch.rand(4) + 0.5)),
     "LIAFNode with a PReLU": lambda: spikejit.LIAFNode(nn.PReLU(), True, step_mode="m"),
     "CompiledSpikingJellyNeuron with a parameter":
         lambda: spikejit.CompiledSpikingJellyNeuron(_SpikingJellyLearnable(), strict=True),
