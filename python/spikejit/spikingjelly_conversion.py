@@ -20,7 +20,7 @@ module: its sequences must be its step repeated) and the step compiles into kern
 
 What is refused, with a ValueError naming the module's path and class:
 - a SpikingJelly neuron that spikejit neither provides nor compiles (the ILC and Noisy neurons, a
-  step with an op outside FlexSN's table, a subclass of ILIFNode; the message says why); with
+  step with an op outside FlexSN's table; the message says why); with
   `strict=False` these are left as they are, with one warning naming them;
 - a neuron holding a state other than its reset value (a `v` from an earlier call): call
   SpikingJelly's `functional.reset_net(net)` first;

@@ -126,6 +126,7 @@ def spike(x: torch.Tensor, surrogate="sigmoid", params: Sequence[float] = None) 
 
 
 _SPIKINGJELLY_SURROGATES = "spikingjelly.activation_based.surrogate"
+_SPIKINGJELLY_QUANTIZE = "spikingjelly.activation_based.quantize"
 _PATCHING = threading.RLock()
 _TRACING = threading.local()  # .depth: how many traces of cores this thread is inside
 
@@ -142,13 +143,29 @@ def _spike_in_traces(function: type, name: str, param_names: Sequence[str], sign
     return run_spike(x, name, [float(bound.arguments[p]) for p in param_names])
 
 
+def _count_in_traces(function: type, x, max_spike_count, grad_min, grad_max):
+    """SpikingJelly's multi-level spike count (I-LIF's firing, an autograd.Function) called:
+    multi_level_spike_count's plain ops, which trace, in the thread that traces a core; its own
+    `apply` in any other."""
+    if not getattr(_TRACING, "depth", 0):
+        return super(function, function).apply(x, max_spike_count, grad_min, grad_max)
+    return multi_level_spike_count(x, max_spike_count, (grad_min, grad_max))
+
+
+def _patchable(function) -> bool:
+    """Whether `function` is an autograd.Function whose `apply` is torch's (not yet replaced)."""
+    return isinstance(function, type) and issubclass(function, torch.autograd.Function) and "apply" not in vars(function)
+
+
 @contextlib.contextmanager
 def spikingjelly_surrogates_as_spike():
     """While a FlexSN core is traced: SpikingJelly's surrogate functions (its autograd.Functions
     `sigmoid`, `atan`, ..., which its surrogate modules call too) fire through spike(), one
     `spikejit::spike` node with their name and parameters; make_fx would record only their
-    forward, a Heaviside without the surrogate gradient. Their `apply` is replaced for the time
-    (one trace at a time), and only this thread's calls take the replacement."""
+    forward, a Heaviside without the surrogate gradient. Its multi-level spike count (I-LIF's
+    firing, also an autograd.Function) runs as multi_level_spike_count's plain ops. Their `apply`
+    is replaced for the time (one trace at a time), and only this thread's calls take the
+    replacement."""
     module = sys.modules.get(_SPIKINGJELLY_SURROGATES)
     with _PATCHING:
         patched = []
@@ -156,14 +173,17 @@ def spikingjelly_surrogates_as_spike():
         try:
             for name, (_, param_names, _) in SURROGATE_INFO.items():
                 function = getattr(module, name, None)
-                if (isinstance(function, type) and issubclass(function, torch.autograd.Function)
-                        and "apply" not in vars(function)):
+                if _patchable(function):
                     signature = inspect.signature(function.forward)
                     if next(iter(signature.parameters), None) == "ctx":  # (forward(ctx, x, ...): older versions)
                         signature = signature.replace(parameters=list(signature.parameters.values())[1:])
                     function.apply = staticmethod(functools.partial(_spike_in_traces, function, name, param_names,
                                                                     signature))
                     patched.append(function)
+            count = getattr(sys.modules.get(_SPIKINGJELLY_QUANTIZE), "MultiLevelSpikeCountATGF", None)
+            if _patchable(count):
+                count.apply = staticmethod(functools.partial(_count_in_traces, count))
+                patched.append(count)
             yield
         finally:
             _TRACING.depth -= 1

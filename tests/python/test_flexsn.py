@@ -256,6 +256,33 @@ def test_spikingjelly_surrogates_compile(class_name):
     torch.testing.assert_close(grad, expected_grad)
 
 
+def test_spikingjelly_multi_level_spike_count_compiles():
+    """SpikingJelly's MultiLevelSpikeCount (I-LIF's firing; its quantize module's autograd.Function)
+    in a core traces as spikejit's multi_level_spike_count: counts, potentials and gradients (a
+    window narrower than [0, D]) equal the eager scan's, which runs SpikingJelly's own function;
+    that is left as it was."""
+    from spikingjelly.activation_based import quantize as sj_quantize
+    count = sj_surrogate.MultiLevelSpikeCount(3, grad_window=(0.5, 2.5))
+
+    def core(x, v):
+        h = 0.75 * v + x
+        c = count(h / 0.8)
+        return c, h - c * 0.8
+
+    node = spikejit.FlexSN(core, 1, 1, 1, strict=True)
+    assert "round" in node.program.canonical() and "detach" in node.program.canonical()
+    assert "apply" not in vars(sj_quantize.MultiLevelSpikeCountATGF)
+    x = (random_input(8, 50) * 2).requires_grad_()
+    y = node(x)
+    expected, _ = spikejit.eager_scan(core, [x], [torch.zeros(50)])
+    torch.testing.assert_close(y, expected[0], rtol=0, atol=0)
+    assert len(torch.unique(y)) > 2  # counts, not spikes
+    cotangent = random_input(8, 50)
+    grad, = torch.autograd.grad(y, x, cotangent)
+    expected_grad, = torch.autograd.grad(expected[0], x, cotangent)
+    torch.testing.assert_close(grad, expected_grad)
+
+
 def test_hard_threshold_output_without_a_gradient_compiles():
     """An output written as a plain comparison has no gradient (SpikingJelly's ActivationAwareIF
     fires so, with per-channel threshold and offset); it compiles, and values and the gradients

@@ -272,21 +272,22 @@ def test_a_network_without_spikingjelly_neurons_is_unchanged():
     assert spikejit.from_spikingjelly(net) is net and list(net) == children
 
 
-class _MyILIF(sj.ILIFNode):  # (its step is ILIF's own autograd function, which the tracer cannot follow)
-    pass
+class _LgammaIF(sj.SimpleBaseNode):  # (a step with an op outside FlexSN's table)
+    def neuronal_charge(self, x):
+        self.v = self.v + 0.1 * torch.lgamma(x.abs() + 1.0)
 
 
 def test_neurons_without_a_counterpart_are_refused_by_path_or_left_with_a_warning():
-    net = nn.Sequential(nn.Linear(4, 4), sj.ILCLIFNode(2, 2), nn.Sequential(_MyILIF()), sj.IFNode())
+    net = nn.Sequential(nn.Linear(4, 4), sj.ILCLIFNode(2, 2), nn.Sequential(_LgammaIF()), sj.IFNode())
     with pytest.raises(ValueError, match=r"^module: expected SpikingJelly neurons that spikejit provides or compiles "
                                          r"from their step, got 1 \(.*ILCLIFNode\): neuron: expected a neuron whose "
-                                         r"sequence is its step repeated.*; 2\.0 \(.*_MyILIF\): FlexSN: cannot compile "
-                                         r"the core: .*; strict=False"):
+                                         r"sequence is its step repeated.*; 2\.0 \(.*_LgammaIF\): FlexSN: cannot compile "
+                                         r"the core: aten.lgamma.*; strict=False"):
         spikejit.from_spikingjelly(net)
     assert isinstance(net[3], sj.IFNode)  # nothing converted
-    with pytest.warns(UserWarning, match=r"left as they are: 1 .*ILCLIFNode.*2\.0 .*_MyILIF"):
+    with pytest.warns(UserWarning, match=r"left as they are: 1 .*ILCLIFNode.*2\.0 .*_LgammaIF"):
         spikejit.from_spikingjelly(net, strict=False)
-    assert isinstance(net[1], sj.ILCLIFNode) and isinstance(net[2][0], _MyILIF)
+    assert isinstance(net[1], sj.ILCLIFNode) and isinstance(net[2][0], _LgammaIF)
     assert isinstance(net[3], spikejit.IFNode)
 
 
