@@ -95,8 +95,9 @@ def remember(handle) -> None:
     handle = _as_handle(handle)
     if handle in _remembered:
         return
-    text = program(handle).canonical()
-    _core.remember_program(_store_name(handle), f"program {program(handle).name} (spikejit handle {handle})", text)
+    named = program(handle)
+    text = named.canonical()
+    _core.remember_program(_store_name(handle), f"program {named.name} (spikejit handle {handle})", text)
     _remembered[handle] = text
 
 
