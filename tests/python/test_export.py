@@ -1,4 +1,5 @@
-"""torch.export of networks with spikejit's neurons: the exported program equals the eager network,
+"""torch.export of spikejit's neurons: every neuron module exports and equals itself; a network's
+exported program equals the eager network,
 runs after the network is gone, and runs in another process after `import spikejit` alone (the
 programs its graph names by handle are remembered in the kernel cache when it is traced), in
 inference and with gradients. Each test makes neurons with constants of its own (from the seed),
@@ -15,6 +16,8 @@ from torch import nn
 
 import spikejit
 from conftest import device_params, random_input
+from spikingjelly.activation_based import functional as sj_functional
+from test_every_module import MODULES, SINGLE_STEP, T, call
 
 
 def make_network(seed: int) -> nn.Sequential:
@@ -139,3 +142,16 @@ def test_the_registry_holds_programs_as_their_canonical_text_makes_them():
         spikejit.registry.release_owner(handle)
     finally:
         spikejit.registry.release_owner(handle)
+
+
+@pytest.mark.parametrize("name", [name for name in MODULES if name not in SINGLE_STEP])
+def test_every_neuron_module_exports(name):
+    """Every multi-step neuron module (in evaluation mode) exports, and its exported program gives
+    the module's outputs."""
+    module = MODULES[name]().eval()
+    x = random_input(T, 2, 3, 4, scale=1.0)
+    exported = torch.export.export(module, (x,)).module()
+    sj_functional.reset_net(module)
+    with torch.no_grad():
+        expected = call(name, module, x)
+    torch.testing.assert_close(exported(x), expected, rtol=0, atol=0)
