@@ -1,9 +1,9 @@
 """torch.export of spikejit's neurons: every neuron module exports and equals itself; a network's
-exported program equals the eager network,
-runs after the network is gone, and runs in another process after `import spikejit` alone (the
-programs its graph names by handle are remembered in the kernel cache when it is traced), in
-inference and with gradients. Each test makes neurons with constants of its own (from the seed),
-so their programs are new to this process and its cache folder."""
+exported program equals the eager network, runs after the network is gone, and runs in another
+process after `import spikejit` alone (the programs its graph names by handle are remembered in
+the kernel cache when it is traced), in inference and with gradients. The network tests make
+neurons with constants of their own (from the seed), so their programs are new to this process
+and its cache folder."""
 import gc
 import os
 import subprocess
