@@ -155,3 +155,15 @@ def test_every_neuron_module_exports(name):
     with torch.no_grad():
         expected = call(name, module, x)
     torch.testing.assert_close(exported(x), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", spikejit._core.shipped_names())
+def test_every_shipped_neuron_rebuilds_from_its_text_to_its_handle(name):
+    """What a remembered program relies on: the text kept for a handle parses to a program of the
+    same handle (so another process recalls the same program)."""
+    handle = spikejit.registry.register(spikejit._core.shipped(name))
+    try:
+        text = spikejit.registry.program(handle).canonical()
+        assert spikejit.registry._handle_of(spikejit._core.Program.from_text(text)) == handle
+    finally:
+        spikejit.registry.release_owner(handle)
