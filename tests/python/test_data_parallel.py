@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import spikejit
-from conftest import random_input
+from conftest import random_input, require_cuda
 from spikingjelly.activation_based import neuron as sj_neuron
 from test_every_module import MODULES, SINGLE_STEP, T, call
 
@@ -132,3 +132,36 @@ def test_a_compiled_spikingjelly_neuron_running_eagerly_is_not_replicated(monkey
     with pytest.raises(RuntimeError, match=r"DataParallel cannot copy a neuron that runs its step eagerly "
                                            r"\(backend 'torch'\); use DistributedDataParallel"):
         _REPLICATE.replicate(module, [0, 1])
+
+
+def two_replica_network() -> nn.Sequential:
+    """Linear layers between a FlexSN with a learnable core, a PLIF and a CompiledSpikingJellyNeuron
+    with a parameter, ending in a Linear (so that outputs are not only spikes)."""
+    theirs = _SpikingJellyLearnable()
+    theirs.v_threshold = 0.3  # (low thresholds: every neuron layer fires)
+    return nn.Sequential(nn.Linear(4, 4), spikejit.FlexSN(_LearnableCore(), 1, 1, 1, strict=True),
+                         nn.Linear(4, 4), spikejit.ParametricLIFNode(v_threshold=0.2, step_mode="m"), nn.Linear(4, 4),
+                         spikejit.CompiledSpikingJellyNeuron(theirs, strict=True), nn.Linear(4, 4))
+
+
+@pytest.mark.cuda
+def test_data_parallel_on_two_gpus_equals_one_gpu(seed):
+    """nn.DataParallel itself over two GPUs (the batch, dim 1 of [T, B, ...], split between them):
+    outputs and every parameter's gradient equal one GPU's over the whole batch."""
+    require_cuda()
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"needs 2 GPUs, this machine has {torch.cuda.device_count()}")
+    network = two_replica_network().cuda()
+    single = copy.deepcopy(network)
+    x = random_input(T, 8, 4, device="cuda", scale=3.0)
+    weights = torch.randn(T, 8, 4, device="cuda")
+    parallel = nn.DataParallel(network, device_ids=[0, 1], dim=1)
+    results = []
+    for runner, owner in ((parallel, network), (single, single)):
+        y = runner(x)
+        (y * weights).sum().backward()
+        results.append((y.detach(), [p.grad for p in owner.parameters()]))
+    (y_parallel, grads_parallel), (y_single, grads_single) = results
+    torch.testing.assert_close(y_parallel, y_single)
+    for a, b in zip(grads_parallel, grads_single):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
