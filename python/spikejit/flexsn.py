@@ -101,6 +101,19 @@ def module_paths(root: torch.nn.Module) -> Dict[int, str]:
     return paths
 
 
+def replicate_kernel(module: torch.nn.Module, replica: torch.nn.Module, kernel: "FlexSN") -> None:
+    """For a module that runs `kernel` with tensors of its own tree (a LIAF's activation, a
+    SimpleBaseNode's step): its DataParallel `replica` reads them from the replica's tree, where
+    replicate puts their copies (kernel_params)."""
+    replica.__dict__["_replica_core"] = kernel._compiled.for_replica(module_paths(module), replica)
+
+
+def kernel_params(module: torch.nn.Module, kernel: "FlexSN", x_seq: Tensor) -> List[Tensor]:
+    """kernel.runtime_params(x_seq), read from `module`'s tree when it is a replica (replicate_kernel)."""
+    replica_core = module.__dict__.get("_replica_core")
+    return (kernel if replica_core is None else replica_core).runtime_params(x_seq)
+
+
 class _ReplicaSource:
     """A core tensor read from a DataParallel replica: attribute `name` of the module at `path`
     below it (replicate sets the copies of parameters and buffers there after making the replica).
@@ -472,14 +485,8 @@ class FlexSN(StatefulModule):
         # that live in this module's tree are read from the replica's tree, where their copies go.
         replica = super()._replicate_for_data_parallel()
         if self._compiled is not None:
-            replica._compiled = self.compiled_for_replica(self._module_paths(), replica)
+            replica._compiled = self._compiled.for_replica(self._module_paths(), replica)
         return replica
-
-    def compiled_for_replica(self, paths: Dict[int, str], replica: torch.nn.Module) -> "_CompiledCore":
-        """The compiled core reading the tensors of the modules in `paths` (module_paths of the
-        module replicated) from the same paths below `replica`: for a module that runs this
-        FlexSN's kernels with tensors of its own tree."""
-        return self._compiled.for_replica(paths, replica)
 
     def __deepcopy__(self, memo):
         new = type(self).__new__(type(self))

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from . import surrogate as _surrogate
-from .flexsn import FlexSN, module_paths
+from .flexsn import FlexSN, kernel_params, replicate_kernel
 from .functional import check_flag, shipped_handle
 from .neuron import BaseNode, LIFNode, learnable_scalar
 
@@ -200,14 +200,11 @@ class LIAFNode(LIFNode):
         return self._kernel.handle
 
     def _params(self, x_seq: Tensor):
-        replica_core = self.__dict__.get("_replica_core")
-        return self._kernel.runtime_params(x_seq) if replica_core is None else replica_core.runtime_params(x_seq)
+        return kernel_params(self, self._kernel, x_seq)
 
     def _replicate_for_data_parallel(self):
-        # act's tensors (a PReLU's weight) live in this module's tree, not in its kernel's: a
-        # DataParallel replica reads them from its own tree, where replicate puts their copies.
         replica = super()._replicate_for_data_parallel()
-        replica.__dict__["_replica_core"] = self._kernel.compiled_for_replica(module_paths(self), replica)
+        replicate_kernel(self, replica, self._kernel)  # (act's tensors live in this module's tree, not the kernel's)
         return replica
 
     def _run(self, x_seq: Tensor, states: list, store_state_seqs: bool):

@@ -70,12 +70,10 @@ def neuron_inference(handle: int, inputs: List[Tensor], init_states: List[Tensor
     return inference(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed)
 
 
-# A traced graph names the program by its handle and may run where no module registered it (an
-# exported program, after its model is gone or in another process): each fake remembers it.
-
-
 @neuron_inference.register_fake
 def _(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs=0, seed=None):
+    # A traced graph names the program by its handle and may run where no module registered it
+    # (an exported program, after its model is gone or in another process): each fake remembers it.
     registry.remember(handle)
     _, counts = program_counts(handle)
     _, outputs, state_seqs, final_states = inference_buffers(

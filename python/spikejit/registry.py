@@ -60,7 +60,7 @@ def _handle_of(program: "_core.Program") -> int:
 
 
 def _rebuilt(program: "_core.Program") -> "_core.Program":
-    """The program as its canonical text makes it."""
+    """The program as its canonical text makes it: what an entry holds, registered or derived."""
     return _core.Program.from_text(program.canonical(), f"<program {program.name}>")
 
 
@@ -149,7 +149,7 @@ def derived_handle(handle, key: str, make) -> int:
     found = derived.get(key)
     if found is not None:
         return found
-    made = make(program)  # outside the lock: it may take a while
+    made = _rebuilt(make(program))  # outside the lock: it may take a while
     made_handle = _handle_of(made)
     with _lock:
         entry = _entries.get(_as_handle(handle))

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from . import surrogate as _surrogate
-from .flexsn import FlexSN, module_paths
+from .flexsn import FlexSN, kernel_params, replicate_kernel
 from .functional import check_flag, run_neuron
 from ._kernel_calls import check_checkpoint_every
 from .neuron import initial_state
@@ -142,10 +142,8 @@ class SimpleBaseNode(StatefulModule, metaclass=_TracedOnceBuilt):
             self._retrace()
 
     def _replicate_for_data_parallel(self):
-        # The step's tensors live in this module's tree: a DataParallel replica reads them from its
-        # own tree, where replicate puts their copies.
         replica = super()._replicate_for_data_parallel()
-        replica.__dict__["_replica_core"] = self._current.compiled_for_replica(module_paths(self), replica)
+        replicate_kernel(self, replica, self._current)  # (the step's tensors live in this module's tree)
         return replica
 
     def forward(self, x: Tensor) -> Tensor:
@@ -162,9 +160,8 @@ class SimpleBaseNode(StatefulModule, metaclass=_TracedOnceBuilt):
     def _multi_step(self, x_seq: Tensor) -> Tensor:
         kernel = self._current
         v = initial_state(self, self.v, "v", 0.0, x_seq)  # (a traced program starts its states at 0)
-        replica_core = self.__dict__.get("_replica_core")
-        params = (kernel if replica_core is None else replica_core).runtime_params(x_seq)
-        outputs, finals, _ = run_neuron(kernel.handle, 1, 1, [x_seq], [v], params, False, self.checkpoint_every)
+        outputs, finals, _ = run_neuron(kernel.handle, 1, 1, [x_seq], [v], kernel_params(self, kernel, x_seq), False,
+                                        self.checkpoint_every)
         self.v = finals[0]
         return outputs[0]
 

@@ -158,12 +158,16 @@ def test_every_neuron_module_exports(name):
 
 
 @pytest.mark.parametrize("name", spikejit._core.shipped_names())
-def test_every_shipped_neuron_rebuilds_from_its_text_to_its_handle(name):
+def test_every_shipped_neuron_and_its_derived_neurons_rebuild_from_their_text_to_their_handles(name):
     """What a remembered program relies on: the text kept for a handle parses to a program of the
-    same handle (so another process recalls the same program)."""
+    same handle (so another process recalls the same program); for the programs derived from it
+    (the tangent and adjoint neurons) too."""
+    from spikejit._double_backward import adjoint_handle_of
+    from spikejit._forward_mode import tangent_handle_of
     handle = spikejit.registry.register(spikejit._core.shipped(name))
     try:
-        text = spikejit.registry.program(handle).canonical()
-        assert spikejit.registry._handle_of(spikejit._core.Program.from_text(text)) == handle
+        for h in (handle, tangent_handle_of(handle), adjoint_handle_of(handle)):
+            text = spikejit.registry.program(h).canonical()
+            assert spikejit.registry._handle_of(spikejit._core.Program.from_text(text)) == h
     finally:
         spikejit.registry.release_owner(handle)
