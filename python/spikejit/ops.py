@@ -61,13 +61,26 @@ from ._surrogate_grads import SURROGATE_GRADIENTS, surrogate_gradient
 
 # ---------------------------------------------------------------------------------------------
 # The custom ops (what torch.compile, export and opcheck see)
+#
+# Their schemas are written out: a list that may be empty (no initial states given, a neuron
+# without parameters) is declared optional, `Tensor[]?`, because AOTInductor's proxy executor
+# passes an empty tensor list as None (PyTorch 2.11), which a plain `Tensor[]` refuses. Python
+# callers pass lists; the implementations read None as [].
 
 
-@torch.library.custom_op("spikejit::neuron_inference", mutates_args=())
-def neuron_inference(handle: int, inputs: List[Tensor], init_states: List[Tensor],
-                     params: List[Tensor], store_state_seqs: bool, final_state: bool,
+def _listed(tensors) -> list:
+    """An optional tensor list of the schemas as a list (None: empty)."""
+    return [] if tensors is None else tensors
+
+
+@torch.library.custom_op("spikejit::neuron_inference", mutates_args=(), schema=(
+    "(SymInt handle, Tensor[] inputs, Tensor[]? init_states, Tensor[]? params, bool store_state_seqs, "
+    "bool final_state, SymInt packed_outputs=0, Tensor? seed=None) -> Tensor[]"))
+def neuron_inference(handle: int, inputs: List[Tensor], init_states: Optional[List[Tensor]],
+                     params: Optional[List[Tensor]], store_state_seqs: bool, final_state: bool,
                      packed_outputs: int = 0, seed: Optional[Tensor] = None) -> List[Tensor]:
-    return inference(handle, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed)
+    return inference(handle, inputs, _listed(init_states), _listed(params), store_state_seqs, final_state,
+                     packed_outputs, seed)
 
 
 @neuron_inference.register_fake
@@ -77,7 +90,7 @@ def _(handle, inputs, init_states, params, store_state_seqs, final_state, packed
     registry.remember(handle)
     _, counts = program_counts(handle)
     _, outputs, state_seqs, final_states = inference_buffers(
-        counts, inputs, init_states, params, store_state_seqs, final_state, packed_outputs, seed)
+        counts, inputs, _listed(init_states), _listed(params), store_state_seqs, final_state, packed_outputs, seed)
     return outputs + state_seqs + final_states
 
 
@@ -89,13 +102,15 @@ def training_forward(handle: int, inputs, init_states, params, store_state_seqs:
     return call.forward(inputs, init_states, params, seed)
 
 
-@torch.library.custom_op("spikejit::neuron_forward", mutates_args=())
-def neuron_forward(handle: int, inputs: List[Tensor], init_states: List[Tensor],
-                   params: List[Tensor], store_state_seqs: bool, checkpoint_every: int = 0,
+@torch.library.custom_op("spikejit::neuron_forward", mutates_args=(), schema=(
+    "(SymInt handle, Tensor[] inputs, Tensor[]? init_states, Tensor[]? params, bool store_state_seqs, "
+    "SymInt checkpoint_every=0, SymInt packed_outputs=0, bool pack_spikes=False, Tensor? seed=None) -> Tensor[]"))
+def neuron_forward(handle: int, inputs: List[Tensor], init_states: Optional[List[Tensor]],
+                   params: Optional[List[Tensor]], store_state_seqs: bool, checkpoint_every: int = 0,
                    packed_outputs: int = 0, pack_spikes: bool = False,
                    seed: Optional[Tensor] = None) -> List[Tensor]:
-    return training_forward(handle, inputs, init_states, params, store_state_seqs, checkpoint_every,
-                            packed_outputs, pack_spikes, seed)
+    return training_forward(handle, inputs, _listed(init_states), _listed(params), store_state_seqs,
+                            checkpoint_every, packed_outputs, pack_spikes, seed)
 
 
 @neuron_forward.register_fake
@@ -103,7 +118,8 @@ def _(handle, inputs, init_states, params, store_state_seqs, checkpoint_every=0,
       pack_spikes=False, seed=None):
     registry.remember(handle)
     call = training_call(handle, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes)
-    _, outputs, final_states, state_seqs, saved = call.forward_buffers(inputs, init_states, params, seed)
+    _, outputs, final_states, state_seqs, saved = call.forward_buffers(inputs, _listed(init_states),
+                                                                       _listed(params), seed)
     return outputs + final_states + state_seqs + saved
 
 
@@ -116,14 +132,18 @@ def training_backward(handle: int, seq_shape, dtype, device, saved, params, grad
                          grad_state_seqs, seed=seed)
 
 
-@torch.library.custom_op("spikejit::neuron_backward", mutates_args=())
+@torch.library.custom_op("spikejit::neuron_backward", mutates_args=(), schema=(
+    "(SymInt handle, SymInt[] seq_shape, ScalarType dtype, Device device, Tensor[]? saved, Tensor[]? params, "
+    "Tensor?[] grad_outputs, Tensor?[]? grad_final_states, Tensor?[]? grad_state_seqs, SymInt checkpoint_every=0, "
+    "bool pack_spikes=False, Tensor? seed=None) -> Tensor[]"))
 def neuron_backward(handle: int, seq_shape: List[int], dtype: torch.dtype, device: torch.device,
-                    saved: List[Tensor], params: List[Tensor], grad_outputs: List[Optional[Tensor]],
-                    grad_final_states: List[Optional[Tensor]],
-                    grad_state_seqs: List[Optional[Tensor]], checkpoint_every: int = 0,
+                    saved: Optional[List[Tensor]], params: Optional[List[Tensor]],
+                    grad_outputs: List[Optional[Tensor]], grad_final_states: Optional[List[Optional[Tensor]]],
+                    grad_state_seqs: Optional[List[Optional[Tensor]]], checkpoint_every: int = 0,
                     pack_spikes: bool = False, seed: Optional[Tensor] = None) -> List[Tensor]:
-    return training_backward(handle, seq_shape, dtype, device, saved, params, grad_outputs,
-                             grad_final_states, grad_state_seqs, checkpoint_every, pack_spikes, seed)
+    return training_backward(handle, seq_shape, dtype, device, _listed(saved), _listed(params), grad_outputs,
+                             _listed(grad_final_states), _listed(grad_state_seqs), checkpoint_every, pack_spikes,
+                             seed)
 
 
 @neuron_backward.register_fake
@@ -131,15 +151,15 @@ def _(handle, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_
       checkpoint_every=0, pack_spikes=False, seed=None):
     registry.remember(handle)
     call = training_call(handle, False, checkpoint_every, 0, pack_spikes)
-    return call.backward_buffers(list(seq_shape), dtype, device, saved, params, grad_outputs, grad_final_states,
-                                 grad_state_seqs, seed)
+    return call.backward_buffers(list(seq_shape), dtype, device, _listed(saved), _listed(params), grad_outputs,
+                                 _listed(grad_final_states), _listed(grad_state_seqs), seed)
 
 
 def _setup_forward(ctx, inputs, output):
     handle, xs, init_states, params, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes, seed = inputs
     call = training_call(handle, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes)
-    keep_for_backward(ctx, call, output, xs, params, seed)
-    ctx.states_given = len(init_states) > 0
+    keep_for_backward(ctx, call, output, xs, _listed(params), seed)
+    ctx.states_given = len(_listed(init_states)) > 0
 
 
 def _backward_forward(ctx, grads):

@@ -92,11 +92,17 @@ def resolve(surrogate_function, argument: str = "surrogate_function") -> Tuple[s
             raise ValueError(f"{argument}: unknown surrogate {surrogate_function!r}; known: "
                              f"{', '.join(sorted(_BY_CLASS_NAME))}")
         return key, tuple(SURROGATE_INFO[key][2])
-    class_name = type(surrogate_function).__name__
+    cls = type(surrogate_function)
+    class_name = cls.__name__
     key = _BY_CLASS_NAME.get(class_name)
     if key is None:
         raise ValueError(f"{argument}: unsupported surrogate {class_name}; spikejit supports "
                          f"{', '.join(sorted(_BY_CLASS_NAME))} (spikejit.surrogate or SpikingJelly's classes)")
+    # A class of the same name elsewhere may compute another gradient: only SpikingJelly's own.
+    if not _is_spikingjelly_surrogate_module(cls.__module__):
+        raise ValueError(f"{argument}: unsupported surrogate {cls.__module__}.{class_name}; a class named like "
+                         f"SpikingJelly's {class_name} is taken only from SpikingJelly's surrogate module (its "
+                         f"gradient is spikejit's {key}); use spikejit.surrogate.{class_name} or SpikingJelly's")
     if getattr(surrogate_function, "spiking", True) is not True:
         raise ValueError(f"{argument}: {class_name}(spiking=False) is not supported; spikejit fires Heaviside spikes")
     _, param_names, defaults = SURROGATE_INFO[key]
@@ -109,6 +115,12 @@ def resolve(surrogate_function, argument: str = "surrogate_function") -> Tuple[s
             value = value.item()
         params.append(float(value))
     return key, tuple(params)
+
+
+def _is_spikingjelly_surrogate_module(module: str) -> bool:
+    """Whether `module` is SpikingJelly's surrogate module (spikingjelly.activation_based.surrogate,
+    or spikingjelly.clock_driven.surrogate of its older releases)."""
+    return module.startswith("spikingjelly.") and module.endswith(".surrogate")
 
 
 def spike(x: torch.Tensor, surrogate="sigmoid", params: Sequence[float] = None) -> torch.Tensor:

@@ -345,6 +345,13 @@ def test_unknown_and_unsupported_surrogates():
 
     expect(ValueError, "surrogate_function: unsupported surrogate MySigmoid" + unsupported,
            lambda: spikejit.LIFNode(surrogate_function=MySigmoid()))
+    class Sigmoid(torch.nn.Module):  # SpikingJelly's name, not its class: its gradient is unknown
+        alpha = 4.0
+
+    expect(ValueError, f"surrogate_function: unsupported surrogate {__name__}.Sigmoid; a class named like "
+                       "SpikingJelly's Sigmoid is taken only from SpikingJelly's surrogate module (its gradient is "
+                       "spikejit's sigmoid); use spikejit.surrogate.Sigmoid or SpikingJelly's",
+           lambda: spikejit.LIFNode(surrogate_function=Sigmoid()))
     expect(ValueError, "surrogate_function: Sigmoid(spiking=False) is not supported; spikejit fires Heaviside spikes",
            lambda: spikejit.LIFNode(surrogate_function=sj.Sigmoid(spiking=False)))
 

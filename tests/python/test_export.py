@@ -39,7 +39,7 @@ def make_network(seed: int) -> nn.Sequential:
 
 def reset(network: nn.Module) -> None:
     for module in network.modules():
-        if isinstance(module, (spikejit.LIFNode, spikejit.FlexSN)):
+        if isinstance(module, (spikejit.neuron.BaseNode, spikejit.FlexSN)):
             module.reset()
 
 
@@ -88,6 +88,36 @@ def test_an_exported_network_trains_like_eager(device, seed):
     assert len(gp_exported) == len(gp_eager) == 6
     for a, b in zip(gp_exported, gp_eager):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_an_aot_inductor_package_of_a_network_equals_eager(device, seed, tmp_path):
+    """AOTInductor compiles the exported network around spikejit's ops and calls them through its
+    proxy executor, which passes an empty tensor list as None (the LIF's parameters, every
+    neuron's initial states): the schemas declare those lists optional. A PLIF's parameter and a
+    FlexSN of two states are in the network too."""
+    network = make_network(seed)
+    network.insert(4, spikejit.ParametricLIFNode(init_tau=2.5, step_mode="m"))
+    network.insert(5, nn.Linear(16, 16))
+    network.insert(6, spikejit.FlexSN(adaptive_core, 1, 2, 1, strict=True))
+    network = network.to(device).eval()
+    x = random_input(5, 3, 8, device=device)
+    exported = torch.export.export(network, (x,))
+    package = torch._inductor.aoti_compile_and_package(exported, package_path=str(tmp_path / "network.pt2"))
+    compiled = torch._inductor.aoti_load_package(package)
+    for _ in range(2):  # (each call of the package starts from the initial states, like a reset network)
+        reset(network)
+        with torch.no_grad():
+            expected = network(x)
+        assert expected.abs().sum() > 0
+        torch.testing.assert_close(compiled(x), expected)
+
+
+def adaptive_core(x, v, a):
+    """A LIF with an adaptive threshold: two states."""
+    h = v + (x - v) / 2.0
+    s = spikejit.surrogate.ATan()(h - 1.0 - a)
+    return s, h * (1 - s), 0.9 * a + 0.1 * s
 
 
 def test_a_saved_exported_network_runs_in_another_process(seed, tmp_path, monkeypatch):
