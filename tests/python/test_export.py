@@ -113,10 +113,45 @@ def test_an_aot_inductor_package_of_a_network_equals_eager(device, seed, tmp_pat
         torch.testing.assert_close(compiled(x), expected)
 
 
+class Streaming(nn.Module):
+    """A network whose neurons' states come in and go out (the functional forms of a LIFNode and
+    of a FlexSN of two states), so that its exported program runs a stream chunk by chunk."""
+
+    def __init__(self, tau: float):
+        super().__init__()
+        self.tau = tau
+        self.fc1, self.fc2 = nn.Linear(8, 16), nn.Linear(16, 4)
+        self.adaptive = spikejit.FlexSN(adaptive_core, 1, 2, 1, strict=True)
+
+    def forward(self, x_seq, v, u, a):
+        s, v, _ = spikejit.functional.lif_multi_step(self.fc1(x_seq), v, tau=self.tau)
+        (y,), (u, a), _ = self.adaptive.multi_step_functional_forward(s, states=[u, a])
+        return self.fc2(y), v, u, a
+
+
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_an_exported_program_runs_a_stream_chunk_by_chunk_like_one_call(device, seed):
+    torch.manual_seed(seed)
+    model = Streaming(tau=2.0 + torch.rand(()).item()).to(device).eval()
+    x = random_input(9, 3, 8, device=device, scale=3.0)
+    zeros = [torch.zeros(3, 16, device=device) for _ in range(3)]
+    streamed = torch.export.export(model, (x[:3], *zeros)).module()
+    with torch.no_grad():
+        whole, *last = model(x, *zeros)
+    assert last[0].abs().sum() > 0 and last[2].abs().sum() > 0  # the LIF charged, the adaptive neuron fired
+    states, chunks = zeros, []
+    for chunk in x.split(3):
+        y, *states = streamed(chunk, *states)
+        chunks.append(y)
+    torch.testing.assert_close(torch.cat(chunks), whole, rtol=0, atol=0)
+    for state, expected in zip(states, last):
+        torch.testing.assert_close(state, expected, rtol=0, atol=0)
+
+
 def adaptive_core(x, v, a):
     """A LIF with an adaptive threshold: two states."""
     h = v + (x - v) / 2.0
-    s = spikejit.surrogate.ATan()(h - 1.0 - a)
+    s = spikejit.surrogate.ATan()(h - 0.4 - a)
     return s, h * (1 - s), 0.9 * a + 0.1 * s
 
 
