@@ -95,17 +95,21 @@ def test_an_aot_inductor_package_of_a_network_equals_eager(device, seed, tmp_pat
     """AOTInductor compiles the exported network around spikejit's ops and calls them through its
     proxy executor, which passes an empty tensor list as None (the LIF's parameters, every
     neuron's initial states): the schemas declare those lists optional. A PLIF's parameter and a
-    FlexSN of two states are in the network too."""
+    FlexSN of two states are in the network too; the package takes any T and batch."""
     network = make_network(seed)
     network.insert(4, spikejit.ParametricLIFNode(init_tau=2.5, step_mode="m"))
     network.insert(5, nn.Linear(16, 16))
     network.insert(6, spikejit.FlexSN(adaptive_core, 1, 2, 1, strict=True))
     network = network.to(device).eval()
-    x = random_input(5, 3, 8, device=device)
-    exported = torch.export.export(network, (x,))
+    steps, batch = torch.export.Dim("steps", min=1, max=1024), torch.export.Dim("batch", min=1, max=4096)
+    exported = torch.export.export(network, (random_input(5, 3, 8, device=device),),
+                                   dynamic_shapes=({0: steps, 1: batch},))
     package = torch._inductor.aoti_compile_and_package(exported, package_path=str(tmp_path / "network.pt2"))
     compiled = torch._inductor.aoti_load_package(package)
-    for _ in range(2):  # (each call of the package starts from the initial states, like a reset network)
+    # Other lengths and batches than the example's; each call of the package starts from the
+    # initial states, like a reset network.
+    for shape in [(5, 3, 8), (7, 2, 8), (1, 9, 8), (5, 3, 8)]:
+        x = random_input(*shape, device=device)
         reset(network)
         with torch.no_grad():
             expected = network(x)
