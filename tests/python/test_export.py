@@ -91,11 +91,14 @@ def test_an_exported_network_trains_like_eager(device, seed):
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
-def test_an_aot_inductor_package_of_a_network_equals_eager(device, seed, tmp_path):
+def test_an_aot_inductor_package_of_a_network_equals_eager(device, seed, tmp_path, monkeypatch):
     """AOTInductor compiles the exported network around spikejit's ops and calls them through its
     proxy executor, which passes an empty tensor list as None (the LIF's parameters, every
     neuron's initial states): the schemas declare those lists optional. A PLIF's parameter and a
-    FlexSN of two states are in the network too; the package takes any T and batch."""
+    FlexSN of two states are in the network too; the package takes any T and batch, and runs in
+    another process after `import spikejit` alone."""
+    monkeypatch.setenv("SPIKEJIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPIKEJIT_CACHE", "1")
     network = make_network(seed)
     network.insert(4, spikejit.ParametricLIFNode(init_tau=2.5, step_mode="m"))
     network.insert(5, nn.Linear(16, 16))
@@ -115,6 +118,16 @@ def test_an_aot_inductor_package_of_a_network_equals_eager(device, seed, tmp_pat
             expected = network(x)
         assert expected.abs().sum() > 0
         torch.testing.assert_close(compiled(x), expected)
+
+    torch.save((x, expected), tmp_path / "expected.pt")
+    result = run_child(f"""
+        import torch, spikejit
+        compiled = torch._inductor.aoti_load_package({package!r})
+        x, expected = torch.load({str(tmp_path / "expected.pt")!r})
+        torch.testing.assert_close(compiled(x), expected)
+        print("equal")
+    """, dict(os.environ))
+    assert result.returncode == 0 and result.stdout.strip() == "equal", result.stderr[-3000:]
 
 
 class Streaming(nn.Module):
