@@ -54,7 +54,7 @@ struct EagerForward {
     if (program.uses_random() && seed_in && !seed_in->is_none()) seed = unpack(*seed_in);
     const at::Tensor& x = inputs.at(0);
     if (!x.device().is_cpu() && !x.device().is_cuda())
-      throw ArgumentError("device", "a CPU or CUDA tensor", "one on " + x.device().str());
+      throw ArgumentError("inputs[0]", "a tensor on the CPU or a CUDA device", "one on " + x.device().str());
     options = x.options();
     seq_shape = x.sizes().vec();
     neuron_shape.assign(seq_shape.begin() + 1, seq_shape.end());

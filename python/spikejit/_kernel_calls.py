@@ -187,6 +187,16 @@ def describe(t: Tensor) -> str:
     return f"{str(t.dtype).replace('torch.', '')}{list(t.shape)} on {t.device}"
 
 
+def check_tensor(name: str, t) -> Tensor:
+    """TypeError unless t is a tensor that is not nested (a neuron's steps need one length)."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name}: expected a tensor, got {type(t).__name__}")
+    if t.is_nested:
+        raise TypeError(f"{name}: expected a dense tensor, got a nested tensor; pad the sequences to one length "
+                        f"and pass a mask (docs/user-guide.md, \"Sequences of different lengths in one batch\")")
+    return t
+
+
 def check_strided(name: str, t: Tensor) -> None:
     """TypeError unless t is a dense (strided) tensor: the kernels read memory by strides."""
     if t.layout is not torch.strided:
@@ -475,7 +485,7 @@ def _launch(device, cuda_call, cpu_call, args, policy):
     elif device.type == "cpu":
         cpu_call(*args, torch.get_num_threads(), "auto", *policy)
     else:
-        raise ValueError(f"device: expected a CPU or CUDA tensor, got one on {device}")
+        raise ValueError(f"inputs[0]: expected a tensor on the CPU or a CUDA device, got one on {device}")
 
 
 # ---------------------------------------------------------------------------------------------

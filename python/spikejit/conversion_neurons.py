@@ -31,7 +31,7 @@ from torch import Tensor
 
 from .functional import check_flag, run_neuron, shipped_handle
 from .neuron import BACKENDS, BaseNode, IFNode, initial_state
-from ._kernel_calls import scalar_param
+from ._kernel_calls import check_tensor, scalar_param
 from ._stateful_module import StatefulModule
 
 __all__ = ["ActivationAwareIFNode", "HalfThresholdIFNode", "STBIFNode"]
@@ -194,8 +194,7 @@ class STBIFNode(StatefulModule):
         return self.acc_q * self.q_threshold.to(dtype=self.acc_q.dtype)
 
     def _run(self, x_seq: Tensor) -> Tensor:
-        if not isinstance(x_seq, Tensor):
-            raise TypeError(f"x: expected a tensor, got {type(x_seq).__name__}")
+        check_tensor("x", x_seq)
         states = [self.q, self.acc_q, self.cur_output]
         if not (isinstance(self.q, Tensor) and self.q.shape == x_seq.shape[1:]):
             states = [None, None, None]  # a first call, or inputs of another shape: start again
@@ -211,8 +210,7 @@ class STBIFNode(StatefulModule):
         if self.step_mode == "m":
             return self._run(x)
         if self.step_mode == "s":
-            if not isinstance(x, Tensor):
-                raise TypeError(f"x: expected a tensor, got {type(x).__name__}")
+            check_tensor("x", x)
             return self._run(x.unsqueeze(0))[0]
         raise ValueError(f"step_mode: expected 's' or 'm', got {self.step_mode!r}")
 

@@ -22,7 +22,8 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from .functional import run_neuron, shipped_handle
-from .ops import check_positive_int, check_tensor
+from ._kernel_calls import check_tensor
+from .ops import check_positive_int
 
 __all__ = ["DSRIFNode", "DSRLIFNode"]
 

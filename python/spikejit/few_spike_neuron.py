@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from .functional import run_neuron, shipped_handle
-from .ops import check_tensor
+from ._kernel_calls import check_tensor
 from . import surrogate as _surrogate
 
 __all__ = ["FewSpikeTable", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode"]

@@ -35,7 +35,7 @@ from torch import Tensor
 from . import _core, registry
 from ._trace import UnsupportedOp, captured_tensors, trace_core
 from .functional import check_flag, refuse_stale_state, run_neuron
-from ._kernel_calls import AUTO, check_checkpoint_every, check_pack_spikes, scalar_param
+from ._kernel_calls import AUTO, check_checkpoint_every, check_pack_spikes, check_tensor, scalar_param
 from ._stateful_module import StatefulModule
 from .scan import core_results, eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available, \
     lowerable_scan_final_state
@@ -561,13 +561,9 @@ class FlexSN(StatefulModule):
     def _check_inputs(self, inputs):
         if len(inputs) != self.num_inputs:
             raise ValueError(f"inputs: expected {self.num_inputs} tensors, got {len(inputs)}")
-        first = inputs[0]
-        if not isinstance(first, Tensor):
-            raise TypeError(f"inputs[0]: expected a tensor, got {type(first).__name__}")
+        first = check_tensor("inputs[0]", inputs[0])
         for i in range(1, len(inputs)):
-            x = inputs[i]
-            if not isinstance(x, Tensor):
-                raise TypeError(f"inputs[{i}]: expected a tensor, got {type(x).__name__}")
+            x = check_tensor(f"inputs[{i}]", inputs[i])
             if x.shape != first.shape:
                 raise ValueError(f"inputs[{i}]: expected shape {list(first.shape)} (that of inputs[0]), "
                                  f"got {list(x.shape)}")

@@ -33,9 +33,9 @@ from torch.fx.experimental.symbolic_shapes import guard_scalar
 from . import _core, _double_backward, ops, registry
 from ._forward_mode import has_tangents, run_with_tangents
 from ._func_transforms import transforms_active
-from ._kernel_calls import (check_checkpoint_every, check_pack_spikes, check_seed, initial_states, program_counts,
-                            resolve_checkpoint_every, scalar_param, split_inference_results, split_training_results,
-                            uses_random)
+from ._kernel_calls import (check_checkpoint_every, check_pack_spikes, check_seed, check_tensor, initial_states,
+                            program_counts, resolve_checkpoint_every, scalar_param, split_inference_results,
+                            split_training_results, uses_random)
 from ._layout import inverse, memory_order, neuron_order
 from . import surrogate as _surrogate
 
@@ -319,8 +319,7 @@ def _in_memory_order(order, handle, num_outputs, num_states, inputs, init_states
 
 
 def _check_sequence(x_seq):
-    if not isinstance(x_seq, Tensor):
-        raise TypeError(f"x_seq: expected a tensor [T, *S], got {type(x_seq).__name__}")
+    check_tensor("x_seq", x_seq)
     if x_seq.dim() < 1:
         raise ValueError(f"x_seq: expected a tensor [T, *S] with a time axis, got shape {list(x_seq.shape)}")
 

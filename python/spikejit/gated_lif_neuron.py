@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from . import surrogate as _surrogate
 from .functional import run_neuron, shipped_handle
-from ._kernel_calls import check_checkpoint_every
+from ._kernel_calls import check_checkpoint_every, check_tensor
 from .neuron import initial_state
 from ._stateful_module import StatefulModule
 
@@ -102,8 +102,7 @@ class GatedLIFNode(StatefulModule):
         return value.view(*value.shape[:-1], 1, self.inplane, *([1] * (step_dims - 2))).expand(shape)
 
     def forward(self, x_seq: Tensor) -> Tensor:
-        if not isinstance(x_seq, Tensor):
-            raise TypeError(f"x_seq: expected a tensor, got {type(x_seq).__name__}")
+        check_tensor("x_seq", x_seq)
         if x_seq.dim() < 1 or x_seq.shape[0] != self.T:
             raise ValueError(f"x_seq: expected [T = {self.T}, *S], got shape {list(x_seq.shape)}")
         step_shape = x_seq.shape[1:]

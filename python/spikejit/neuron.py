@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from . import surrogate as _surrogate
 from .functional import builtin_handle, check_flag, refuse_stale_state, run_neuron, shipped_handle
-from ._kernel_calls import AUTO, check_checkpoint_every, scalar_param
+from ._kernel_calls import AUTO, check_checkpoint_every, check_tensor, scalar_param
 from ._stateful_module import StatefulModule, appended_step
 
 __all__ = ["BaseNode", "IFNode", "LIFNode", "ParametricLIFNode"]
@@ -229,8 +229,7 @@ class BaseNode(StatefulModule):
     # -- forward -------------------------------------------------------------------------------
 
     def _check_input(self, x: Tensor, what: str, min_dim: int) -> None:
-        if not isinstance(x, Tensor):
-            raise TypeError(f"{what}: expected a tensor, got {type(x).__name__}")
+        check_tensor(what, x)
         if x.dim() < min_dim:
             raise ValueError(f"{what}: expected at least {min_dim} dimensions, got shape {list(x.shape)}")
 

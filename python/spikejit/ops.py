@@ -52,7 +52,7 @@ from . import _core, _kernel_calls, registry
 from ._func_transforms import (KERNELS_FIRST_ORDER, FuncInference, FuncTraining, refuse_second_derivative,
                                transforms_active)
 from ._layout import memory_order
-from ._kernel_calls import (ActiveReference, check_call, check_strided, current_stream, describe, inference,
+from ._kernel_calls import (ActiveReference, check_call, check_strided, check_tensor, current_stream, describe, inference,
                             inference_buffers, keep_for_backward, neurons_of, output_gradients, program_counts,
                             resolve_checkpoint_every, row_bytes, saved_for_backward, seed_for_backward, seed_tensors,
                             split_inference_results, split_training_results, training_call)
@@ -545,12 +545,6 @@ def _decompress(compressed: Tensor, shape, dtype=None) -> Tensor:
     out = _decompressed(compressed, shape, dtype)
     _run_bit_kernel("bit_spike_decompress", compressed.device, compressed.contiguous(), out)
     return out
-
-
-def check_tensor(name: str, t) -> Tensor:
-    if not isinstance(t, Tensor):
-        raise TypeError(f"{name}: expected a tensor, got {type(t).__name__}")
-    return t
 
 
 def check_positive_int(name: str, value) -> int:

@@ -13,10 +13,10 @@ SpikingJelly runs them by a per-step torch loop.
 """
 from typing import Optional
 
-import torch
 from torch import Tensor
 
 from .functional import run_neuron, shipped_handle
+from ._kernel_calls import check_tensor
 from ._stateful_module import StatefulModule
 
 __all__ = ["NonSpikingIFNode", "NonSpikingLIFNode"]
@@ -60,8 +60,7 @@ class _NonSpikingNode(StatefulModule):
         self.v = 0.0
 
     def forward(self, x_seq: Tensor):
-        if not isinstance(x_seq, Tensor):
-            raise TypeError(f"x_seq: expected a tensor, got {type(x_seq).__name__}")
+        check_tensor("x_seq", x_seq)
         if x_seq.dim() < 1:
             raise ValueError(f"x_seq: expected at least 1 dimension [T, *S], got shape {list(x_seq.shape)}")
         outputs, finals, _ = run_neuron(self._handle(), 1, 1, [x_seq], [None], [], False)

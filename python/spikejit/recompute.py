@@ -280,8 +280,7 @@ class Recompute(nn.Module):
         self.spikes = spikes
 
     def forward(self, x: Tensor) -> Tensor:
-        if not isinstance(x, Tensor):
-            raise TypeError(f"x: expected a tensor, got {type(x).__name__}")
+        _kernel_calls.check_tensor("x", x)
         params = [p for p in self.module.parameters() if p.requires_grad]
         if not torch.is_grad_enabled() or not (x.requires_grad or params):
             return self.module(x)

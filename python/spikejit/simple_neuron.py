@@ -31,13 +31,12 @@ parameters (the tracer translates those).
 """
 from typing import Optional
 
-import torch
 from torch import Tensor, nn
 
 from . import surrogate as _surrogate
 from .flexsn import FlexSN, kernel_params, replicate_kernel
 from .functional import check_flag, run_neuron
-from ._kernel_calls import check_checkpoint_every
+from ._kernel_calls import check_checkpoint_every, check_tensor
 from .neuron import initial_state
 from ._stateful_module import StatefulModule
 
@@ -147,8 +146,7 @@ class SimpleBaseNode(StatefulModule, metaclass=_TracedOnceBuilt):
         return replica
 
     def forward(self, x: Tensor) -> Tensor:
-        if not isinstance(x, Tensor):
-            raise TypeError(f"x: expected a tensor, got {type(x).__name__}")
+        check_tensor("x", x)
         if self.step_mode == "s":
             return self._multi_step(x.unsqueeze(0))[0]
         if self.step_mode == "m":

@@ -96,13 +96,15 @@ def test_an_aot_inductor_package_of_a_network_equals_eager(device, seed, tmp_pat
     proxy executor, which passes an empty tensor list as None (the LIF's parameters, every
     neuron's initial states): the schemas declare those lists optional. A PLIF's parameter and a
     FlexSN of two states are in the network too; the package takes any T and batch, and runs in
-    another process after `import spikejit` alone."""
+    another process after `import spikejit` alone (every neuron has constants from the seed, so
+    that its program is new to this process and to the cache folder the child reads)."""
     monkeypatch.setenv("SPIKEJIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("SPIKEJIT_CACHE", "1")
     network = make_network(seed)
-    network.insert(4, spikejit.ParametricLIFNode(init_tau=2.5, step_mode="m"))
+    threshold = 0.3 + 0.2 * torch.rand((), generator=torch.Generator().manual_seed(seed)).item()
+    network.insert(4, spikejit.ParametricLIFNode(init_tau=2.5, v_threshold=2 * threshold, step_mode="m"))
     network.insert(5, nn.Linear(16, 16))
-    network.insert(6, spikejit.FlexSN(adaptive_core, 1, 2, 1, strict=True))
+    network.insert(6, spikejit.FlexSN(adaptive_core(threshold), 1, 2, 1, strict=True))
     network = network.to(device).eval()
     steps, batch = torch.export.Dim("steps", min=1, max=1024), torch.export.Dim("batch", min=1, max=4096)
     exported = torch.export.export(network, (random_input(5, 3, 8, device=device),),
@@ -138,7 +140,7 @@ class Streaming(nn.Module):
         super().__init__()
         self.tau = tau
         self.fc1, self.fc2 = nn.Linear(8, 16), nn.Linear(16, 4)
-        self.adaptive = spikejit.FlexSN(adaptive_core, 1, 2, 1, strict=True)
+        self.adaptive = spikejit.FlexSN(adaptive_core(0.4), 1, 2, 1, strict=True)
 
     def forward(self, x_seq, v, u, a):
         s, v, _ = spikejit.functional.lif_multi_step(self.fc1(x_seq), v, tau=self.tau)
@@ -165,11 +167,14 @@ def test_an_exported_program_runs_a_stream_chunk_by_chunk_like_one_call(device, 
         torch.testing.assert_close(state, expected, rtol=0, atol=0)
 
 
-def adaptive_core(x, v, a):
-    """A LIF with an adaptive threshold: two states."""
-    h = v + (x - v) / 2.0
-    s = spikejit.surrogate.ATan()(h - 0.4 - a)
-    return s, h * (1 - s), 0.9 * a + 0.1 * s
+def adaptive_core(threshold: float):
+    """The step of a LIF with an adaptive threshold (two states) that fires at `threshold` plus
+    its adaptation."""
+    def core(x, v, a):
+        h = v + (x - v) / 2.0
+        s = spikejit.surrogate.ATan()(h - threshold - a)
+        return s, h * (1 - s), 0.9 * a + 0.1 * s
+    return core
 
 
 def test_a_saved_exported_network_runs_in_another_process(seed, tmp_path, monkeypatch):
