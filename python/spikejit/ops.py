@@ -296,8 +296,12 @@ def _train_in_cpp(call, inputs, init_states, params, seed):
 
 
 def is_eager(*groups) -> bool:
-    """Plain tensors outside compilation and tracing (then the dispatcher can be skipped)."""
+    """Plain tensors outside compilation and tracing (then the dispatcher can be skipped). The first
+    group's first tensor on the meta device takes the dispatcher too: to the fake implementations,
+    which give the results' shapes without running anything."""
     if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+        return False
+    if groups[0] and groups[0][0].is_meta:
         return False
     return all(type(t) is Tensor or type(t) is torch.nn.Parameter for tensors in groups for t in tensors)
 
@@ -358,7 +362,8 @@ _PLAIN_TYPES = (Tensor, torch.nn.Parameter)
 def is_plain_eager(inputs, init_states, params) -> bool:
     """Whether a call can go straight to the C++ calls (run_plain): plain tensors (None states
     too), none left over from a finished torch.func transform, inputs[0] contiguous or strided
-    but not a permuted dense layout (those run in their memory order, see _layout); outside
+    but not a permuted dense layout (those run in their memory order, see _layout) and not on the
+    meta device (see is_eager); outside
     torch.compile, tensor subclasses and modes, torch.func transforms and forward-mode AD. The
     layers of run_neuron each ask part of this; asking once saves 5-7 µs of a small call, which is
     bound by the host (docs/benchmarks.md)."""
@@ -370,7 +375,8 @@ def is_plain_eager(inputs, init_states, params) -> bool:
             if t is not None and (type(t) not in _PLAIN_TYPES or _is_functorch_wrapped(t)):
                 return False
     x = inputs[0] if len(inputs) > 0 else None
-    return x is not None and x.layout is torch.strided and (x.is_contiguous() or memory_order(x) is None)
+    return (x is not None and x.layout is torch.strided and not x.is_meta
+            and (x.is_contiguous() or memory_order(x) is None))
 
 
 def run_plain(handle: int, num_outputs: int, num_states: int, inputs, init_states, params, store_state_seqs: bool,

@@ -311,14 +311,6 @@ def test_nested_tensors_are_rejected_by_name():
     expect(TypeError, f"x: {message}", lambda: spikejit.SimpleLIFNode(tau=2.0, decay_input=True)(nested))
 
 
-def test_inputs_on_a_device_without_kernels_are_rejected_by_name():
-    meta = torch.zeros(4, 3, device="meta")
-    expect(ValueError, "argument 'inputs[0]': expected a tensor on the CPU or a CUDA device, got one on meta",
-           lambda: spikejit.LIFNode(step_mode="m")(meta))
-    expect(ValueError, "argument 'inputs[0]': expected a tensor on the CPU or a CUDA device, got one on meta",
-           lambda: spikejit.FlexSN(lambda x, v: (x + v, v * 0.5), 1, 1, 1, strict=True)(meta))
-
-
 def test_device_mismatch_names_both_devices():
     x = random_input(4, 3, 5)
     expect(ValueError, "v_init: expected a tensor on cpu (that of x_seq), got one on meta",

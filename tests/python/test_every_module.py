@@ -121,6 +121,26 @@ def test_a_non_tensor_input_is_a_type_error_naming_it(name):
 
 
 @pytest.mark.parametrize("name", list(MODULES))
+def test_runs_on_the_meta_device_with_the_shapes_of_a_real_run(name):
+    """On the meta device (shapes without data, as for planning memory) a module gives the results
+    and gradients a CPU run gives, in shape and dtype: its ops take the dispatcher to their fake
+    implementations."""
+    x = random_input(T, 2, 3, 4, scale=1.0)
+    real = MODULES[name]()
+    meta = MODULES[name]().to("meta")
+    xr, xm = x.clone().requires_grad_(), x.to("meta").requires_grad_()
+    y, ym = call(name, real, xr), call(name, meta, xm)
+    assert ym.device.type == "meta" and (ym.shape, ym.dtype, ym.requires_grad) == (y.shape, y.dtype, y.requires_grad)
+    if y.requires_grad:
+        y.sum().backward()
+        ym.sum().backward()
+        assert xm.grad.shape == xr.grad.shape and xm.grad.device.type == "meta"
+        for (p_name, p), pm in zip(real.named_parameters(), meta.parameters()):
+            assert (pm.grad is None) == (p.grad is None), p_name
+            assert p.grad is None or pm.grad.shape == p.grad.shape, p_name
+
+
+@pytest.mark.parametrize("name", list(MODULES))
 def test_second_derivatives_run_and_keep_the_first(name):
     """Inside spikejit.double_backward() the first derivatives (of the input and of every
     parameter) equal the usual path's, and a second derivative runs (the adjoint neuron of every
