@@ -21,6 +21,7 @@ from typing import List
 
 import torch
 from torch import Tensor
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.utils.dlpack import from_dlpack as _from_dlpack
 
 from . import _core, registry
@@ -121,7 +122,9 @@ def _checked_interval(checkpoint_every: int) -> int:
 # checkpoint_every="auto": the C++ core's rule (spikejit/buffers.h, auto_checkpoint_interval, which
 # says why). The sizes are compared here, after it, so that a symbolic T or N under torch.compile
 # stays symbolic (guarded by the comparison, and only where checkpoints are possible at all)
-# instead of being specialized.
+# instead of being specialized. torch.export takes no guard on a dynamic dimension: an exported
+# program runs at every size of the range its user declared, so there a size that the range does
+# not decide counts as small (saves per step: more memory at large sizes, never a refused export).
 AUTO = "auto"
 
 
@@ -133,9 +136,16 @@ def resolve_checkpoint_every(checkpoint_every, handle: int, x: Tensor, store_sta
         return checkpoint_every
     interval = _auto_interval(handle, x.is_cuda, DTYPE_CODES.get(x.dtype, -1), bool(store_state_seqs),
                               bool(packed_outputs or pack_spikes))
-    large = (interval and x.dim() >= 1 and x.shape[0] >= _core.AUTO_CHECKPOINT_MIN_STEPS
-             and neurons_of(x.shape) >= _core.AUTO_CHECKPOINT_MIN_NEURONS)
+    large = (interval and x.dim() >= 1 and _at_least(x.shape[0], _core.AUTO_CHECKPOINT_MIN_STEPS)
+             and _at_least(neurons_of(x.shape), _core.AUTO_CHECKPOINT_MIN_NEURONS))
     return interval if large else 0
+
+
+def _at_least(size, bound: int) -> bool:
+    """size >= bound, without a guard under torch.export (see AUTO)."""
+    if torch.compiler.is_exporting():
+        return statically_known_true(size >= bound)
+    return size >= bound
 
 
 # Dynamo cannot trace into the extension: under torch.compile this runs while tracing and its
@@ -630,7 +640,8 @@ class TrainingCall:
         pool = uses_cpu_pool(x)
         outputs = _output_buffers(counts, x, seq_shape, self.packed_outputs, pool)
         final_states = [_new_empty(x, neuron_shape, None, pool) for _ in range(counts.states)]
-        state_seqs = [_empty_sequence(x, seq_shape, pool) for _ in range(counts.states)] if self.store_state_seqs else []
+        state_seqs = ([_empty_sequence(x, seq_shape, pool) for _ in range(counts.states)]
+                      if self.store_state_seqs else [])
         saved = self.saved_buffers(x, seq_shape, pool)
         return seq_shape, outputs, final_states, state_seqs, saved
 
