@@ -142,8 +142,9 @@ def resolve_checkpoint_every(checkpoint_every, handle: int, x: Tensor, store_sta
 
 
 def _at_least(size, bound: int) -> bool:
-    """size >= bound, without a guard under torch.export (see AUTO)."""
-    if torch.compiler.is_exporting():
+    """size >= bound, without a guard under torch.export (see AUTO). The flag is read, not
+    torch.compiler.is_exporting(), which torch.compile's tracing answers True."""
+    if torch.compiler._is_exporting_flag:
         return statically_known_true(size >= bound)
     return size >= bound
 

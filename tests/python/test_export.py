@@ -170,8 +170,9 @@ def test_an_exported_program_runs_a_stream_chunk_by_chunk_like_one_call(device, 
         torch.testing.assert_close(state, expected, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
 @pytest.mark.parametrize("device", device_params(), indirect=True)
-def test_a_training_export_with_a_dynamic_length_takes_every_length(device, seed, monkeypatch):
+def test_a_training_export_with_a_dynamic_length_takes_every_length(device, strict, seed, monkeypatch):
     """checkpoint_every="auto" compares T and N with its thresholds; under torch.export with
     dynamic dimensions that comparison must not become a guard (which narrows the declared range
     and refuses the export). On the CPU the rule never checkpoints, so there it is made to answer
@@ -181,7 +182,7 @@ def test_a_training_export_with_a_dynamic_length_takes_every_length(device, seed
     network = make_network(seed).to(device)
     steps, batch = torch.export.Dim("steps", min=1, max=1024), torch.export.Dim("batch", min=1, max=1 << 20)
     exported = torch.export.export(network, (random_input(5, 3, 8, device=device),),
-                                   dynamic_shapes=({0: steps, 1: batch},)).module()
+                                   dynamic_shapes=({0: steps, 1: batch},), strict=strict).module()
     for shape in [(12, 2, 8), (3, 5, 8)]:
         x = random_input(*shape, device=device)
         reset(network)
