@@ -120,6 +120,13 @@ def test_an_aot_inductor_package_of_a_network_equals_eager(device, seed, tmp_pat
             expected = network(x)
         assert expected.abs().sum() > 0
         torch.testing.assert_close(compiled(x), expected)
+    if device.type == "cuda":  # the package runs on the current stream, and spikejit's ops launch there
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y = compiled(x)
+        side.synchronize()
+        torch.testing.assert_close(y, expected)
 
     torch.save((x, expected), tmp_path / "expected.pt")
     result = run_child(f"""
