@@ -1,8 +1,11 @@
 """Shared fixtures: fresh random seeds (printed, so a failure can be replayed with
 SPIKEJIT_TEST_SEED) and the CUDA policy (skip without a GPU, fail under SPIKEJIT_REQUIRE_CUDA=1);
 SpikingJelly's PyTorch reference pinned on CUDA."""
+import functools
 import os
 import secrets
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -52,6 +55,36 @@ def device(request):
         require_cuda()
         return torch.device("cuda", torch.cuda.current_device())  # with its index, like tensors' devices
     return torch.device(name)
+
+
+# A package of plain PyTorch (a Linear, no spikejit) built by AOTInductor, loaded and run.
+_AOT_INDUCTOR_PROBE = """
+import os, sys, tempfile, torch
+model, x = torch.nn.Linear(4, 2).to(sys.argv[1]), torch.randn(3, 4, device=sys.argv[1])
+path = os.path.join(tempfile.mkdtemp(), "probe.pt2")
+package = torch._inductor.aoti_compile_and_package(torch.export.export(model, (x,)), package_path=path)
+torch._inductor.aoti_load_package(package)(x)
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _aot_inductor_crash(device_type: str) -> str:
+    """What killed a child process that loaded the probe package on the device ('' if none)."""
+    result = subprocess.run([sys.executable, "-c", _AOT_INDUCTOR_PROBE, device_type], capture_output=True,
+                            text=True, timeout=600)
+    return f"signal {-result.returncode}" if result.returncode < 0 else ""
+
+
+def skip_if_aot_inductor_crashes(device: torch.device):
+    """Skips a test of AOTInductor packages where a package of plain PyTorch crashes the process
+    that loads it (a C++ compiler whose shared objects do not load: it happens); a probe in a
+    child process tells, so that the test's own process survives. Any other failure of the
+    probe is left to the test to show."""
+    crash = _aot_inductor_crash(device.type)
+    if crash:
+        pytest.skip(f"AOTInductor: loading a package of plain PyTorch (a Linear, no spikejit) on {device.type} "
+                    f"died of {crash} in a child process; the package's C++ compiler is CXX="
+                    f"{os.environ.get('CXX', 'g++')} (set CXX to another C++ compiler)")
 
 
 def pytest_configure(config):

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import spikejit
-from conftest import device_params, random_input
+from conftest import device_params, random_input, skip_if_aot_inductor_crashes
 from spikingjelly.activation_based import functional as sj_functional
 from test_every_module import MODULES, SINGLE_STEP, T, call
 
@@ -98,6 +98,7 @@ def test_an_aot_inductor_package_of_a_network_equals_eager(device, seed, tmp_pat
     FlexSN of two states are in the network too; the package takes any T and batch, and runs in
     another process after `import spikejit` alone (every neuron has constants from the seed, so
     that its program is new to this process and to the cache folder the child reads)."""
+    skip_if_aot_inductor_crashes(device)
     monkeypatch.setenv("SPIKEJIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("SPIKEJIT_CACHE", "1")
     network = make_network(seed)
