@@ -70,19 +70,25 @@ def test_an_exported_network_equals_eager_and_outlives_it(device, seed):
     assert spikejit.registry.is_registered(named[1])
 
 
+def trained(modules, x):
+    """Per module: its output, the input's gradient and its parameters' gradients after the
+    backward of a weighted sum of the output (each module's parameters are its own)."""
+    results = []
+    for module in modules:
+        xr = x.clone().requires_grad_()
+        y = module(xr)
+        (y * torch.arange(y.numel(), device=x.device).reshape(y.shape).sin()).sum().backward()
+        results.append((y.detach(), xr.grad, [p.grad for p in module.parameters()]))
+    return results
+
+
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 def test_an_exported_network_trains_like_eager(device, seed):
     network = make_network(seed).to(device)
     x = random_input(5, 3, 8, device=device)
     exported = torch.export.export(network, (x,)).module()
     reset(network)
-    results = []
-    for module in (network, exported):
-        xr = x.clone().requires_grad_()
-        y = module(xr)
-        (y * torch.arange(y.numel(), device=device).reshape(y.shape).sin()).sum().backward()
-        results.append((y.detach(), xr.grad, [p.grad for p in module.parameters()]))
-    (y_eager, gx_eager, gp_eager), (y_exported, gx_exported, gp_exported) = results
+    (y_eager, gx_eager, gp_eager), (y_exported, gx_exported, gp_exported) = trained((network, exported), x)
     torch.testing.assert_close(y_exported, y_eager, rtol=0, atol=0)
     torch.testing.assert_close(gx_exported, gx_eager)
     assert len(gp_exported) == len(gp_eager) == 6
@@ -194,14 +200,7 @@ def test_a_training_export_with_a_dynamic_length_takes_every_length(device, stri
     for shape in [(12, 2, 8), (3, 5, 8)]:
         x = random_input(*shape, device=device)
         reset(network)
-        results = []
-        for module in (network, exported):
-            xr = x.clone().requires_grad_()
-            y = module(xr)
-            (y * torch.arange(y.numel(), device=device).reshape(y.shape).sin()).sum().backward()
-            results.append((y.detach(), xr.grad))
-            network.zero_grad()
-        (y_eager, gx_eager), (y_exported, gx_exported) = results
+        (y_eager, gx_eager, _), (y_exported, gx_exported, _) = trained((network, exported), x)
         torch.testing.assert_close(y_exported, y_eager, rtol=0, atol=0)
         torch.testing.assert_close(gx_exported, gx_eager)
 
