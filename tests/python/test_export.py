@@ -282,6 +282,36 @@ def test_every_neuron_module_exports(name):
     torch.testing.assert_close(exported(x), expected, rtol=0, atol=0)
 
 
+# Neurons whose length is fixed (T is a constructor argument, or the length of their tables) and
+# MPBN LIF in training, which runs SpikingJelly's loop over the steps (batch statistics per step).
+FIXED_LENGTH = {"GatedLIFNode", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode", "DSRIFNode", "DSRLIFNode",
+                "PSN", "MaskedPSN", "MPBNLIFNode"}
+
+
+@pytest.mark.parametrize("name", [name for name in MODULES if name not in SINGLE_STEP])
+def test_every_neuron_module_exports_for_training_with_a_dynamic_length_and_batch(name, monkeypatch):
+    """In training mode (the auto save policy answering as on CUDA, where it compares T and N):
+    the exported program takes other lengths and batches and equals the module there. A neuron of
+    a fixed length is refused by torch.export, which names the length."""
+    monkeypatch.setattr(spikejit._kernel_calls, "_auto_interval", lambda *args: 8)
+    module = MODULES[name]().train()
+    steps, batch = torch.export.Dim("steps", min=1, max=1024), torch.export.Dim("batch", min=1, max=1 << 20)
+    dims = {0: steps, 1: batch}
+    dynamic_shapes = ((dims,),) if name == "CompiledSpikingJellyNeuron" else (dims,)  # (its forward takes *args)
+    x = random_input(T, 2, 3, 4, scale=1.0).requires_grad_()  # (a training call even without parameters)
+    if name in FIXED_LENGTH:
+        with pytest.raises(torch._dynamo.exc.UserError, match=f"specialized it to be a constant \\({T}\\)"):
+            torch.export.export(module, (x,), dynamic_shapes=dynamic_shapes)
+        return
+    exported = torch.export.export(module, (x,), dynamic_shapes=dynamic_shapes).module()
+    for shape in [(9, 3, 3, 4), (2, 1, 3, 4)]:
+        x = random_input(*shape, scale=1.0)
+        sj_functional.reset_net(module)
+        with torch.no_grad():
+            expected = call(name, module, x)
+        torch.testing.assert_close(exported(x.requires_grad_()), expected)
+
+
 @pytest.mark.parametrize("name", spikejit._core.shipped_names())
 def test_every_shipped_neuron_and_its_derived_neurons_rebuild_from_their_text_to_their_handles(name):
     """What a remembered program relies on: the text kept for a handle parses to a program of the
