@@ -21,7 +21,14 @@ def memory_order(x: Tensor) -> Optional[List[int]]:
     if x.dim() < 3 or x.layout is not torch.strided or x.is_contiguous():  # (the call rejects a sparse x)
         return None
     sizes, strides = x.shape, x.stride()
-    order = [0] + sorted(range(1, x.dim()), key=strides.__getitem__, reverse=True)  # stable: ties keep their order
+    # S by stride, largest first, ties in their order: an insertion sort, which torch.compile
+    # traces with symbolic strides (sorted() with a key refuses them).
+    order = [0]
+    for d in range(1, x.dim()):
+        at = len(order)
+        while at > 1 and strides[order[at - 1]] < strides[d]:
+            at -= 1
+        order.insert(at, d)
     expected = 1  # the stride of each dimension, innermost first, were x.permute(order) contiguous
     for d in reversed(order):
         if sizes[d] != 1 and strides[d] != expected:
