@@ -1,7 +1,8 @@
 """Every neuron module spikejit exports, through the same checks: a multi-step call (single step
 for the online-training ones), equal results from a deep copy and from a module that loaded the
 state dict, SpikingJelly's functional.reset_net, and a clear TypeError naming the input for a
-non-tensor. A module added to spikejit.__all__ must be listed here (the first test says so)."""
+non-tensor, the meta device, second derivatives, torch.compile with dynamic sizes. A module added to
+spikejit.__all__ must be listed here (the first test says so)."""
 import copy
 
 import pytest
@@ -75,6 +76,9 @@ MODULES = {
     "CompiledSpikingJellyNeuron": lambda: spikejit.CompiledSpikingJellyNeuron(_SpikingJellyQuadratic(step_mode="m")),
 }
 SINGLE_STEP = {"SLTTLIFNode", "OTTTLIFNode"}
+# T is a constructor argument, or the length of their tables.
+FIXED_LENGTH = {"GatedLIFNode", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode", "DSRIFNode", "DSRLIFNode",
+                "PSN", "MaskedPSN"}
 FIRST_ORDER = {"DSRIFNode", "DSRLIFNode"}  # SpikingJelly's rate gradient: no derivative of its own
 
 
@@ -171,3 +175,35 @@ def test_second_derivatives_run_and_keep_the_first(name):
         return
     (second,) = torch.autograd.grad(sum((g ** 2).sum() for g in twice if g is not None), xr)
     assert torch.isfinite(second).all()
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+def test_compiles_with_dynamic_sizes(name):
+    """torch.compile(fullgraph=True, dynamic=True): symbolic T and batch through Dynamo and
+    AOTAutograd (where graph breaks and guards come from; the aot_eager backend, as Inductor
+    runs the ops as they are). At two lengths and batches the outputs and the input's gradient
+    equal eager; a neuron of a fixed length keeps its T."""
+    torch._dynamo.reset()
+    node = MODULES[name]()
+
+    def step(x):
+        if hasattr(node, "reset"):
+            node.reset()
+        return call(name, node, x)
+
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True, dynamic=True)
+    for steps, batch in [(T, 2), (T if name in FIXED_LENGTH else T + 3, 5)]:
+        x = random_input(steps, batch, 3, 4, scale=1.0)
+        results = []
+        for run_step in (compiled, step):
+            xr = x.clone().requires_grad_()
+            y = run_step(xr)
+            if y.requires_grad:
+                (y * torch.arange(y.numel()).reshape(y.shape).sin()).sum().backward()
+            results.append((y.detach(), xr.grad))
+        (y_c, gx_c), (y_e, gx_e) = results
+        torch.testing.assert_close(y_c, y_e)
+        assert (gx_c is None) == (gx_e is None) == (name == "STBIFNode")  # (STBIF has no derivative)
+        if gx_e is not None:
+            torch.testing.assert_close(gx_c, gx_e)
+    torch._dynamo.reset()

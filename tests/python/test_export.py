@@ -17,7 +17,7 @@ from torch import nn
 import spikejit
 from conftest import device_params, random_input, skip_if_aot_inductor_crashes
 from spikingjelly.activation_based import functional as sj_functional
-from test_every_module import MODULES, SINGLE_STEP, T, call
+from test_every_module import FIXED_LENGTH, MODULES, SINGLE_STEP, T, call
 
 
 def make_network(seed: int) -> nn.Sequential:
@@ -282,10 +282,9 @@ def test_every_neuron_module_exports(name):
     torch.testing.assert_close(exported(x), expected, rtol=0, atol=0)
 
 
-# Neurons whose length is fixed (T is a constructor argument, or the length of their tables) and
-# MPBN LIF in training, which runs SpikingJelly's loop over the steps (batch statistics per step).
-FIXED_LENGTH = {"GatedLIFNode", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode", "DSRIFNode", "DSRLIFNode",
-                "PSN", "MaskedPSN", "MPBNLIFNode"}
+# The neurons of a fixed length, and MPBN LIF in training, which runs SpikingJelly's loop over the
+# steps (batch statistics per step).
+STATIC_LENGTH_IN_TRAINING = FIXED_LENGTH | {"MPBNLIFNode"}
 
 
 @pytest.mark.parametrize("name", [name for name in MODULES if name not in SINGLE_STEP])
@@ -299,7 +298,7 @@ def test_every_neuron_module_exports_for_training_with_a_dynamic_length_and_batc
     dims = {0: steps, 1: batch}
     dynamic_shapes = ((dims,),) if name == "CompiledSpikingJellyNeuron" else (dims,)  # (its forward takes *args)
     x = random_input(T, 2, 3, 4, scale=1.0).requires_grad_()  # (a training call even without parameters)
-    if name in FIXED_LENGTH:
+    if name in STATIC_LENGTH_IN_TRAINING:
         with pytest.raises(torch._dynamo.exc.UserError, match=f"specialized it to be a constant \\({T}\\)"):
             torch.export.export(module, (x,), dynamic_shapes=dynamic_shapes)
         return
