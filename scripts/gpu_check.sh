@@ -32,7 +32,7 @@
 # PYTEST_TARGETS (the Python tests to run, paths or node ids separated by spaces; default all),
 # CTEST_REGEX (ctest -R: the C++ tests to run; default all): for a machine lent for less time.
 # CXX is also the compiler AOTInductor builds packages with in the Python tests; where a package
-# of plain PyTorch built by it crashes the process that loads it, those tests skip and say so.
+# of plain PyTorch built by it crashes the process that loads it, those tests fail and say so.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -53,10 +53,10 @@ from ._func_transforms import (KERNELS_FIRST_ORDER, FuncInference, FuncTraining,
                                transforms_active)
 from ._layout import memory_order
 from ._kernel_calls import (ActiveReference, check_call, check_strided, check_tensor, current_stream, describe,
-                            inference,
-                            inference_buffers, keep_for_backward, neurons_of, output_gradients, program_counts,
-                            resolve_checkpoint_every, row_bytes, saved_for_backward, seed_for_backward, seed_tensors,
-                            split_inference_results, split_training_results, training_call)
+                            inference, inference_buffers, keep_for_backward, neurons_of, output_gradients,
+                            program_counts, resolve_checkpoint_every, row_bytes, saved_for_backward,
+                            seed_for_backward, seed_tensors, split_inference_results, split_training_results,
+                            training_call)
 from ._surrogate_grads import SURROGATE_GRADIENTS, surrogate_gradient
 
 
@@ -365,9 +365,8 @@ def is_plain_eager(inputs, init_states, params) -> bool:
     too), none left over from a finished torch.func transform, inputs[0] contiguous or strided
     but not a permuted dense layout (those run in their memory order, see _layout) and not on the
     meta device (see is_eager); outside torch.compile, tensor subclasses and modes, torch.func
-    transforms and forward-mode AD. The
-    layers of run_neuron each ask part of this; asking once saves 5-7 µs of a small call, which is
-    bound by the host (docs/benchmarks.md)."""
+    transforms and forward-mode AD. The layers of run_neuron each ask part of this; asking once
+    saves 5-7 µs of a small call, which is bound by the host (docs/benchmarks.md)."""
     if (not _kernel_calls.CPP_CALLS or torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
             or transforms_active() or _forward_ad._current_level >= 0):
         return False
