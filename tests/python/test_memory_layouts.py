@@ -177,7 +177,7 @@ def test_compiled_with_dynamic_sizes_keeps_the_memory_order(device):
     new batch size) the memory order is found by comparing symbolic strides: no graph break, the
     results in the input's memory order, equal to eager at two lengths and batches."""
     torch._dynamo.reset()
-    node = spikejit.ParametricLIFNode(step_mode="m")
+    node = spikejit.ParametricLIFNode(step_mode="m").to(device)
 
     def step(x):
         node.reset()
