@@ -16,7 +16,7 @@
 # `--only PARTS` runs the build and the comma-separated parts named, for machines that limit a
 # command's time. Parts, with their time on one H100 host (16 cores) at 52c9862:
 #   cpp          ctest and compute-sanitizer                       about 3.5-4 min
-#   python       pip install and the Python tests on CUDA          about 7 min
+#   python       pip install and the Python tests on CUDA          about 10 min (PYTEST_SHARD)
 #   bench        the kernels, the modules against SpikingJelly,
 #                the host time of a call, training memory          about 5 min
 #   bench-extra  FlexSN, CUDA graphs, layouts, forward mode, second derivatives, stochastic
@@ -30,6 +30,9 @@
 # Environment: OUT, BUILD_DIR (default ./build-gpu), JOBS (default: all cores), BUDGET_S,
 # SANITIZER_FILTER (gtest filter for compute-sanitizer), SPIKEJIT_CACHE_DIR (default: in the build),
 # PYTEST_TARGETS (the Python tests to run, paths or node ids separated by spaces; default all),
+# PYTEST_SHARD=i/n (of the test files, by sorted name, every n-th from the i-th: the whole Python
+# suite on a fresh H100 took more than the 600 s of one call on a lent machine; two calls of
+# `--only python` with 1/2 and 2/2 fit),
 # CTEST_REGEX (ctest -R: the C++ tests to run; default all): for a machine lent for less time.
 # CXX is also the compiler AOTInductor builds packages with in the Python tests; where a package
 # of plain PyTorch built by it crashes the process that loads it, those tests fail and say so.
@@ -43,6 +46,13 @@ if [[ "${1:-}" == "--fetch-deps" ]]; then
   apt-get download libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian || exit 1
   ls -l "$DEPS_DIR"
   exit 0
+fi
+
+if [[ -n "${PYTEST_SHARD:-}" ]]; then
+  [[ $PYTEST_SHARD =~ ^([0-9]+)/([0-9]+)$ ]] && (( BASH_REMATCH[1] >= 1 && BASH_REMATCH[1] <= BASH_REMATCH[2] )) ||
+    { echo "PYTEST_SHARD: expected i/n with 1 <= i <= n, got '$PYTEST_SHARD'" >&2; exit 2; }
+  [[ -z "${PYTEST_TARGETS:-}" ]] ||
+    { echo "PYTEST_SHARD: expected no PYTEST_TARGETS beside it (a share of all test files), got both" >&2; exit 2; }
 fi
 
 PARTS=(cpp python bench bench-extra)
@@ -182,8 +192,16 @@ if [[ $installed -eq 0 ]] && wanted python; then
   # one per core, and the cold compiles of the torch.compile tests (most of this step's time: a
   # fresh machine has no inductor cache) then fight over the cores.
   read -r -a targets <<< "${PYTEST_TARGETS:-$ROOT/tests/python}"
+  if [[ -n "${PYTEST_SHARD:-}" ]]; then
+    IFS=/ read -r share shares <<< "$PYTEST_SHARD"
+    mapfile -t files < <(ls "$ROOT"/tests/python/test_*.py | sort)
+    targets=()
+    for i in "${!files[@]}"; do (( i % shares == share - 1 )) && targets+=("${files[$i]}"); done
+  fi
+  # -v: each result as it comes ("[gw3] FAILED tests/..."), so a run stopped at the call's time
+  # limit still names its failures (their tracebacks come only at the end).
   step pytest pytest.log env TORCHINDUCTOR_COMPILE_THREADS=1 \
-    python3 -m pytest -q -rs --durations=15 "${PYTEST_PARALLEL[@]}" "${targets[@]}"
+    python3 -m pytest -v -rs --durations=15 "${PYTEST_PARALLEL[@]}" "${targets[@]}"
 fi
 
 # Most telling first: the kernels against the copy bandwidth, then through PyTorch against
