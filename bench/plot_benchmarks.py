@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""Plots of the GPU benchmark: reads the CSV of `bench_cuda_neurons --csv FILE` and writes PNGs.
+"""Plots of the GPU benchmarks: reads their CSVs and writes PNGs.
 
-    python bench/plot_benchmarks.py gpu-out/bench_cuda_neurons.csv --out docs/img
+    python bench/plot_benchmarks.py gpu-out/bench_cuda_neurons.csv \
+        --against-spikingjelly gpu-out/bench_python_gpu.csv --out docs/img
 
 writes
-    bandwidth_vs_T.png           % of the measured copy bandwidth against T, one panel per neuron,
-                                 a line per (dtype, mode) for the large-N cases, markers for the
-                                 small-N long-T cases, and the 80 % bar of the design
-    speedup_vs_spikingjelly.png  spikejit's speed-up over SpikingJelly's Triton backend for the
-                                 rows that carry a SpikingJelly time (0 in the CSV means none)
+    bandwidth_vs_T.png           from `bench_cuda_neurons --csv` (the kernels): % of the measured
+                                 copy bandwidth against T, one panel per neuron, a line per
+                                 (dtype, mode) for the large-N cases, markers for the small-N
+                                 long-T cases, and the 80 % bar of the design
+    speedup_vs_spikingjelly.png  from `bench_gpu_vs_spikingjelly.py --csv` (the modules, side by
+                                 side in one run): spikejit's speed-up over SpikingJelly's Triton
+                                 backend for every case both measured
 
-Columns read: neuron, dtype, mode, T, N, ms, fraction_of_copy_bw, spikingjelly_triton_ms.
-Needs matplotlib (the Agg backend: no display).
+Columns read: neuron, dtype, mode, T, N, ms, fraction_of_copy_bw (kernels); implementation,
+neuron, dtype, mode, T, N, section, ms (modules). Needs matplotlib (the Agg backend: no display).
 """
 import argparse
 import csv
@@ -25,7 +28,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 import matplotlib.ticker  # noqa: E402
 
-COLUMNS = ("neuron", "dtype", "mode", "T", "N", "ms", "fraction_of_copy_bw", "spikingjelly_triton_ms")
+COLUMNS = ("neuron", "dtype", "mode", "T", "N", "ms", "fraction_of_copy_bw")
+MODULE_COLUMNS = ("implementation", "neuron", "dtype", "mode", "T", "N", "section", "ms")
+DTYPE_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # the modules' CSV names
 LARGE_N = 1 << 20          # "N >= 1M": the bandwidth-bound cases of the performance bar
 BANDWIDTH_BAR = 80.0       # % of copy bandwidth (design, section 7)
 STYLE = {("float32", "infer"): ("tab:blue", "-"), ("float32", "train"): ("tab:blue", "--"),
@@ -33,27 +38,50 @@ STYLE = {("float32", "infer"): ("tab:blue", "-"), ("float32", "train"): ("tab:bl
          ("bfloat16", "infer"): ("tab:green", "-"), ("bfloat16", "train"): ("tab:green", "--")}
 
 
-def read_rows(path):
-    """The CSV's rows with numbers converted; exits with a message naming what is wrong."""
-    with open(path, newline="") as f:
+def read_csv(path, columns, producer, convert):
+    """convert(row) of each CSV row it does not return None for; exits with a message naming what
+    is wrong (a missing file or column, a bad number, no rows)."""
+    try:
+        f = open(path, newline="")
+    except OSError as e:
+        sys.exit(f"{path}: cannot read it ({e.strerror})")
+    with f:
         reader = csv.DictReader(f)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
         if missing:
-            sys.exit(f"{path}: expected the columns of bench_cuda_neurons --csv; missing {', '.join(missing)}")
+            sys.exit(f"{path}: expected the columns of {producer}; missing {', '.join(missing)}")
         rows = []
         for line, row in enumerate(reader, start=2):
             try:
-                rows.append({
-                    "neuron": row["neuron"], "dtype": row["dtype"], "mode": row["mode"],
-                    "T": int(row["T"]), "N": int(row["N"]), "ms": float(row["ms"]),
-                    "bw": 100.0 * float(row["fraction_of_copy_bw"]),
-                    "sj_ms": float(row["spikingjelly_triton_ms"]),
-                })
+                converted = convert(row)
             except ValueError as e:
                 sys.exit(f"{path}:{line}: {e}")
+            if converted is not None:
+                rows.append(converted)
     if not rows:
         sys.exit(f"{path}: no rows")
     return rows
+
+
+def kernel_row(row):
+    return {"neuron": row["neuron"], "dtype": row["dtype"], "mode": row["mode"], "T": int(row["T"]),
+            "N": int(row["N"]), "ms": float(row["ms"]), "bw": 100.0 * float(row["fraction_of_copy_bw"])}
+
+
+def module_row(row):
+    """A timed case of the modules' CSV (not the host-overhead, bandwidth or skipped rows)."""
+    if row["section"] or not row["ms"]:
+        return None
+    return {"implementation": row["implementation"], "neuron": row["neuron"].lower(),
+            "dtype": DTYPE_NAMES.get(row["dtype"], row["dtype"]), "mode": row["mode"], "T": int(row["T"]),
+            "N": int(row["N"]), "ms": float(row["ms"])}
+
+
+def side_by_side(rows):
+    """[(neuron, dtype, mode, T, N, SpikingJelly Triton ms / spikejit ms)] for the cases both measured."""
+    times = {(r["implementation"], r["neuron"], r["dtype"], r["mode"], r["T"], r["N"]): r["ms"] for r in rows}
+    return [(*key[1:], times[("SJ triton", *key[1:])] / ms) for key, ms in times.items()
+            if key[0] == "spikejit" and ms > 0 and ("SJ triton", *key[1:]) in times]
 
 
 def style(dtype, mode):
@@ -107,14 +135,10 @@ def plot_bandwidth(rows, path):
     plt.close(fig)
 
 
-def plot_speedup(rows, path):
-    compared = [r for r in rows if r["sj_ms"] > 0 and r["ms"] > 0]
-    if not compared:
-        print(f"no SpikingJelly times in the CSV; {path} not written")
-        return False
-    cases = sorted({(r["neuron"], r["T"], r["N"]) for r in compared}, key=lambda c: (c[0], c[2] < LARGE_N, c[1]))
-    series = sorted({(r["dtype"], r["mode"]) for r in compared})
-    by_key = {(r["neuron"], r["T"], r["N"], r["dtype"], r["mode"]): r["sj_ms"] / r["ms"] for r in compared}
+def plot_speedup(compared, path):
+    cases = sorted({(n, T, N) for n, _, _, T, N, _ in compared}, key=lambda c: (c[0], c[2] < LARGE_N, c[1]))
+    series = sorted({(d, m) for _, d, m, _, _, _ in compared})
+    by_key = {(n, T, N, d, m): ratio for n, d, m, T, N, ratio in compared}
     width = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(max(7.0, 0.9 * len(cases) + 2), 4.4))
     for k, (dtype, mode) in enumerate(series):
@@ -134,28 +158,40 @@ def plot_speedup(rows, path):
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xticks(range(len(cases)))
     ax.set_xticklabels([f"{n.upper()}\nT={T}\nN={short(N)}" for n, T, N in cases], fontsize=8)
-    ax.set_ylabel("speed-up over SpikingJelly Triton (x)")
+    ax.set_ylabel("SpikingJelly Triton ms / spikejit ms")
     ax.grid(True, axis="y", which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    ax.set_title("spikejit vs SpikingJelly's Triton backend, same GPU model (higher is better)", fontsize=9)
+    ax.set_title("spikejit's modules against SpikingJelly's Triton backend, side by side in one run\n"
+                 "(infer: forward; train: forward + backward; higher is better)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-    return True
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("csv", help="the CSV written by bench_cuda_neurons --csv")
+    parser.add_argument("csv", nargs="?", help="the CSV written by bench_cuda_neurons --csv (the bandwidth plot)")
+    parser.add_argument("--against-spikingjelly", metavar="CSV",
+                        help="the CSV written by bench_gpu_vs_spikingjelly.py --csv (the speed-up plot)")
     parser.add_argument("--out", default="docs/img", help="folder for the PNGs (default docs/img)")
     args = parser.parse_args(argv)
-    rows = read_rows(args.csv)
+    if not args.csv and not args.against_spikingjelly:
+        parser.error("expected a CSV of bench_cuda_neurons, --against-spikingjelly CSV or both; got neither")
+    kernels = args.csv and read_csv(args.csv, COLUMNS, "bench_cuda_neurons --csv", kernel_row)
+    compared = None
+    if args.against_spikingjelly:
+        compared = side_by_side(read_csv(args.against_spikingjelly, MODULE_COLUMNS,
+                                         "bench_gpu_vs_spikingjelly.py --csv", module_row))
+        if not compared:
+            sys.exit(f"{args.against_spikingjelly}: no case that both spikejit and SpikingJelly's Triton backend timed")
     os.makedirs(args.out, exist_ok=True)
-    bandwidth = os.path.join(args.out, "bandwidth_vs_T.png")
-    plot_bandwidth(rows, bandwidth)
-    print(f"wrote {bandwidth}")
-    speedup = os.path.join(args.out, "speedup_vs_spikingjelly.png")
-    if plot_speedup(rows, speedup):
+    if kernels:
+        bandwidth = os.path.join(args.out, "bandwidth_vs_T.png")
+        plot_bandwidth(kernels, bandwidth)
+        print(f"wrote {bandwidth}")
+    if compared:
+        speedup = os.path.join(args.out, "speedup_vs_spikingjelly.png")
+        plot_speedup(compared, speedup)
         print(f"wrote {speedup}")
 
 
