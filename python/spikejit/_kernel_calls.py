@@ -198,6 +198,10 @@ def describe(t: Tensor) -> str:
     return f"{str(t.dtype).replace('torch.', '')}{list(t.shape)} on {t.device}"
 
 
+# The usual cause of a parameter on another device than the input: a module not moved with it.
+MOVE_THE_MODULE = "(a module's parameters go to its input's device with module.to(x.device))"
+
+
 def check_tensor(name: str, t) -> Tensor:
     """TypeError unless t is a tensor that is not nested (a neuron's steps need one length)."""
     if not isinstance(t, Tensor):
@@ -281,7 +285,8 @@ def check_call(counts, inputs, init_states, params, seed=None):
         if t.dtype != x.dtype:
             raise TypeError(f"{name}: expected dtype {x.dtype} (that of inputs[0]), got {describe(t)}")
         if t.device != x.device:
-            raise ValueError(f"{name}: expected a tensor on {x.device} (that of inputs[0]), got {describe(t)}")
+            hint = " " + MOVE_THE_MODULE if name.startswith("params") else ""
+            raise ValueError(f"{name}: expected a tensor on {x.device} (that of inputs[0]), got {describe(t)}{hint}")
         if shape is not None and t.shape != shape:
             raise ValueError(f"{name}: expected shape {list(shape)}, got {describe(t)}")
 

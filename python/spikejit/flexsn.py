@@ -35,7 +35,7 @@ from torch import Tensor
 from . import _core, registry
 from ._trace import UnsupportedOp, captured_tensors, trace_core
 from .functional import check_flag, refuse_stale_state, run_neuron
-from ._kernel_calls import AUTO, check_checkpoint_every, check_pack_spikes, check_tensor, scalar_param
+from ._kernel_calls import AUTO, MOVE_THE_MODULE, check_checkpoint_every, check_pack_spikes, check_tensor, scalar_param
 from ._stateful_module import StatefulModule
 from .scan import core_results, eager_scan, eager_scan_final_state, lowerable_scan, lowerable_scan_available, \
     lowerable_scan_final_state
@@ -174,7 +174,8 @@ class _CompiledCore:
         neuron_shape = x_seq.shape[1:]
         for i, (p, kind) in enumerate(zip(self.params if params is None else params, self.param_kinds)):
             if p.device != x_seq.device:
-                raise ValueError(f"core parameter {i}: on {p.device}, but the inputs are on {x_seq.device}")
+                raise ValueError(f"core parameter {i}: on {p.device}, but the inputs are on {x_seq.device} "
+                                 f"{MOVE_THE_MODULE}")
             if kind == "scalar":
                 if p.numel() != 1:
                     raise ValueError(f"core parameter {i}: a scalar when traced, expected one element, got shape "

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from . import surrogate as _surrogate
 from .functional import run_neuron, shipped_handle
-from ._kernel_calls import check_checkpoint_every, check_tensor
+from ._kernel_calls import MOVE_THE_MODULE, check_checkpoint_every, check_tensor, describe
 from .neuron import initial_state
 from ._stateful_module import StatefulModule
 
@@ -89,9 +89,13 @@ class GatedLIFNode(StatefulModule):
     def reset(self) -> None:
         self.v = self.u = 0.0
 
-    def _per_neuron(self, p: Tensor, shape, x_seq: Tensor) -> Tensor:
-        """sigmoid(p) over `shape` ([*S], or [T, *S] for conduct): a scalar everywhere, a vector along
-        the channels (dimension 1 of a step's input)."""
+    def _per_neuron(self, name: str, shape, x_seq: Tensor) -> Tensor:
+        """sigmoid(parameter `name`) over `shape` ([*S], or [T, *S] for conduct): a scalar
+        everywhere, a vector along the channels (dimension 1 of a step's input)."""
+        p = getattr(self, name)
+        if p.device != x_seq.device:
+            raise ValueError(f"{name}: expected a parameter on {x_seq.device} (that of x_seq), got {describe(p)} "
+                             f"{MOVE_THE_MODULE}")
         value = p.sigmoid().to(x_seq.dtype)
         step_dims = x_seq.dim() - 1
         if self.inplane is None:
@@ -106,8 +110,8 @@ class GatedLIFNode(StatefulModule):
         if x_seq.dim() < 1 or x_seq.shape[0] != self.T:
             raise ValueError(f"x_seq: expected [T = {self.T}, *S], got shape {list(x_seq.shape)}")
         step_shape = x_seq.shape[1:]
-        params = [self._per_neuron(getattr(self, name), step_shape, x_seq) for name in _GATES]
-        conduct = self._per_neuron(self.conduct, x_seq.shape, x_seq)
+        params = [self._per_neuron(name, step_shape, x_seq) for name in _GATES]
+        conduct = self._per_neuron("conduct", x_seq.shape, x_seq)
         v = initial_state(self, self.v, "v", 0.0, x_seq)
         outputs, finals, _ = run_neuron(self._program_handle, 1, 2, [x_seq, conduct], [v, None],
                                         params, False, self.checkpoint_every)

@@ -26,6 +26,7 @@ Two ways to run, chosen per call:
   rounding) and the thresholds and the statistics of normalize_residual as parameters per channel.
   This is inference after training, the folded network, and training without a batch norm.
 """
+import itertools
 from typing import Optional, Union
 
 import torch
@@ -33,6 +34,7 @@ from torch import Tensor, nn
 import torch.nn.functional as F
 
 from . import surrogate as _surrogate
+from ._kernel_calls import MOVE_THE_MODULE, describe
 from .functional import check_flag, run_neuron, shipped_handle
 from .neuron import BaseNode, _check_float
 
@@ -247,7 +249,15 @@ class MPBNLIFNode(BaseNode):
             self._keep_statistics(stats)
         return [torch.stack(spikes)], [v], [torch.stack(potentials)] if store_state_seqs else None
 
+    def _check_device(self, x_seq: Tensor) -> None:
+        """Every parameter and buffer on x_seq's device (the steps mix them with x)."""
+        for name, t in itertools.chain(self.named_parameters(), self.named_buffers()):
+            if t.device != x_seq.device:
+                raise ValueError(f"{name}: expected a tensor on {x_seq.device} (that of the input), got {describe(t)} "
+                                 f"{MOVE_THE_MODULE}")
+
     def _run(self, x_seq: Tensor, states: list, store_state_seqs: bool):
+        self._check_device(x_seq)
         self._check_channels(x_seq)
         if self._needs_batch_statistics(x_seq):
             return self._run_steps(x_seq, states, store_state_seqs)

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from . import surrogate as _surrogate
+from ._kernel_calls import MOVE_THE_MODULE
 from ._stateful_module import StatefulModule
 from .ops import check_positive_int, check_tensor
 
@@ -38,7 +39,8 @@ def _checked_input(name: str, x, weight: Tensor, min_dim: int) -> Tensor:
         raise TypeError(f"{name}: expected dtype {weight.dtype} (the neuron's parameters; .to() the neuron), "
                         f"got {x.dtype}")
     if x.device != weight.device:
-        raise ValueError(f"{name}: expected a tensor on {weight.device} (the neuron's parameters), got {x.device}")
+        raise ValueError(f"{name}: expected a tensor on {weight.device} (the neuron's parameters), got {x.device} "
+                         f"{MOVE_THE_MODULE}")
     if x.dim() < min_dim:
         raise ValueError(f"{name}: expected at least {min_dim} dimensions, got shape {list(x.shape)}")
     return x

@@ -145,6 +145,22 @@ def test_runs_on_the_meta_device_with_the_shapes_of_a_real_run(name):
 
 
 @pytest.mark.parametrize("name", list(MODULES))
+def test_a_module_left_on_another_device_than_its_input_says_to_move_it(name):
+    """The commonest mistake with devices: a module not moved with its input (here left on the
+    CPU, the input on the meta device, as a CUDA input would be). A module with parameters
+    refuses the call with a ValueError that names the parameter's device and says to move the
+    module; one without parameters has nothing to move and runs."""
+    node = MODULES[name]()
+    x = random_input(T, 2, 3, 4, scale=1.0).to("meta").requires_grad_()
+    if not list(node.parameters()):
+        assert call(name, node, x).device.type == "meta"
+        return
+    with pytest.raises(ValueError, match=r"on cpu.*module\.to\(x\.device\)") as error:
+        call(name, node, x)
+    assert "meta" in str(error.value)
+
+
+@pytest.mark.parametrize("name", list(MODULES))
 def test_second_derivatives_run_and_keep_the_first(name):
     """Inside spikejit.double_backward() the first derivatives (of the input and of every
     parameter) equal the usual path's, and a second derivative runs (the adjoint neuron of every
