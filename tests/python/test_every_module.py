@@ -149,7 +149,8 @@ def test_a_module_left_on_another_device_than_its_input_says_to_move_it(name):
     """The commonest mistake with devices: a module not moved with its input (here left on the
     CPU, the input on the meta device, as a CUDA input would be). A module with parameters
     refuses the call with a ValueError that names the parameter's device and says to move the
-    module; one without parameters has nothing to move and runs."""
+    module; one without parameters runs (its buffers, thresholds and tables of a few values, are
+    read on the input's device)."""
     node = MODULES[name]()
     x = random_input(T, 2, 3, 4, scale=1.0).to("meta").requires_grad_()
     if not list(node.parameters()):
