@@ -94,31 +94,71 @@ def loss_of(model, x):
     return model(x).square().mean()
 
 
+def record_neuron_calls(model):
+    """[(neuron module, input, output)] of each call of model's spikejit neurons, appended as they run."""
+    calls = []
+    for m in model.modules():
+        if isinstance(m, (spikejit.neuron.BaseNode, spikejit.FlexSN)):
+            m.register_forward_hook(lambda module, args, out: calls.append((module, args[0].detach(), out.detach())))
+    return calls
+
+
+def spikes_flipped_by_rounding(compiled_calls, eager_calls) -> bool:
+    """Whether a neuron fired differently in the compiled and the eager step. Inductor rounds the
+    layers before a neuron (convolution, batch norm) differently from eager, so an input within
+    that rounding of the threshold may fire in one and not in the other (the gradients then differ
+    by more than rounding). Asserted to be that and nothing else: the inputs agree to rounding,
+    and the neuron run eagerly on the compiled step's input fires exactly as the compiled one."""
+    flipped = False
+    for (node, x_c, s_c), (_, x_e, s_e) in zip(compiled_calls, eager_calls):
+        if torch.equal(s_c, s_e):
+            continue
+        flipped = True
+        torch.testing.assert_close(x_c, x_e, rtol=1e-4, atol=1e-5)
+        alone = copy.deepcopy(node)
+        with torch.no_grad():
+            alone.reset()
+            assert torch.equal(alone(x_c), s_c), type(node).__name__
+    return flipped
+
+
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 @pytest.mark.parametrize("name", list(models()))
 def test_no_graph_breaks_and_same_training_step(name, device):
-    model = models()[name]().to(device)
-    x = example(name, device)
-    explanation = torch._dynamo.explain(loss_of)(model, x)
-    assert explanation.graph_break_count == 0, explanation.break_reasons
-    torch._dynamo.reset()
+    """Two training steps, compiled and eager side by side: the same loss and gradients. A draw
+    where rounding flips a spike (see spikes_flipped_by_rounding) is replaced by a fresh one."""
+    for attempt in range(3):
+        model = models()[name]().to(device)
+        x = example(name, device)
+        explanation = torch._dynamo.explain(loss_of)(model, x)
+        assert explanation.graph_break_count == 0, explanation.break_reasons
+        torch._dynamo.reset()
 
-    reset_states(model)  # the states hold autograd history, which deepcopy refuses
-    eager = copy.deepcopy(model)
-    compiled = torch.compile(loss_of, fullgraph=True)
-    for step in range(2):  # the second step reuses the compiled graph
-        loss_c = compiled(model, x)
-        loss_e = loss_of(eager, x)
-        loss_c.backward()
-        loss_e.backward()
-        torch.testing.assert_close(loss_c, loss_e, rtol=1e-5, atol=1e-6)
-        for (n, p), (_, q) in zip(model.named_parameters(), eager.named_parameters()):
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=f"{name}: grad of {n}")
-        with torch.no_grad():
-            for p, q in zip(model.parameters(), eager.parameters()):
-                p -= 0.1 * p.grad
-                q -= 0.1 * q.grad
-                p.grad = q.grad = None
+        reset_states(model)  # the states hold autograd history, which deepcopy refuses
+        eager = copy.deepcopy(model)
+        compiled_calls, eager_calls = record_neuron_calls(model), record_neuron_calls(eager)
+        compiled = torch.compile(loss_of, fullgraph=True)
+        for step in range(2):  # the second step reuses the compiled graph
+            compiled_calls.clear()
+            eager_calls.clear()
+            loss_c = compiled(model, x)
+            loss_e = loss_of(eager, x)
+            if spikes_flipped_by_rounding(compiled_calls, eager_calls):
+                break
+            loss_c.backward()
+            loss_e.backward()
+            torch.testing.assert_close(loss_c, loss_e, rtol=1e-5, atol=1e-6)
+            for (n, p), (_, q) in zip(model.named_parameters(), eager.named_parameters()):
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=f"{name}: grad of {n}")
+            with torch.no_grad():
+                for p, q in zip(model.parameters(), eager.parameters()):
+                    p -= 0.1 * p.grad
+                    q -= 0.1 * q.grad
+                    p.grad = q.grad = None
+        else:
+            return
+        torch._dynamo.reset()
+    pytest.fail(f"{name}: rounding flipped a spike in each of {attempt + 1} draws")
 
 
 def test_inference_graph_uses_the_inference_op_without_zero_states():
