@@ -194,7 +194,7 @@ if [[ $installed -eq 0 ]] && wanted python; then
   read -r -a targets <<< "${PYTEST_TARGETS:-$ROOT/tests/python}"
   if [[ -n "${PYTEST_SHARD:-}" ]]; then
     IFS=/ read -r share shares <<< "$PYTEST_SHARD"
-    mapfile -t files < <(ls "$ROOT"/tests/python/test_*.py | sort)
+    files=("$ROOT"/tests/python/test_*.py)  # (a glob expands sorted)
     targets=()
     for i in "${!files[@]}"; do (( i % shares == share - 1 )) && targets+=("${files[$i]}"); done
   fi

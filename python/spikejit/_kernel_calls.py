@@ -202,6 +202,13 @@ def describe(t: Tensor) -> str:
 MOVE_THE_MODULE = "(a module's parameters go to its input's device with module.to(x.device))"
 
 
+def check_module_tensor(name: str, t: Tensor, x: Tensor) -> None:
+    """ValueError unless a module's tensor `name` is on the device of its input x."""
+    if t.device != x.device:
+        raise ValueError(f"{name}: expected a tensor on {x.device} (that of the input), got {describe(t)} "
+                         f"{MOVE_THE_MODULE}")
+
+
 def check_tensor(name: str, t) -> Tensor:
     """TypeError unless t is a tensor that is not nested (a neuron's steps need one length)."""
     if not isinstance(t, Tensor):

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from . import surrogate as _surrogate
 from .functional import run_neuron, shipped_handle
-from ._kernel_calls import MOVE_THE_MODULE, check_checkpoint_every, check_tensor, describe
+from ._kernel_calls import check_checkpoint_every, check_module_tensor, check_tensor
 from .neuron import initial_state
 from ._stateful_module import StatefulModule
 
@@ -93,9 +93,7 @@ class GatedLIFNode(StatefulModule):
         """sigmoid(parameter `name`) over `shape` ([*S], or [T, *S] for conduct): a scalar
         everywhere, a vector along the channels (dimension 1 of a step's input)."""
         p = getattr(self, name)
-        if p.device != x_seq.device:
-            raise ValueError(f"{name}: expected a parameter on {x_seq.device} (that of x_seq), got {describe(p)} "
-                             f"{MOVE_THE_MODULE}")
+        check_module_tensor(name, p, x_seq)
         value = p.sigmoid().to(x_seq.dtype)
         step_dims = x_seq.dim() - 1
         if self.inplane is None:

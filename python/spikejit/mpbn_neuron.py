@@ -34,7 +34,7 @@ from torch import Tensor, nn
 import torch.nn.functional as F
 
 from . import surrogate as _surrogate
-from ._kernel_calls import MOVE_THE_MODULE, describe
+from ._kernel_calls import check_module_tensor
 from .functional import check_flag, run_neuron, shipped_handle
 from .neuron import BaseNode, _check_float
 
@@ -252,9 +252,7 @@ class MPBNLIFNode(BaseNode):
     def _check_device(self, x_seq: Tensor) -> None:
         """Every parameter and buffer on x_seq's device (the steps mix them with x)."""
         for name, t in itertools.chain(self.named_parameters(), self.named_buffers()):
-            if t.device != x_seq.device:
-                raise ValueError(f"{name}: expected a tensor on {x_seq.device} (that of the input), got {describe(t)} "
-                                 f"{MOVE_THE_MODULE}")
+            check_module_tensor(name, t, x_seq)
 
     def _run(self, x_seq: Tensor, states: list, store_state_seqs: bool):
         self._check_device(x_seq)
