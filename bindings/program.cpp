@@ -100,6 +100,13 @@ void bind_program(nb::module_& m) {
       .def_prop_ro(
           "packable_outputs", [](const Program& p) { return p.packable_outputs(); },
           "Per output: whether it is spike-valued (only +0 or 1), so that it may be packed.")
+      .def_prop_ro(
+          "differentiable_outputs", [](const Program& p) { return p.differentiable_outputs(); },
+          "Per output: whether a derivative leads to it (false: computed only through comparisons, "
+          "float(bool), rounding or detach; its gradient is always zero).")
+      .def_prop_ro(
+          "differentiable_states", [](const Program& p) { return p.differentiable_states(); },
+          "Per state: whether a derivative leads to its final value and sequence.")
       .def("canonical", &Program::canonical, "The canonical text of the neuron.")
       .def("hash", &Program::hash, "Hex SHA-256 of the canonical text.")
       .def("forward_text", [](const Program& p) { return ir::to_string(p.forward()); })

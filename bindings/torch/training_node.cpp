@@ -191,9 +191,18 @@ void attach_training_node(const Program& program, const TrainingCallSpec& spec, 
     e.restore();
     throw nb::python_error();
   }
-  for (const at::Tensor& r : returned) {
-    const uint32_t nr = node->add_input_metadata(r);
-    torch::autograd::impl::set_gradient_edge(r, {node, nr});
+  // A value no derivative leads to is returned without requires_grad (as PyTorch's own ops do);
+  // its gradient arrives undefined, read as zero.
+  const std::vector<bool>& outputs = program.differentiable_outputs();
+  const std::vector<bool>& states = program.differentiable_states();
+  for (size_t i = 0; i < returned.size(); ++i) {
+    const size_t no = outputs.size(), ns = states.size();
+    if (!(i < no ? outputs[i] : states[(i - no) % ns])) {
+      node->add_input_metadata(torch::autograd::Node::undefined_input());
+      continue;
+    }
+    const uint32_t nr = node->add_input_metadata(returned[i]);
+    torch::autograd::impl::set_gradient_edge(returned[i], {node, nr});
   }
 }
 

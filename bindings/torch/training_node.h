@@ -23,7 +23,8 @@ struct TrainingCallSpec {
   std::vector<bool> saved_packed;  // per saved value: packed bits (empty when none is)
 };
 
-// Links `returned` (outputs, final states, state sequences, in that order) to `differentiable`
+// Links `returned` (outputs, final states, state sequences, in that order; those the program
+// says are not differentiable stay without requires_grad) to `differentiable`
 // (inputs, initial states, params) through a new node that keeps `saved` (what the backward
 // reads: per step the saved values with inputs in their places; with checkpoints, the
 // checkpoints then the inputs), `params`, `seed` (undefined: none), the CUDA backward's

@@ -186,6 +186,12 @@ std::vector<bool> spike_valued(const std::vector<Node>& nodes);
 // sigmoid(w)). Executors compute the latter once per call instead of once per step.
 std::vector<bool> step_invariant(const std::vector<Node>& nodes);
 
+// Of a backward Step: per output (`leaf` GradOutput) or per state (`leaf` GradState), of `count`,
+// whether the gradient it reads reaches one of the step's results (grad_inputs, grad_prev_states,
+// grad_params). False for a value no derivative leads to (computed only through comparisons,
+// float(bool), rounding or detach): its gradient never changes any result.
+std::vector<bool> gradient_used(const Step& backward, Op leaf, int count);
+
 // Neuron -> forward Step: substitutes constants, folds, merges duplicates, removes dead code.
 Step lower(const Neuron& n);
 

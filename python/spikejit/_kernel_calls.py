@@ -620,7 +620,7 @@ class TrainingCall:
 
     __slots__ = ("handle", "counts", "store_state_seqs", "checkpoint_every", "packed_outputs",
                  "pack_spikes", "plan", "first_saved", "output_packed", "saved_packed", "reduces_params",
-                 "num_saved")
+                 "num_saved", "no_gradient")
 
     def __init__(self, handle, program, counts, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes):
         self.handle, self.counts = handle, counts
@@ -637,6 +637,11 @@ class TrainingCall:
         self.reduces_params = "scalar" in counts.params  # the CUDA backward needs a workspace
         # Tensors `saved` holds: per step, the computed saved values; with checkpoints, one per state.
         self.num_saved = counts.states if self.plan is None else sum(1 for j, _ in self.plan if j < 0)
+        # Results no derivative leads to (Program.differentiable_outputs): returned without
+        # requires_grad, as an eager loop of the same step would return them.
+        per_state = program.differentiable_states
+        differentiable = [*program.differentiable_outputs, *per_state, *(per_state if store_state_seqs else [])]
+        self.no_gradient = tuple(i for i, d in enumerate(differentiable) if not d)
 
     @property
     def program(self):
@@ -848,6 +853,8 @@ def keep_for_backward(ctx, call, results, inputs, params, seed=None, anchor=None
     seed = seed if call.counts.random else None
     ctx.save_for_backward(*saved, *params, *seed_tensors(seed), *(() if anchor is None else (anchor,)))
     ctx.num_saved, ctx.num_params = len(saved), len(params)
+    if call.no_gradient:
+        ctx.mark_non_differentiable(*(results[i] for i in call.no_gradient))
     ctx.has_seed = seed is not None
     ctx.call = call
     ctx.active_reference = ActiveReference(call.handle)

@@ -265,8 +265,11 @@ def _verify_in(compiled: _CompiledCore, core: Callable, device: torch.device, dt
     with torch.enable_grad():
         outputs, finals, _ = compiled.run(seqs, states, False, params)
         ours = [o[0] for o in outputs] + list(finals)
-        ours_grads = torch.autograd.grad(ours, seqs + states + [params[i] for i in trainable], cotangents,
-                                         allow_unused=True)
+        wrt = seqs + states + [params[i] for i in trainable]
+        # Results no derivative leads to come without requires_grad (Program.differentiable_outputs).
+        kept = [k for k, o in enumerate(ours) if o.requires_grad]
+        ours_grads = (torch.autograd.grad([ours[k] for k in kept], wrt, [cotangents[k] for k in kept],
+                                          allow_unused=True) if kept else [None] * len(wrt))
     ours_grads = [g[0] if g is not None and k < ni else g for k, g in enumerate(ours_grads)]
 
     if random_draws:

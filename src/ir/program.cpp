@@ -16,6 +16,7 @@ struct DerivedBackward {
   std::once_flag once;
   ir::Step step;
   std::vector<int> saved_inputs;
+  std::vector<bool> differentiable_outputs, differentiable_states;
 };
 
 // A value of Program::derived.
@@ -67,6 +68,8 @@ const ir::Step& Program::backward(bool pack_spikes) const {
       const ir::Node& node = impl_->forward.nodes[static_cast<size_t>(v)];
       saved_inputs.push_back(node.op == ir::Op::Input ? node.index : -1);
     }
+    d.differentiable_outputs = ir::gradient_used(backward, ir::Op::GradOutput, backward.num_outputs);
+    d.differentiable_states = ir::gradient_used(backward, ir::Op::GradState, backward.num_states);
     d.step = std::move(backward);
     d.saved_inputs = std::move(saved_inputs);
   });
@@ -76,6 +79,16 @@ const ir::Step& Program::backward(bool pack_spikes) const {
 const std::vector<int>& Program::saved_inputs(bool pack_spikes) const {
   backward(pack_spikes);
   return impl_->backward[pack_spikes ? 1 : 0].saved_inputs;
+}
+
+const std::vector<bool>& Program::differentiable_outputs() const {
+  backward();
+  return impl_->backward[0].differentiable_outputs;
+}
+
+const std::vector<bool>& Program::differentiable_states() const {
+  backward();
+  return impl_->backward[0].differentiable_states;
 }
 
 const std::vector<bool>& Program::packable_outputs() const { return impl_->packable_outputs; }

@@ -14,6 +14,7 @@
 
 #include "spikejit/autodiff.h"
 #include "spikejit/builder.h"
+#include "spikejit/builtins.h"
 #include "spikejit/error.h"
 #include "spikejit/frontend.h"
 #include "spikejit/ir.h"
@@ -867,6 +868,31 @@ TEST(AutodiffSavePlan, LinearNeuronSavesNothing) {
   nb.assign("y", h * 3.0);
   const ir::Step b = autodiff::differentiate(ir::lower(nb.build()));
   EXPECT_TRUE(b.saved.empty()) << ir::to_string(b);
+}
+
+// An output or state no derivative leads to (a comparison, float(bool), rounding, detach) is
+// not differentiable; one reached only from its own previous value (a counter) still is.
+TEST(AutodiffGradientFlow, DifferentiableOutputsAndStates) {
+  const Program hard = Program::from_text(R"(
+neuron hard_threshold
+input x
+state v = 0, n = 0, k = 0
+output s, m, y
+h = v + x
+s = float(h >= 1)
+m = round(h) + detach(h)
+y = h * 2
+v = h - s
+n = floor(h)
+k = k + 1
+)");
+  EXPECT_EQ(hard.differentiable_outputs(), (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(hard.differentiable_states(), (std::vector<bool>{true, false, true}));
+  for (const ir::Neuron& n : {builtins::if_neuron(), builtins::lif_neuron(), builtins::plif_neuron()}) {
+    const Program p(n);
+    EXPECT_EQ(p.differentiable_outputs(), std::vector<bool>{true}) << n.name;
+    EXPECT_EQ(p.differentiable_states(), std::vector<bool>{true}) << n.name;
+  }
 }
 
 // Saved values and recomputation: the backward never reads forward inputs or states, and each

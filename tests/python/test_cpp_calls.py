@@ -83,7 +83,13 @@ def training_step(handle, xs, v0s, params, store_state_seqs, checkpoint_every, p
     results = [*outputs, *finals, *(seqs or [])]
     if cotangents is None:
         cotangents = [torch.randn_like(r) for r in results]
-    grads = torch.autograd.grad(results, [*xs, *v0s, *params], cotangents, allow_unused=True)
+    # Results no derivative leads to come without requires_grad (Program.differentiable_outputs).
+    per_state = program.differentiable_states
+    assert [r.requires_grad for r in results] == [*program.differentiable_outputs, *per_state,
+                                                  *(per_state if store_state_seqs else [])]
+    differentiable = [k for k, r in enumerate(results) if r.requires_grad]
+    grads = torch.autograd.grad([results[k] for k in differentiable], [*xs, *v0s, *params],
+                                [cotangents[k] for k in differentiable], allow_unused=True)
     return [r.detach() for r in results], grads, cotangents
 
 

@@ -305,8 +305,60 @@ def test_hard_threshold_output_without_a_gradient_compiles():
     (s_ref.sum() + v_ref.square().sum()).backward()
     assert torch.equal(s, s_ref)
     assert 0 < s.mean() < 1
+    assert not s.requires_grad and not s_ref.requires_grad
     torch.testing.assert_close(node.states[0], v_ref)
     torch.testing.assert_close(x.grad, x_ref.grad)
+
+
+def hard_core(x, v, n):
+    """Output 0 and state n without a derivative (comparisons), output 1 and state v with one."""
+    h = v + x
+    s = (h >= 1.0).to(h.dtype)
+    return s, h * 2.0, h - s, (h > 0.5).to(h.dtype) * 2.0
+
+
+@pytest.mark.parametrize("path", ["cpp", "python", "custom op", "torch.func"])
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_results_without_a_derivative_do_not_require_grad_on_every_path(path, device, monkeypatch):
+    """As in an eager loop of the core: a result no derivative leads to (here output 0, state n,
+    its final value and its sequence) is returned without requires_grad (before, it required grad
+    and its gradient was silently zero), on each path a training call takes; the gradients of
+    the others equal the eager loop's."""
+    node = spikejit.FlexSN(hard_core, 1, 2, 2, store_state_seqs=True, strict=True).to(device)
+    assert node.program.differentiable_outputs == [False, True]
+    assert node.program.differentiable_states == [True, False]
+    monkeypatch.setattr(spikejit._kernel_calls, "CPP_CALLS", path == "cpp")
+    x = random_input(5, 3, 4, device=device)
+    cotangents = [random_input(5, 3, 4, device=device), random_input(3, 4, device=device),
+                  random_input(5, 3, 4, device=device)]  # of y, the final v and v's sequence
+
+    def run(x):
+        node.reset()
+        s, y = node(x)
+        return s, y, *node.states, *node.state_seqs  # s, y, v, n, v_seq, n_seq
+
+    if path == "torch.func":  # (no requires_grad to see inside a transform: the gradient only)
+        results, pullback = torch.func.vjp(run, x)
+        zero = torch.zeros_like(results[0])
+        grad, = pullback((zero, cotangents[0], cotangents[1], zero[0], cotangents[2], zero))
+    else:
+        xg = x.clone().requires_grad_()
+        results = (torch.compile(run, fullgraph=True) if path == "custom op" else run)(xg)
+        assert [r.requires_grad for r in results] == [False, True, True, False, True, False]
+        grad, = torch.autograd.grad(results[1:3] + results[4:5], xg, cotangents)
+
+    x_ref = x.clone().requires_grad_()
+    v = n = torch.zeros(3, 4, device=device)
+    steps = []
+    for t in range(x.shape[0]):
+        s, y, v, n = hard_core(x_ref[t], v, n)
+        steps.append((s, y, v, n))
+    s, y, v_seq, n_seq = (torch.stack(seq) for seq in zip(*steps))
+    assert [r.requires_grad for r in (s, y, v, n, v_seq, n_seq)] == [False, True, True, False, True, False]
+    grad_ref, = torch.autograd.grad([y, v, v_seq], x_ref, cotangents)
+    for got, want in zip(results, (s, y, v, n, v_seq, n_seq)):
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(grad, grad_ref)
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)

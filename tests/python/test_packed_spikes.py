@@ -184,7 +184,9 @@ def run_policy(handle, num_outputs, x, v0, params, pack_spikes, cotangents=None)
     results = list(outputs) + list(finals)
     if cotangents is None:
         cotangents = [torch.randn_like(r) for r in results]
-    grads = torch.autograd.grad(results, [x, v0, *params], cotangents, allow_unused=True)
+    live = [k for k, r in enumerate(results) if r.requires_grad]  # (see Program.differentiable_outputs)
+    grads = torch.autograd.grad([results[k] for k in live], [x, v0, *params], [cotangents[k] for k in live],
+                                allow_unused=True)
     return [r.detach() for r in results], grads, cotangents
 
 
