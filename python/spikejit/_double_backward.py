@@ -127,6 +127,10 @@ class _Differentiable(torch.autograd.Function):
         ctx.num_inputs, ctx.num_states = ni, ns
         ctx.active_reference = ActiveReference(handle)  # the kernels stay registered for the backward
         ctx.set_materialize_grads(False)
+        program = registry.program(handle)  # (results no derivative leads to: as TrainingCall.no_gradient)
+        per_state = program.differentiable_states
+        differentiable = [*program.differentiable_outputs, *(per_state if store_state_seqs else []), *per_state]
+        ctx.mark_non_differentiable(*(r for r, d in zip(results, differentiable) if not d))
         return tuple(results)
 
     @staticmethod

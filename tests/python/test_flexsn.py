@@ -317,7 +317,7 @@ def hard_core(x, v, n):
     return s, h * 2.0, h - s, (h > 0.5).to(h.dtype) * 2.0
 
 
-@pytest.mark.parametrize("path", ["cpp", "python", "custom op", "torch.func"])
+@pytest.mark.parametrize("path", ["cpp", "python", "custom op", "torch.func", "double backward"])
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 def test_results_without_a_derivative_do_not_require_grad_on_every_path(path, device, monkeypatch):
     """As in an eager loop of the core: a result no derivative leads to (here output 0, state n,
@@ -343,7 +343,11 @@ def test_results_without_a_derivative_do_not_require_grad_on_every_path(path, de
         grad, = pullback((zero, cotangents[0], cotangents[1], zero[0], cotangents[2], zero))
     else:
         xg = x.clone().requires_grad_()
-        results = (torch.compile(run, fullgraph=True) if path == "custom op" else run)(xg)
+        if path == "double backward":
+            with spikejit.double_backward():
+                results = run(xg)
+        else:
+            results = (torch.compile(run, fullgraph=True) if path == "custom op" else run)(xg)
         assert [r.requires_grad for r in results] == [False, True, True, False, True, False]
         grad, = torch.autograd.grad(results[1:3] + results[4:5], xg, cotangents)
 
