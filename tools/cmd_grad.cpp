@@ -2,6 +2,7 @@
 // the values the training forward saves for the backward; or, with --tangent / --adjoint, the
 // tangent / adjoint neuron.
 #include <iostream>
+#include <string>
 
 #include "cli.h"
 #include "commands.h"
@@ -15,7 +16,8 @@ static const char* const kAbout =
     "Prints the neuron's lowered forward step, its backward step (one reverse step of\n"
     "backpropagation through time: gradients of the inputs, of the previous states and of the\n"
     "parameters from the gradients of the outputs and of the next states), and which forward\n"
-    "values the training forward saves per step for the backward (`saved i = forward %k`).\n"
+    "values the training forward saves per step for the backward (`saved i = forward %k`), and the\n"
+    "outputs and states no derivative leads to, if any (a spike written as a comparison, not spike()).\n"
     "\n"
     "  --pack-spikes   the plan of the pack_spikes save policy: spike-valued values are saved\n"
     "                  as bits (marked `packed bits`), which may change what is saved\n"
@@ -50,6 +52,18 @@ int cmd_grad(int argc, char** argv) {
               << (backward.is_saved_packed(i) ? " (bits)" : "");
   }
   std::cout << "; the backward recomputes everything else\n";
+  // A value without a derivative is often a spike written as a comparison instead of spike().
+  std::string without;
+  const ir::Neuron& n = program.neuron();
+  for (size_t i = 0; i < n.outputs.size(); ++i)
+    if (!program.differentiable_outputs()[i]) without += (without.empty() ? " output " : ", output ") + n.outputs[i].name;
+  for (size_t i = 0; i < n.states.size(); ++i)
+    if (!program.differentiable_states()[i]) without += (without.empty() ? " state " : ", state ") + n.states[i].name;
+  if (!without.empty()) {
+    std::cout << "# no derivative leads to (comparisons, float(bool), rounding, detach only; their gradients "
+                 "are never read):"
+              << without << "\n";
+  }
   return 0;
 }
 
