@@ -5,7 +5,7 @@ import torch
 
 import spikejit
 from conftest import device_params, random_input
-from spikejit.functional import builtin_handle
+from spikejit.functional import builtin_handle, shipped_handle
 
 LIF = lambda: builtin_handle("lif", 1.0, 0.0, False, "sigmoid", (4.0,), True, 2.0)  # noqa: E731
 PLIF = lambda: builtin_handle("plif", 0.5, None, True, "atan", (2.0,), False)  # noqa: E731
@@ -59,11 +59,15 @@ def opcheck_cases(device):
                    [torch.randn_like(v0)], [])))
     cases.append((torch.ops.spikejit.neuron_backward.default,
                   (PLIF(), [6, 4, 5], x.dtype, x.device, saved, [w], [None], [None], [])))
+    # STBIF: two states no derivative leads to, returned without requires_grad.
+    stbif = shipped_handle("stbif", {})
+    params = [(torch.rand((), device=device) + 0.5).requires_grad_() for _ in range(3)]
+    cases.append((torch.ops.spikejit.neuron_forward.default, (stbif, [xg], [], params, True)))
     return cases
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)
-@pytest.mark.parametrize("index", range(9))
+@pytest.mark.parametrize("index", range(10))
 def test_opcheck(index, device):
     op, args = opcheck_cases(device)[index]
     torch.library.opcheck(op, args)
