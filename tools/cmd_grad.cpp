@@ -54,11 +54,14 @@ int cmd_grad(int argc, char** argv) {
   std::cout << "; the backward recomputes everything else\n";
   // A value without a derivative is often a spike written as a comparison instead of spike().
   std::string without;
+  auto name = [&without](const char* kind, const std::string& what) {
+    without += (without.empty() ? " " : ", ") + std::string(kind) + " " + what;
+  };
   const ir::Neuron& n = program.neuron();
   for (size_t i = 0; i < n.outputs.size(); ++i)
-    if (!program.differentiable_outputs()[i]) without += (without.empty() ? " output " : ", output ") + n.outputs[i].name;
+    if (!program.differentiable_outputs()[i]) name("output", n.outputs[i].name);
   for (size_t i = 0; i < n.states.size(); ++i)
-    if (!program.differentiable_states()[i]) without += (without.empty() ? " state " : ", state ") + n.states[i].name;
+    if (!program.differentiable_states()[i]) name("state", n.states[i].name);
   if (!without.empty()) {
     std::cout << "# no derivative leads to (comparisons, float(bool), rounding, detach only; their gradients "
                  "are never read):"
