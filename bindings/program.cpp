@@ -101,12 +101,16 @@ void bind_program(nb::module_& m) {
           "packable_outputs", [](const Program& p) { return p.packable_outputs(); },
           "Per output: whether it is spike-valued (only +0 or 1), so that it may be packed.")
       .def_prop_ro(
-          "differentiable_outputs", [](const Program& p) { return p.differentiable_outputs(); },
-          "Per output: whether a derivative leads to it (false: computed only through comparisons, "
-          "float(bool), rounding or detach; its gradient is always zero).")
+          "differentiable_outputs", [](const Program& p) { return p.gradient_flow().outputs; },
+          "Per output: whether it carries a gradient, by PyTorch's requires_grad rule (false: "
+          "computed only through comparisons, float(bool) or detach).")
       .def_prop_ro(
-          "differentiable_states", [](const Program& p) { return p.differentiable_states(); },
-          "Per state: whether a derivative leads to its final value and sequence.")
+          "differentiable_states", [](const Program& p) { return p.gradient_flow().states; },
+          "Per state: whether its final value and sequence carry a gradient.")
+      .def_prop_ro(
+          "differentiable_arguments", [](const Program& p) { return p.gradient_flow().arguments; },
+          "Per input, then state (its initial value), then parameter: whether its gradient reaches an "
+          "output or state (false: PyTorch gives None for it).")
       .def("canonical", &Program::canonical, "The canonical text of the neuron.")
       .def("hash", &Program::hash, "Hex SHA-256 of the canonical text.")
       .def("forward_text", [](const Program& p) { return ir::to_string(p.forward()); })

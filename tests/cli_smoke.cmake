@@ -47,11 +47,11 @@ if(NOT file_text STREQUAL last_out)
 endif()
 expect(RC 0 OUT "^[0-9a-f]+\n$" ARGS check ${lif} --hash)
 expect(RC 0 OUT "forward step.*backward step.*saved 0 = forward %" ARGS grad ${lif})
-if(last_out MATCHES "no derivative")
+if(last_out MATCHES "without a gradient")
   message("FAIL spikejit grad ${lif}: LIF's spike and potential have derivatives, the output says otherwise")
   math(EXPR failures "${failures} + 1")
 endif()
-expect(RC 0 OUT "no derivative leads to .*: state acc_q, state current"
+expect(RC 0 OUT "without a gradient [^:]*: state current\n"
        ARGS grad ${SRC}/neurons/stbif.sj)
 expect(RC 0 OUT "neuron lif_tangent.*input x_tangent.*state v_tangent = 0.*output s_tangent" ARGS grad ${lif} --tangent)
 expect(RC 0 OUT "neuron lif_adjoint.*input x.*input v.*input grad_s.*input grad_v_seq.*state grad_v = 0.*output grad_x"

@@ -17,7 +17,7 @@ static const char* const kAbout =
     "backpropagation through time: gradients of the inputs, of the previous states and of the\n"
     "parameters from the gradients of the outputs and of the next states), and which forward\n"
     "values the training forward saves per step for the backward (`saved i = forward %k`), and the\n"
-    "outputs and states no derivative leads to, if any (a spike written as a comparison, not spike()).\n"
+    "outputs and states without a gradient, if any (a spike written as a comparison, not spike()).\n"
     "\n"
     "  --pack-spikes   the plan of the pack_spikes save policy: spike-valued values are saved\n"
     "                  as bits (marked `packed bits`), which may change what is saved\n"
@@ -52,20 +52,20 @@ int cmd_grad(int argc, char** argv) {
               << (backward.is_saved_packed(i) ? " (bits)" : "");
   }
   std::cout << "; the backward recomputes everything else\n";
-  // A value without a derivative is often a spike written as a comparison instead of spike().
+  // A value without a gradient is often a spike written as a comparison instead of spike().
   std::string without;
   auto name = [&without](const char* kind, const std::string& what) {
     without += (without.empty() ? " " : ", ") + std::string(kind) + " " + what;
   };
   const ir::Neuron& n = program.neuron();
+  const ir::GradientFlow& flow = program.gradient_flow();
   for (size_t i = 0; i < n.outputs.size(); ++i)
-    if (!program.differentiable_outputs()[i]) name("output", n.outputs[i].name);
+    if (!flow.outputs[i]) name("output", n.outputs[i].name);
   for (size_t i = 0; i < n.states.size(); ++i)
-    if (!program.differentiable_states()[i]) name("state", n.states[i].name);
+    if (!flow.states[i]) name("state", n.states[i].name);
   if (!without.empty()) {
-    std::cout << "# no derivative leads to (comparisons, float(bool), rounding, detach only; their gradients "
-                 "are never read):"
-              << without << "\n";
+    std::cout << "# without a gradient (computed only through comparisons, float(bool) or detach):" << without
+              << "\n";
   }
   return 0;
 }

@@ -114,24 +114,30 @@ struct TrainingNode final : torch::autograd::Node {
     }
 
     variable_list results(next_edges().size());
-    size_t edge = 0;
-    for (int i = 0; i < spec.num_inputs; ++i, ++edge) {
-      if (task_should_compute_output(edge)) results[edge] = empty_buffer(seq_shape, options);
+    // A gradient that reaches no result (Program::gradient_flow) is left undefined, as PyTorch
+    // leaves it (None), not computed as zeros.
+    const std::vector<bool>& differentiable = program.gradient_flow().arguments;
+    auto wanted = [&](size_t edge, size_t argument) {
+      return task_should_compute_output(edge) && differentiable[argument];
+    };
+    size_t edge = 0, argument = 0;
+    for (int i = 0; i < spec.num_inputs; ++i, ++edge, ++argument) {
+      if (wanted(edge, argument)) results[edge] = empty_buffer(seq_shape, options);
       b.grad_inputs.push_back(view_of(results[edge]));
     }
-    for (int j = 0; j < spec.num_states; ++j) {
+    for (int j = 0; j < spec.num_states; ++j, ++argument) {
       if (!spec.states_given) {
         b.grad_initial_states.emplace_back();
         continue;
       }
-      if (task_should_compute_output(edge)) results[edge] = empty_buffer(neuron_shape, options);
+      if (wanted(edge, argument)) results[edge] = empty_buffer(neuron_shape, options);
       b.grad_initial_states.push_back(view_of(results[edge]));
       ++edge;
     }
     for (const at::Tensor& p : param_tensors) {
-      if (task_should_compute_output(edge)) results[edge] = at::empty(p.sizes(), p.options());
+      if (wanted(edge, argument)) results[edge] = at::empty(p.sizes(), p.options());
       b.grad_params.push_back(view_of(results[edge]));
-      ++edge;
+      ++edge, ++argument;
     }
     b.workspace = view_of(workspace);
     b.seed = seed_tensor.defined() ? seed_tensor.data_ptr() : nullptr;
@@ -191,10 +197,10 @@ void attach_training_node(const Program& program, const TrainingCallSpec& spec, 
     e.restore();
     throw nb::python_error();
   }
-  // A value no derivative leads to is returned without requires_grad (as PyTorch's own ops do);
-  // its gradient arrives undefined, read as zero.
-  const std::vector<bool>& outputs = program.differentiable_outputs();
-  const std::vector<bool>& states = program.differentiable_states();
+  // A value that carries no gradient is returned without requires_grad (as PyTorch returns a
+  // comparison); its gradient arrives undefined, read as zero.
+  const std::vector<bool>& outputs = program.gradient_flow().outputs;
+  const std::vector<bool>& states = program.gradient_flow().states;
   for (size_t i = 0; i < returned.size(); ++i) {
     const size_t no = outputs.size(), ns = states.size();
     if (!(i < no ? outputs[i] : states[(i - no) % ns])) {

@@ -186,11 +186,18 @@ std::vector<bool> spike_valued(const std::vector<Node>& nodes);
 // sigmoid(w)). Executors compute the latter once per call instead of once per step.
 std::vector<bool> step_invariant(const std::vector<Node>& nodes);
 
-// Of a backward Step: per output (`leaf` GradOutput) or per state (`leaf` GradState), of `count`,
-// whether the gradient it reads reaches one of the step's results (grad_inputs, grad_prev_states,
-// grad_params). False for a value no derivative leads to (computed only through comparisons,
-// float(bool), rounding or detach): its gradient never changes any result.
-std::vector<bool> gradient_used(const Step& backward, Op leaf, int count);
+// PyTorch's requires_grad rule over a forward step whose inputs, states and parameters all
+// require grad: a value carries a gradient when it is a Float computed from one that does, not
+// through detach; Bool values (comparisons, logic) carry none, so neither does float(b) of one;
+// literals and draws carry none. Rounding carries one (zero, as in PyTorch). Over a whole call
+// this is what a loop of the step in PyTorch gives when the initial states require grad.
+struct GradientFlow {
+  std::vector<bool> outputs, states;  // per output and next state: it carries a gradient
+  // Per input, state (its initial value) and parameter, in that order: its gradient reaches an
+  // output or a next state (else it is None in PyTorch, no graph leads to it).
+  std::vector<bool> arguments;
+};
+GradientFlow gradient_flow(const Step& forward);
 
 // Neuron -> forward Step: substitutes constants, folds, merges duplicates, removes dead code.
 Step lower(const Neuron& n);

@@ -30,11 +30,10 @@ class Program {
   // For each output: true when its value is spike-valued (ir::spike_valued), so that it may be
   // written as packed bits (ForwardBuffers::packed_outputs).
   const std::vector<bool>& packable_outputs() const;
-  // For each output, and for each state (its final value and its sequence): false when no
-  // derivative leads to it (ir::gradient_used), so that its gradient is always zero and the
-  // Python package returns it without requires_grad, as PyTorch would. Derived with backward().
-  const std::vector<bool>& differentiable_outputs() const;
-  const std::vector<bool>& differentiable_states() const;
+  // Which outputs and states carry a gradient and which inputs, initial states and parameters
+  // get one (ir::gradient_flow): the Python package returns the others without requires_grad
+  // and gives None as their gradient, as a PyTorch loop of the step does.
+  const ir::GradientFlow& gradient_flow() const;
   // True when the neuron draws random numbers (uniform()): its calls need a seed
   // (ForwardBuffers::seed, and BackwardBuffers::seed under checkpoints).
   bool uses_random() const;

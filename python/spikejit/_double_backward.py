@@ -127,7 +127,7 @@ class _Differentiable(torch.autograd.Function):
         ctx.num_inputs, ctx.num_states = ni, ns
         ctx.active_reference = ActiveReference(handle)  # the kernels stay registered for the backward
         ctx.set_materialize_grads(False)
-        program = registry.program(handle)  # (results no derivative leads to: as TrainingCall.no_gradient)
+        program = registry.program(handle)  # (as TrainingCall.no_gradient)
         per_state = program.differentiable_states
         differentiable = [*program.differentiable_outputs, *(per_state if store_state_seqs else []), *per_state]
         ctx.mark_non_differentiable(*(r for r, d in zip(results, differentiable) if not d))
@@ -135,8 +135,10 @@ class _Differentiable(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        return (None,) * 6 + tuple(gradients(ctx.handle, ctx.store_state_seqs, ctx.reverse, ctx.seed, ctx.num_inputs,
-                                             ctx.num_states, ctx.saved_tensors, grads))
+        results = gradients(ctx.handle, ctx.store_state_seqs, ctx.reverse, ctx.seed, ctx.num_inputs, ctx.num_states,
+                            ctx.saved_tensors, grads)
+        flows = registry.program(ctx.handle).differentiable_arguments  # (None where PyTorch gives None)
+        return (None,) * 6 + tuple(g if f else None for g, f in zip(results, flows))
 
 
 def gradients(handle: int, store_state_seqs: bool, reverse: bool, seed, num_inputs: int, num_states: int, tensors,

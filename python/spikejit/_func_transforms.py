@@ -168,6 +168,7 @@ class FuncTraining(torch.autograd.Function):
         results = FuncBackward.apply(call, ctx.seq_shape, ctx.dtype, ctx.device, len(back), len(params), len(go),
                                      len(gf), seed is not None, *back, *params, *go, *gf, *gs,
                                      *seed_tensors(seed))
+        results = [r if flows else None for r, flows in zip(results, call.gradient_flows)]
         grad_states = results[ni:ni + ns] if ctx.num_states_given else ()
         return (None, None, None, *results[:ni], *grad_states, *results[ni + ns:],
                 *((None,) if ctx.seed_given else ()))

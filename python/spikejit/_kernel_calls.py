@@ -620,7 +620,7 @@ class TrainingCall:
 
     __slots__ = ("handle", "counts", "store_state_seqs", "checkpoint_every", "packed_outputs",
                  "pack_spikes", "plan", "first_saved", "output_packed", "saved_packed", "reduces_params",
-                 "num_saved", "no_gradient")
+                 "num_saved", "no_gradient", "gradient_flows")
 
     def __init__(self, handle, program, counts, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes):
         self.handle, self.counts = handle, counts
@@ -637,11 +637,14 @@ class TrainingCall:
         self.reduces_params = "scalar" in counts.params  # the CUDA backward needs a workspace
         # Tensors `saved` holds: per step, the computed saved values; with checkpoints, one per state.
         self.num_saved = counts.states if self.plan is None else sum(1 for j, _ in self.plan if j < 0)
-        # Results no derivative leads to (Program.differentiable_outputs): returned without
-        # requires_grad, as an eager loop of the same step would return them.
+        # Results without a gradient (Program.differentiable_outputs, PyTorch's requires_grad
+        # rule): returned without requires_grad, as a loop of the same step returns them.
         per_state = program.differentiable_states
         differentiable = [*program.differentiable_outputs, *per_state, *(per_state if store_state_seqs else [])]
         self.no_gradient = tuple(i for i, d in enumerate(differentiable) if not d)
+        # Per input, state and parameter: False where its gradient reaches no result (None, as
+        # PyTorch gives it, not zeros).
+        self.gradient_flows = tuple(program.differentiable_arguments)
 
     @property
     def program(self):

@@ -266,7 +266,7 @@ def _verify_in(compiled: _CompiledCore, core: Callable, device: torch.device, dt
         outputs, finals, _ = compiled.run(seqs, states, False, params)
         ours = [o[0] for o in outputs] + list(finals)
         wrt = seqs + states + [params[i] for i in trainable]
-        # Results no derivative leads to come without requires_grad (Program.differentiable_outputs).
+        # Results without a gradient come without requires_grad (Program.differentiable_outputs).
         kept = [k for k, o in enumerate(ours) if o.requires_grad]
         ours_grads = (torch.autograd.grad([ours[k] for k in kept], wrt, [cotangents[k] for k in kept],
                                           allow_unused=True) if kept else [None] * len(wrt))

@@ -174,6 +174,7 @@ def _backward_forward(ctx, grads):
     results = torch.ops.spikejit.neuron_backward(
         call.handle, ctx.seq_shape, ctx.dtype, ctx.device, list(saved), list(params), list(grad_outputs),
         grad_final_states, grad_state_seqs, call.checkpoint_every, call.pack_spikes, seed_for_backward(ctx))
+    results = [r if flows else None for r, flows in zip(results, call.gradient_flows)]
     grad_states = results[ni:ni + ns] if ctx.states_given else []
     # The dispatcher drops arguments equal to their defaults (checkpoint_every = 0, ...): one
     # gradient (None) per argument the op was called with.
@@ -237,6 +238,7 @@ def _training_backward(ctx, *grads):
     needs = ctx.needs_input_grad[_NON_TENSOR_ARGS:]
     given = ctx.num_states_given
     wanted = needs[:ni] + (needs[ni:ni + ns] if given else (False,) * ns) + needs[ni + given:]
+    wanted = tuple(w and flows for w, flows in zip(wanted, call.gradient_flows))
     results = call.backward(ctx.seq_shape, ctx.dtype, ctx.device, saved, params, grad_outputs,
                             grads[no:no + ns], grads[no + ns:no + 2 * ns] if call.store_state_seqs else (),
                             wanted, checked=True, seed=seed_for_backward(ctx))

@@ -16,7 +16,6 @@ struct DerivedBackward {
   std::once_flag once;
   ir::Step step;
   std::vector<int> saved_inputs;
-  std::vector<bool> differentiable_outputs, differentiable_states;
 };
 
 // A value of Program::derived.
@@ -32,6 +31,7 @@ struct Program::Impl {
   std::string canonical;  // computed once: the hash is on every kernel-cache lookup
   std::string hash;
   std::vector<bool> packable_outputs;
+  ir::GradientFlow gradient_flow;
   bool uses_random = false;
   DerivedBackward backward[2];  // [pack_spikes]
   std::recursive_mutex derived_mutex;  // recursive: a value's `make` may derive others
@@ -47,6 +47,7 @@ Program::Program(ir::Neuron neuron) : impl_(std::make_shared<Impl>()) {
   const std::vector<bool> binary = ir::spike_valued(impl_->forward.nodes);
   for (const ir::Node& node : impl_->forward.nodes) impl_->uses_random |= node.op == ir::Op::Uniform;
   for (ir::ValueId v : impl_->forward.outputs) impl_->packable_outputs.push_back(binary[static_cast<size_t>(v)]);
+  impl_->gradient_flow = ir::gradient_flow(impl_->forward);
 }
 
 Program Program::from_text(std::string_view text, std::string_view file) {
@@ -68,8 +69,6 @@ const ir::Step& Program::backward(bool pack_spikes) const {
       const ir::Node& node = impl_->forward.nodes[static_cast<size_t>(v)];
       saved_inputs.push_back(node.op == ir::Op::Input ? node.index : -1);
     }
-    d.differentiable_outputs = ir::gradient_used(backward, ir::Op::GradOutput, backward.num_outputs);
-    d.differentiable_states = ir::gradient_used(backward, ir::Op::GradState, backward.num_states);
     d.step = std::move(backward);
     d.saved_inputs = std::move(saved_inputs);
   });
@@ -81,16 +80,7 @@ const std::vector<int>& Program::saved_inputs(bool pack_spikes) const {
   return impl_->backward[pack_spikes ? 1 : 0].saved_inputs;
 }
 
-const std::vector<bool>& Program::differentiable_outputs() const {
-  backward();
-  return impl_->backward[0].differentiable_outputs;
-}
-
-const std::vector<bool>& Program::differentiable_states() const {
-  backward();
-  return impl_->backward[0].differentiable_states;
-}
-
+const ir::GradientFlow& Program::gradient_flow() const { return impl_->gradient_flow; }
 const std::vector<bool>& Program::packable_outputs() const { return impl_->packable_outputs; }
 bool Program::uses_random() const { return impl_->uses_random; }
 

@@ -870,28 +870,33 @@ TEST(AutodiffSavePlan, LinearNeuronSavesNothing) {
   EXPECT_TRUE(b.saved.empty()) << ir::to_string(b);
 }
 
-// An output or state no derivative leads to (a comparison, float(bool), rounding, detach) is
-// not differentiable; one reached only from its own previous value (a counter) still is.
-TEST(AutodiffGradientFlow, DifferentiableOutputsAndStates) {
+// PyTorch's requires_grad rule: comparisons, float(bool) and detach carry no gradient, rounding
+// carries one (zero); a state fed only by its own previous value (a counter) carries one. An
+// initial state that is never read, or a parameter read only by a comparison, gets none.
+TEST(AutodiffGradientFlow, FollowsPyTorchsRequiresGradRule) {
   const Program hard = Program::from_text(R"(
 neuron hard_threshold
 input x
 state v = 0, n = 0, k = 0
+param theta = 1.0
 output s, m, y
 h = v + x
-s = float(h >= 1)
-m = round(h) + detach(h)
+s = float(h >= theta)
+m = float(h >= 2) + detach(h)
 y = h * 2
 v = h - s
 n = floor(h)
 k = k + 1
 )");
-  EXPECT_EQ(hard.differentiable_outputs(), (std::vector<bool>{false, false, true}));
-  EXPECT_EQ(hard.differentiable_states(), (std::vector<bool>{true, false, true}));
+  const ir::GradientFlow& flow = hard.gradient_flow();
+  EXPECT_EQ(flow.outputs, (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(flow.states, (std::vector<bool>{true, true, true}));
+  EXPECT_EQ(flow.arguments, (std::vector<bool>{true, true, false, true, false}));  // x; v, n, k; theta
   for (const ir::Neuron& n : {builtins::if_neuron(), builtins::lif_neuron(), builtins::plif_neuron()}) {
     const Program p(n);
-    EXPECT_EQ(p.differentiable_outputs(), std::vector<bool>{true}) << n.name;
-    EXPECT_EQ(p.differentiable_states(), std::vector<bool>{true}) << n.name;
+    EXPECT_EQ(p.gradient_flow().outputs, std::vector<bool>{true}) << n.name;
+    EXPECT_EQ(p.gradient_flow().states, std::vector<bool>{true}) << n.name;
+    EXPECT_EQ(p.gradient_flow().arguments, std::vector<bool>(p.neuron().params.size() + 2, true)) << n.name;
   }
 }
 

@@ -83,7 +83,7 @@ def training_step(handle, xs, v0s, params, store_state_seqs, checkpoint_every, p
     results = [*outputs, *finals, *(seqs or [])]
     if cotangents is None:
         cotangents = [torch.randn_like(r) for r in results]
-    # Results no derivative leads to come without requires_grad (Program.differentiable_outputs).
+    # Results without a gradient come without requires_grad (Program.differentiable_outputs).
     per_state = program.differentiable_states
     assert [r.requires_grad for r in results] == [*program.differentiable_outputs, *per_state,
                                                   *(per_state if store_state_seqs else [])]

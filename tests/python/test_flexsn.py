@@ -310,59 +310,68 @@ def test_hard_threshold_output_without_a_gradient_compiles():
     torch.testing.assert_close(x.grad, x_ref.grad)
 
 
-def hard_core(x, v, n):
-    """Output 0 and state n without a derivative (comparisons), output 1 and state v with one."""
-    h = v + x
-    s = (h >= 1.0).to(h.dtype)
-    return s, h * 2.0, h - s, (h > 0.5).to(h.dtype) * 2.0
+def make_hard_core(theta):
+    """Output 0 and state n without a derivative (comparisons), output 1 and state v with one; the
+    initial n (unread) and the threshold theta (in a comparison) without a gradient."""
+    def hard_core(x, v, n):
+        h = v + x
+        s = (h >= theta).to(h.dtype)
+        return s, h * 2.0, h - s, (h > 0.5).to(h.dtype) * 2.0
+    return hard_core
 
 
 @pytest.mark.parametrize("path", ["cpp", "python", "custom op", "torch.func", "double backward"])
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 def test_results_without_a_derivative_do_not_require_grad_on_every_path(path, device, monkeypatch):
-    """As in an eager loop of the core: a result no derivative leads to (here output 0, state n,
-    its final value and its sequence) is returned without requires_grad (before, it required grad
-    and its gradient was silently zero), on each path a training call takes; the gradients of
-    the others equal the eager loop's."""
-    node = spikejit.FlexSN(hard_core, 1, 2, 2, store_state_seqs=True, strict=True).to(device)
+    """As in an eager loop of the core, on each path a training call takes: a result no derivative
+    leads to (here output 0, state n, its final value and its sequence) is returned without
+    requires_grad, and an argument no derivative leads from (the initial n, the threshold) gets
+    the gradient None (before, both were silently zero); the other gradients equal the loop's."""
+    theta = torch.tensor(1.0, device=device, requires_grad=True)
+    core = make_hard_core(theta)
+    node = spikejit.FlexSN(core, 1, 2, 2, store_state_seqs=True, strict=True)
     assert node.program.differentiable_outputs == [False, True]
     assert node.program.differentiable_states == [True, False]
+    assert node.program.differentiable_arguments == [True, True, False, False]  # x; v, n; theta
     monkeypatch.setattr(spikejit._kernel_calls, "CPP_CALLS", path == "cpp")
     x = random_input(5, 3, 4, device=device)
+    v0, n0 = random_input(3, 4, device=device, scale=0.3), random_input(3, 4, device=device)
     cotangents = [random_input(5, 3, 4, device=device), random_input(3, 4, device=device),
                   random_input(5, 3, 4, device=device)]  # of y, the final v and v's sequence
 
-    def run(x):
-        node.reset()
-        s, y = node(x)
-        return s, y, *node.states, *node.state_seqs  # s, y, v, n, v_seq, n_seq
+    def run(x, v0, n0):
+        (s, y), finals, seqs = node.multi_step_functional_forward(x, states=[v0, n0])
+        return s, y, *finals, *seqs  # s, y, v, n, v_seq, n_seq
 
-    if path == "torch.func":  # (no requires_grad to see inside a transform: the gradient only)
-        results, pullback = torch.func.vjp(run, x)
+    if path == "torch.func":  # (no requires_grad to see inside a transform, and zeros for None)
+        results, pullback = torch.func.vjp(run, x, v0, n0)
         zero = torch.zeros_like(results[0])
-        grad, = pullback((zero, cotangents[0], cotangents[1], zero[0], cotangents[2], zero))
+        grads = pullback((zero, cotangents[0], cotangents[1], zero[0], cotangents[2], zero))
+        assert torch.equal(grads[2], torch.zeros_like(n0))
     else:
-        xg = x.clone().requires_grad_()
+        args = [t.clone().requires_grad_() for t in (x, v0, n0)]
         if path == "double backward":
             with spikejit.double_backward():
-                results = run(xg)
+                results = run(*args)
         else:
-            results = (torch.compile(run, fullgraph=True) if path == "custom op" else run)(xg)
+            results = (torch.compile(run, fullgraph=True) if path == "custom op" else run)(*args)
         assert [r.requires_grad for r in results] == [False, True, True, False, True, False]
-        grad, = torch.autograd.grad(results[1:3] + results[4:5], xg, cotangents)
+        grads = torch.autograd.grad(results[1:3] + results[4:5], [*args, theta], cotangents, allow_unused=True)
+        assert grads[2] is None and grads[3] is None
 
-    x_ref = x.clone().requires_grad_()
-    v = n = torch.zeros(3, 4, device=device)
+    refs = [t.clone().requires_grad_() for t in (x, v0, n0)]
+    v, n = refs[1:]
     steps = []
     for t in range(x.shape[0]):
-        s, y, v, n = hard_core(x_ref[t], v, n)
+        s, y, v, n = core(refs[0][t], v, n)
         steps.append((s, y, v, n))
     s, y, v_seq, n_seq = (torch.stack(seq) for seq in zip(*steps))
     assert [r.requires_grad for r in (s, y, v, n, v_seq, n_seq)] == [False, True, True, False, True, False]
-    grad_ref, = torch.autograd.grad([y, v, v_seq], x_ref, cotangents)
+    grads_ref = torch.autograd.grad([y, v, v_seq], [*refs, theta], cotangents, allow_unused=True)
+    assert grads_ref[2] is None and grads_ref[3] is None
     for got, want in zip(results, (s, y, v, n, v_seq, n_seq)):
         torch.testing.assert_close(got, want)
-    torch.testing.assert_close(grad, grad_ref)
+    torch.testing.assert_close(grads[:2], grads_ref[:2])
 
 
 @pytest.mark.parametrize("device", device_params(), indirect=True)

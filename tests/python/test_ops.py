@@ -59,7 +59,7 @@ def opcheck_cases(device):
                    [torch.randn_like(v0)], [])))
     cases.append((torch.ops.spikejit.neuron_backward.default,
                   (PLIF(), [6, 4, 5], x.dtype, x.device, saved, [w], [None], [None], [])))
-    # STBIF: two states no derivative leads to, returned without requires_grad.
+    # STBIF: a state without a gradient, returned without requires_grad.
     stbif = shipped_handle("stbif", {})
     params = [(torch.rand((), device=device) + 0.5).requires_grad_() for _ in range(3)]
     cases.append((torch.ops.spikejit.neuron_forward.default, (stbif, [xg], [], params, True)))
