@@ -30,7 +30,8 @@ import torch
 
 from . import registry
 from ._func_transforms import transforms_active
-from ._kernel_calls import ActiveReference, inference, initial_states, program_counts, split_inference_results
+from ._kernel_calls import (ActiveReference, differentiable_results, inference, initial_states, program_counts,
+                            split_inference_results)
 
 __all__ = ["double_backward"]
 
@@ -127,9 +128,7 @@ class _Differentiable(torch.autograd.Function):
         ctx.num_inputs, ctx.num_states = ni, ns
         ctx.active_reference = ActiveReference(handle)  # the kernels stay registered for the backward
         ctx.set_materialize_grads(False)
-        program = registry.program(handle)  # (as TrainingCall.no_gradient)
-        per_state = program.differentiable_states
-        differentiable = [*program.differentiable_outputs, *(per_state if store_state_seqs else []), *per_state]
+        differentiable = differentiable_results(registry.program(handle), store_state_seqs, seqs_first=True)
         ctx.mark_non_differentiable(*(r for r, d in zip(results, differentiable) if not d))
         return tuple(results)
 

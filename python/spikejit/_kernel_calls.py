@@ -607,6 +607,16 @@ def backward_saved(handle: int, saved, inputs, pack_spikes: bool = False) -> Lis
     return all_saved(saved_plan(program, counts, pack_spikes), saved, inputs)
 
 
+def differentiable_results(program, store_state_seqs: bool, seqs_first: bool):
+    """Per result of a call, whether it carries a gradient (PyTorch's requires_grad rule over the
+    step, Program.differentiable_outputs / differentiable_states), in the call's order: the outputs,
+    then the state sequences (when stored) before the final states if `seqs_first`, else after."""
+    per_state = program.differentiable_states
+    seqs = per_state if store_state_seqs else []
+    middle = [*seqs, *per_state] if seqs_first else [*per_state, *seqs]
+    return (*program.differentiable_outputs, *middle)
+
+
 class TrainingCall:
     """The training calls of one program under one save policy and result layout.
 
@@ -637,10 +647,9 @@ class TrainingCall:
         self.reduces_params = "scalar" in counts.params  # the CUDA backward needs a workspace
         # Tensors `saved` holds: per step, the computed saved values; with checkpoints, one per state.
         self.num_saved = counts.states if self.plan is None else sum(1 for j, _ in self.plan if j < 0)
-        # Results without a gradient (Program.differentiable_outputs, PyTorch's requires_grad
-        # rule): returned without requires_grad, as a loop of the same step returns them.
-        per_state = program.differentiable_states
-        differentiable = [*program.differentiable_outputs, *per_state, *(per_state if store_state_seqs else [])]
+        # Results without a gradient: returned without requires_grad, as a loop of the same step
+        # returns them.
+        differentiable = differentiable_results(program, store_state_seqs, seqs_first=False)
         self.no_gradient = tuple(i for i, d in enumerate(differentiable) if not d)
         # Per input, state and parameter: False where its gradient reaches no result (None, as
         # PyTorch gives it, not zeros).
