@@ -111,6 +111,15 @@ void bind_program(nb::module_& m) {
           "differentiable_arguments", [](const Program& p) { return p.gradient_flow().arguments; },
           "Per input, then state (its initial value), then parameter: whether its gradient reaches an "
           "output or state (false: PyTorch gives None for it).")
+      .def(
+          "results_requiring_grad",
+          [](const Program& p, const std::vector<bool>& requiring) {
+            return p.gradient_flow().requires_grad(requiring);
+          },
+          "requiring"_a,
+          "Per output, then per state (its final value and sequence): whether a call's result requires "
+          "grad when the inputs, initial states and parameters marked in `requiring` do, as in a loop "
+          "of the step in PyTorch.")
       .def("canonical", &Program::canonical, "The canonical text of the neuron.")
       .def("hash", &Program::hash, "Hex SHA-256 of the canonical text.")
       .def("forward_text", [](const Program& p) { return ir::to_string(p.forward()); })

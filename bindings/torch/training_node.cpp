@@ -197,13 +197,19 @@ void attach_training_node(const Program& program, const TrainingCallSpec& spec, 
     e.restore();
     throw nb::python_error();
   }
-  // A value that carries no gradient is returned without requires_grad (as PyTorch returns a
-  // comparison); its gradient arrives undefined, read as zero.
-  const std::vector<bool>& outputs = program.gradient_flow().outputs;
-  const std::vector<bool>& states = program.gradient_flow().states;
+  // A value that carries no gradient from the arguments that require grad is returned without
+  // requires_grad (as PyTorch returns a comparison); its gradient arrives undefined, read as zero.
+  std::vector<bool> requiring;
+  size_t k = 0;
+  for (int i = 0; i < spec.num_inputs; ++i) requiring.push_back(differentiable[k++].requires_grad());
+  for (int j = 0; j < spec.num_states; ++j) {  // (none given: zeros, which require none)
+    requiring.push_back(spec.states_given && differentiable[k++].requires_grad());
+  }
+  while (k < differentiable.size()) requiring.push_back(differentiable[k++].requires_grad());
+  const std::vector<bool> requires_grad = program.gradient_flow().requires_grad(requiring);
+  const size_t no = static_cast<size_t>(spec.num_outputs), ns = static_cast<size_t>(spec.num_states);
   for (size_t i = 0; i < returned.size(); ++i) {
-    const size_t no = outputs.size(), ns = states.size();
-    if (!(i < no ? outputs[i] : states[(i - no) % ns])) {
+    if (!requires_grad[i < no ? i : no + (i - no) % ns]) {
       node->add_input_metadata(torch::autograd::Node::undefined_input());
       continue;
     }

@@ -196,6 +196,15 @@ struct GradientFlow {
   // Per input, state (its initial value) and parameter, in that order: its gradient reaches an
   // output or a next state (else it is None in PyTorch, no graph leads to it).
   std::vector<bool> arguments;
+  // Per output, then per next state: the arguments (in the order above) whose gradient reaches it,
+  // in the step itself or through states that earlier steps computed from them.
+  std::vector<std::vector<bool>> sources;
+
+  // Per output, then per state (its final value and its sequence): whether a call's result
+  // requires grad when the arguments marked in `requiring` (one flag per argument) do, as in a
+  // loop of the step in PyTorch. (A loop of fewer steps than a chain of states needs to carry a
+  // gradient may give False where this gives True.)
+  std::vector<bool> requires_grad(const std::vector<bool>& requiring) const;
 };
 GradientFlow gradient_flow(const Step& forward);
 

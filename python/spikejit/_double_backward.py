@@ -31,7 +31,7 @@ import torch
 from . import registry
 from ._func_transforms import transforms_active
 from ._kernel_calls import (ActiveReference, differentiable_results, inference, initial_states, program_counts,
-                            split_inference_results)
+                            requiring_grad, split_inference_results)
 
 __all__ = ["double_backward"]
 
@@ -128,7 +128,9 @@ class _Differentiable(torch.autograd.Function):
         ctx.num_inputs, ctx.num_states = ni, ns
         ctx.active_reference = ActiveReference(handle)  # the kernels stay registered for the backward
         ctx.set_materialize_grads(False)
-        differentiable = differentiable_results(registry.program(handle), store_state_seqs, seqs_first=True)
+        _, counts = program_counts(handle)
+        requiring = requiring_grad(counts, tensors[:ni], tensors[ni:ni + ns], tensors[ni + ns:])
+        differentiable = differentiable_results(registry.program(handle), requiring, store_state_seqs, seqs_first=True)
         ctx.mark_non_differentiable(*(r for r, d in zip(results, differentiable) if not d))
         return tuple(results)
 

@@ -151,7 +151,8 @@ class FuncTraining(torch.autograd.Function):
         # backward's node depends on them, and a second derivative reaches FuncBackward.backward
         # and raises instead of counting as zero.
         ctx.set_materialize_grads(False)
-        keep_for_backward(ctx, call, output, tensors[:num_inputs], tensors[num_inputs + num_states:], seed)
+        keep_for_backward(ctx, call, output, tensors[:num_inputs], tensors[num_inputs:num_inputs + num_states],
+                          tensors[num_inputs + num_states:], seed)
         ctx.num_states_given = num_states
         ctx.seed_given = seed is not None
 

@@ -607,14 +607,22 @@ def backward_saved(handle: int, saved, inputs, pack_spikes: bool = False) -> Lis
     return all_saved(saved_plan(program, counts, pack_spikes), saved, inputs)
 
 
-def differentiable_results(program, store_state_seqs: bool, seqs_first: bool):
-    """Per result of a call, whether it carries a gradient (PyTorch's requires_grad rule over the
-    step, Program.differentiable_outputs / differentiable_states), in the call's order: the outputs,
-    then the state sequences (when stored) before the final states if `seqs_first`, else after."""
-    per_state = program.differentiable_states
+def differentiable_results(program, requiring, store_state_seqs: bool, seqs_first: bool):
+    """Per result of a call, whether it requires grad when the inputs, initial states and
+    parameters marked in `requiring` do (PyTorch's rule over the step, Program.results_requiring_grad),
+    in the call's order: the outputs, then the state sequences (when stored) before the final
+    states if `seqs_first`, else after."""
+    flags = program.results_requiring_grad(list(requiring))
+    num_outputs = len(program.differentiable_outputs)
+    outputs, per_state = flags[:num_outputs], flags[num_outputs:]
     seqs = per_state if store_state_seqs else []
-    middle = [*seqs, *per_state] if seqs_first else [*per_state, *seqs]
-    return (*program.differentiable_outputs, *middle)
+    return (*outputs, *([*seqs, *per_state] if seqs_first else [*per_state, *seqs]))
+
+
+def requiring_grad(counts, inputs, init_states, params):
+    """Per input, initial state (none given: zeros, without) and parameter: it requires grad."""
+    states = [s.requires_grad for s in init_states] if init_states else [False] * counts.states
+    return (*(t.requires_grad for t in inputs), *states, *(p.requires_grad for p in params))
 
 
 class TrainingCall:
@@ -630,7 +638,7 @@ class TrainingCall:
 
     __slots__ = ("handle", "counts", "store_state_seqs", "checkpoint_every", "packed_outputs",
                  "pack_spikes", "plan", "first_saved", "output_packed", "saved_packed", "reduces_params",
-                 "num_saved", "no_gradient", "gradient_flows")
+                 "num_saved", "gradient_flows", "_without_gradient")
 
     def __init__(self, handle, program, counts, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes):
         self.handle, self.counts = handle, counts
@@ -647,13 +655,20 @@ class TrainingCall:
         self.reduces_params = "scalar" in counts.params  # the CUDA backward needs a workspace
         # Tensors `saved` holds: per step, the computed saved values; with checkpoints, one per state.
         self.num_saved = counts.states if self.plan is None else sum(1 for j, _ in self.plan if j < 0)
-        # Results without a gradient: returned without requires_grad, as a loop of the same step
-        # returns them.
-        differentiable = differentiable_results(program, store_state_seqs, seqs_first=False)
-        self.no_gradient = tuple(i for i, d in enumerate(differentiable) if not d)
+        self._without_gradient = {}  # see without_gradient
         # Per input, state and parameter: False where its gradient reaches no result (None, as
         # PyTorch gives it, not zeros).
         self.gradient_flows = tuple(program.differentiable_arguments)
+
+    def without_gradient(self, requiring):
+        """The indices of the results that carry no gradient when the inputs, initial states and
+        parameters marked in `requiring` (see requiring_grad) require grad: returned without
+        requires_grad, as a loop of the same step returns them."""
+        found = self._without_gradient.get(requiring)
+        if found is None:
+            flags = differentiable_results(self.program, requiring, self.store_state_seqs, seqs_first=False)
+            found = self._without_gradient[requiring] = tuple(i for i, d in enumerate(flags) if not d)
+        return found
 
     @property
     def program(self):
@@ -856,17 +871,18 @@ class ActiveReference:
         registry.release_active(self.handle)
 
 
-def keep_for_backward(ctx, call, results, inputs, params, seed=None, anchor=None):
+def keep_for_backward(ctx, call, results, inputs, init_states, params, seed=None, anchor=None):
     """Saves what the backward reads (TrainingCall.backward_inputs, the params and the seed of a
     random neuron: the backward must see the forward's own) and the facts of the call, on the
-    autograd context of its forward. `anchor`: an output of the forward, saved last (see
-    ops.refusing_second_derivatives)."""
+    autograd context of its forward; marks the results without a gradient. `anchor`: an output of
+    the forward, saved last (see ops.refusing_second_derivatives)."""
     saved = call.backward_inputs(results[call.first_saved:], inputs)
     seed = seed if call.counts.random else None
     ctx.save_for_backward(*saved, *params, *seed_tensors(seed), *(() if anchor is None else (anchor,)))
     ctx.num_saved, ctx.num_params = len(saved), len(params)
-    if call.no_gradient:
-        ctx.mark_non_differentiable(*(results[i] for i in call.no_gradient))
+    without_gradient = call.without_gradient(requiring_grad(call.counts, inputs, init_states, params))
+    if without_gradient:
+        ctx.mark_non_differentiable(*(results[i] for i in without_gradient))
     ctx.has_seed = seed is not None
     ctx.call = call
     ctx.active_reference = ActiveReference(call.handle)

@@ -159,7 +159,7 @@ def _(handle, seq_shape, dtype, device, saved, params, grad_outputs, grad_final_
 def _setup_forward(ctx, inputs, output):
     handle, xs, init_states, params, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes, seed = inputs
     call = training_call(handle, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes)
-    keep_for_backward(ctx, call, output, xs, _listed(params), seed)
+    keep_for_backward(ctx, call, output, xs, _listed(init_states), _listed(params), seed)
     ctx.states_given = len(_listed(init_states)) > 0
 
 
@@ -208,7 +208,7 @@ class _Training(torch.autograd.Function):
         # outputs, uint8, carry no gradient: theirs is None too.)
         ctx.set_materialize_grads(False)
         anchor = inputs[0].new_empty(0)  # last, after any carriers; run_training drops it
-        keep_for_backward(ctx, call, results, inputs, params, seed, anchor)
+        keep_for_backward(ctx, call, results, inputs, init_states, params, seed, anchor)
         ctx.num_states_given = num_states
         ctx.carriers = carriers
         returned = tuple(results[:call.first_saved])

@@ -1,6 +1,8 @@
 // Which values of a step carry a gradient, by PyTorch's requires_grad rule: see spikejit/ir.h.
+#include <string>
 #include <vector>
 
+#include "spikejit/error.h"
 #include "spikejit/ir.h"
 
 namespace spikejit::ir {
@@ -30,11 +32,41 @@ GradientFlow gradient_flow(const Step& forward) {
       any = any || from[static_cast<size_t>(v)][a];
       flow.arguments[a] = flow.arguments[a] || from[static_cast<size_t>(v)][a];
     }
+    flow.sources.push_back(from[static_cast<size_t>(v)]);
     return any;
   };
   for (ValueId v : forward.outputs) flow.outputs.push_back(result(v));
   for (ValueId v : forward.next_states) flow.states.push_back(result(v));
+  // Over several steps a result also carries what reaches the states it reads: close the
+  // sources over the states (a fixed point; each pass adds at least one source or stops).
+  const size_t no = forward.outputs.size();
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::vector<bool>& reaching : flow.sources) {
+      for (size_t j = 0; j < ns; ++j) {
+        if (!reaching[ni + j]) continue;
+        const std::vector<bool>& state = flow.sources[no + j];
+        for (size_t a = 0; a < arguments; ++a) {
+          if (state[a] && !reaching[a]) reaching[a] = changed = true;
+        }
+      }
+    }
+  }
   return flow;
+}
+
+std::vector<bool> GradientFlow::requires_grad(const std::vector<bool>& requiring) const {
+  if (requiring.size() != arguments.size()) {
+    throw ArgumentError("requiring", std::to_string(arguments.size()) + " flags (one per input, state and parameter)",
+                        std::to_string(requiring.size()));
+  }
+  std::vector<bool> result;
+  for (const std::vector<bool>& reaching : sources) {
+    bool any = false;
+    for (size_t a = 0; a < requiring.size(); ++a) any = any || (reaching[a] && requiring[a]);
+    result.push_back(any);
+  }
+  return result;
 }
 
 }  // namespace spikejit::ir

@@ -892,6 +892,25 @@ k = k + 1
   EXPECT_EQ(flow.outputs, (std::vector<bool>{false, false, true}));
   EXPECT_EQ(flow.states, (std::vector<bool>{true, true, true}));
   EXPECT_EQ(flow.arguments, (std::vector<bool>{true, true, false, true, false}));  // x; v, n, k; theta
+  // With only some arguments requiring grad (x; v, n, k; theta), as a loop in PyTorch gives:
+  // n = floor(v + x) carries what reaches v, over later steps too; k only its own.
+  using Flags = std::vector<bool>;
+  EXPECT_EQ(flow.requires_grad({true, false, false, false, false}), (Flags{false, false, true, true, true, false}));
+  EXPECT_EQ(flow.requires_grad({false, false, false, true, true}), (Flags{false, false, false, false, false, true}));
+  EXPECT_EQ(flow.requires_grad({false, false, false, false, false}), Flags(6, false));
+  EXPECT_THROW(flow.requires_grad({true}), ArgumentError);
+  // A state carries, at later steps, what reaches the states it reads (a reads b, b reads x).
+  const Program chain = Program::from_text(R"(
+neuron chain
+input x
+state a = 0, b = 0
+output y
+y = a * 2
+a = b
+b = x
+)");
+  EXPECT_EQ(chain.gradient_flow().requires_grad({true, false, false}), (Flags{true, true, true}));
+  EXPECT_EQ(chain.gradient_flow().requires_grad({false, false, true}), (Flags{true, true, false}));
   for (const ir::Neuron& n : {builtins::if_neuron(), builtins::lif_neuron(), builtins::plif_neuron()}) {
     const Program p(n);
     EXPECT_EQ(p.gradient_flow().outputs, std::vector<bool>{true}) << n.name;

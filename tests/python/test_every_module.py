@@ -79,7 +79,9 @@ SINGLE_STEP = {"SLTTLIFNode", "OTTTLIFNode"}
 # T is a constructor argument, or the length of their tables.
 FIXED_LENGTH = {"GatedLIFNode", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode", "DSRIFNode", "DSRLIFNode",
                 "PSN", "MaskedPSN"}
-FIRST_ORDER = {"DSRIFNode", "DSRLIFNode"}  # SpikingJelly's rate gradient: no derivative of its own
+# First derivatives constant in x, or piecewise so (SpikingJelly's rate gradient, ILIF's
+# straight-through count, linear neurons): as in PyTorch, they come without requires_grad.
+FIRST_ORDER = {"DSRIFNode", "DSRLIFNode", "ILIFNode", "NonSpikingIFNode", "NonSpikingLIFNode"}
 
 
 def call(name, node, x):
@@ -165,14 +167,14 @@ def test_a_module_left_on_another_device_than_its_input_says_to_move_it(name):
 def test_second_derivatives_run_and_keep_the_first(name):
     """Inside spikejit.double_backward() the first derivatives (of the input and of every
     parameter) equal the usual path's, and a second derivative runs (the adjoint neuron of every
-    shipped neuron); a module without any derivative is left out, and the DSR neurons' rate
-    gradients have none of their own."""
+    shipped neuron); a module without any derivative is left out, and first derivatives that are
+    constants of x (FIRST_ORDER) come without requires_grad, as in PyTorch."""
     x = random_input(T, 2, 3, 4, scale=1.0, dtype=torch.float64)
     node = MODULES[name]().double()
     weights = torch.randn_like(call(name, node, x).detach())
     params = [p for p in node.parameters() if p.requires_grad]
 
-    def first_derivatives():
+    def first_derivatives(x=x):
         sj_functional.reset_net(node)
         xr = x.clone().requires_grad_()
         y = call(name, node, xr)
@@ -189,6 +191,9 @@ def test_second_derivatives_run_and_keep_the_first(name):
             torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
     if name in FIRST_ORDER:  # constants of x: there is no second derivative to take
         assert not any(g is not None and g.requires_grad for g in twice)
+        _, moved = first_derivatives(x + 1e-6 * torch.randn_like(x))  # (ILIF's: constant between thresholds)
+        for got, want in zip(moved, usual):
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
         return
     (second,) = torch.autograd.grad(sum((g ** 2).sum() for g in twice if g is not None), xr)
     assert torch.isfinite(second).all()

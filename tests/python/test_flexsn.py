@@ -380,6 +380,58 @@ def test_results_without_a_derivative_do_not_require_grad_on_every_path(path, de
     torch.testing.assert_close(grads[:2], grads_ref[:2])
 
 
+def two_paths_core(x, m, v, c):
+    """v and output 0 from x; c and output 1 from m."""
+    v = v * 0.5 + x
+    c = c * 0.5 + m
+    return v * 2.0, c * 3.0, v, c
+
+
+@pytest.mark.parametrize("path", ["cpp", "python", "custom op", "double backward"])
+@pytest.mark.parametrize("requiring", ["x and v", "m only"])
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_results_reached_only_from_arguments_without_grad_do_not_require_grad(path, requiring, device,
+                                                                            monkeypatch):
+    """As in an eager loop: results that no argument requiring grad reaches (here through a
+    second input and a state fed from it alone) come without requires_grad, so a loss of them alone
+    raises, as PyTorch's does, instead of running with no gradient anywhere."""
+    node = spikejit.FlexSN(two_paths_core, 2, 2, 2, store_state_seqs=True, strict=True)
+    monkeypatch.setattr(spikejit._kernel_calls, "CPP_CALLS", path == "cpp")
+    x, m = random_input(4, 3, device=device), random_input(4, 3, device=device)
+    v0, c0 = random_input(3, device=device), random_input(3, device=device)
+    wanted = [t.requires_grad_() for t in ((x, v0) if requiring == "x and v" else (m,))]
+
+    def run(x, m, v0, c0):
+        (y, z), finals, seqs = node.multi_step_functional_forward(x, m, states=[v0, c0])
+        return y, z, *finals, *seqs  # y, z, v, c, v_seq, c_seq
+
+    if path == "double backward":
+        with spikejit.double_backward():
+            results = run(x, m, v0, c0)
+    elif path == "custom op":  # traced afresh: a cached graph would keep an earlier version's flags
+        torch._dynamo.reset()
+        with fresh_cache():
+            results = torch.compile(run, fullgraph=True)(x, m, v0, c0)
+    else:
+        results = run(x, m, v0, c0)
+    from_x = requiring == "x and v"
+    assert [r.requires_grad for r in results] == [from_x, not from_x] * 3
+    v, c, steps = v0, c0, []
+    for t in range(x.shape[0]):
+        *outs, v, c = two_paths_core(x[t], m[t], v, c)
+        steps.append((*outs, v, c))
+    y, z, v_seq, c_seq = (torch.stack(seq) for seq in zip(*steps))
+    expected = (y, z, v, c, v_seq, c_seq)
+    assert [r.requires_grad for r in expected] == [r.requires_grad for r in results]
+    unreached = results[1] if from_x else results[0]
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        unreached.sum().backward()
+    reached = [r for r in results if r.requires_grad]
+    got = torch.autograd.grad([r.sum() for r in reached], wanted)
+    want = torch.autograd.grad([r.sum() for r in expected if r.requires_grad], wanted)
+    torch.testing.assert_close(got, want)
+
+
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 def test_zero_steps(device):
     node = spikejit.FlexSN(strange_core, 2, 2, 2, store_state_seqs=True)
