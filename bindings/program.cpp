@@ -102,24 +102,33 @@ void bind_program(nb::module_& m) {
           "Per output: whether it is spike-valued (only +0 or 1), so that it may be packed.")
       .def_prop_ro(
           "differentiable_outputs", [](const Program& p) { return p.gradient_flow().outputs; },
-          "Per output: whether it carries a gradient, by PyTorch's requires_grad rule (false: "
-          "computed only through comparisons, float(bool) or detach).")
+          "Per output: whether a step computes it with a gradient from its inputs, states and "
+          "parameters, by PyTorch's requires_grad rule (false: only through comparisons, float(bool) "
+          "or detach). Over a call: results_requiring_grad.")
       .def_prop_ro(
           "differentiable_states", [](const Program& p) { return p.gradient_flow().states; },
-          "Per state: whether its final value and sequence carry a gradient.")
+          "Per state: whether a step computes its next value with a gradient (as for outputs).")
       .def_prop_ro(
           "differentiable_arguments", [](const Program& p) { return p.gradient_flow().arguments; },
           "Per input, then state (its initial value), then parameter: whether its gradient reaches an "
           "output or state (false: PyTorch gives None for it).")
       .def(
           "results_requiring_grad",
+          [](const Program& p, const std::vector<bool>& requiring, int64_t steps) {
+            return p.gradient_flow().requires_grad(requiring, steps);
+          },
+          "requiring"_a, "steps"_a,
+          "Per output, then per final state, then per state sequence: whether a call of `steps` "
+          "steps returns it with requires_grad when the inputs, initial states and parameters marked "
+          "in `requiring` require grad, as a loop of the step in PyTorch does.")
+      .def(
+          "requires_grad_settles_after",
           [](const Program& p, const std::vector<bool>& requiring) {
-            return p.gradient_flow().requires_grad(requiring);
+            return p.gradient_flow().settles_after(requiring);
           },
           "requiring"_a,
-          "Per output, then per state (its final value and sequence): whether a call's result requires "
-          "grad when the inputs, initial states and parameters marked in `requiring` do, as in a loop "
-          "of the step in PyTorch.")
+          "The least number of steps from which results_requiring_grad(requiring, steps) stays the "
+          "same for every longer call; -1 where it keeps changing.")
       .def("canonical", &Program::canonical, "The canonical text of the neuron.")
       .def("hash", &Program::hash, "Hex SHA-256 of the canonical text.")
       .def("forward_text", [](const Program& p) { return ir::to_string(p.forward()); })

@@ -206,10 +206,10 @@ void attach_training_node(const Program& program, const TrainingCallSpec& spec, 
     requiring.push_back(spec.states_given && differentiable[k++].requires_grad());
   }
   while (k < differentiable.size()) requiring.push_back(differentiable[k++].requires_grad());
-  const std::vector<bool> requires_grad = program.gradient_flow().requires_grad(requiring);
-  const size_t no = static_cast<size_t>(spec.num_outputs), ns = static_cast<size_t>(spec.num_states);
+  // (per output, final state, state sequence: the order of `returned`)
+  const std::vector<bool> requires_grad = program.gradient_flow().requires_grad(requiring, node->seq_shape.at(0));
   for (size_t i = 0; i < returned.size(); ++i) {
-    if (!requires_grad[i < no ? i : no + (i - no) % ns]) {
+    if (!requires_grad[i]) {
       node->add_input_metadata(torch::autograd::Node::undefined_input());
       continue;
     }

@@ -186,25 +186,30 @@ std::vector<bool> spike_valued(const std::vector<Node>& nodes);
 // sigmoid(w)). Executors compute the latter once per call instead of once per step.
 std::vector<bool> step_invariant(const std::vector<Node>& nodes);
 
-// PyTorch's requires_grad rule over a forward step whose inputs, states and parameters all
-// require grad: a value carries a gradient when it is a Float computed from one that does, not
-// through detach; Bool values (comparisons, logic) carry none, so neither does float(b) of one;
-// literals and draws carry none. Rounding carries one (zero, as in PyTorch). Over a whole call
-// this is what a loop of the step in PyTorch gives when the initial states require grad.
+// PyTorch's requires_grad rule over a forward step: a value carries a gradient when it is a Float
+// computed from one that does, not through detach; Bool values (comparisons, logic) carry none,
+// so neither does float(b) of one; literals and draws carry none. Rounding carries one (zero, as
+// in PyTorch). Over a call, a state carries one into the next step when its value from the step
+// before does, as in a loop of the step in PyTorch.
 struct GradientFlow {
+  // With every input, state and parameter carrying a gradient into one step:
   std::vector<bool> outputs, states;  // per output and next state: it carries a gradient
   // Per input, state (its initial value) and parameter, in that order: its gradient reaches an
   // output or a next state (else it is None in PyTorch, no graph leads to it).
   std::vector<bool> arguments;
-  // Per output, then per next state: the arguments (in the order above) whose gradient reaches it,
-  // in the step itself or through states that earlier steps computed from them.
+  // Per output, then per next state: the arguments (in the order above) whose gradient reaches it
+  // within the step.
   std::vector<std::vector<bool>> sources;
+  size_t num_inputs = 0;  // (the states' flags in `arguments` follow the inputs')
 
-  // Per output, then per state (its final value and its sequence): whether a call's result
-  // requires grad when the arguments marked in `requiring` (one flag per argument) do, as in a
-  // loop of the step in PyTorch. (A loop of fewer steps than a chain of states needs to carry a
-  // gradient may give False where this gives True.)
-  std::vector<bool> requires_grad(const std::vector<bool>& requiring) const;
+  // Per output, then per final state, then per state sequence: whether a call of `steps` steps
+  // returns it with requires_grad when the inputs, initial states and parameters marked in
+  // `requiring` (one flag per argument) require grad, as a loop of the step in PyTorch does.
+  std::vector<bool> requires_grad(const std::vector<bool>& requiring, int64_t steps) const;
+  // The least number of steps from which requires_grad(requiring, steps) stays the same for
+  // every longer call; -1 where it keeps changing (states whose flags cycle, as two states that
+  // swap values do). For a call whose number of steps is not known yet.
+  int64_t settles_after(const std::vector<bool>& requiring) const;
 };
 GradientFlow gradient_flow(const Step& forward);
 

@@ -130,7 +130,8 @@ class _Differentiable(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         _, counts = program_counts(handle)
         requiring = requiring_grad(counts, tensors[:ni], tensors[ni:ni + ns], tensors[ni + ns:])
-        differentiable = differentiable_results(registry.program(handle), requiring, store_state_seqs, seqs_first=True)
+        differentiable = differentiable_results(registry.program(handle), requiring, tensors[0].shape[0],
+                                                store_state_seqs, seqs_first=True)
         ctx.mark_non_differentiable(*(r for r, d in zip(results, differentiable) if not d))
         return tuple(results)
 

@@ -607,16 +607,16 @@ def backward_saved(handle: int, saved, inputs, pack_spikes: bool = False) -> Lis
     return all_saved(saved_plan(program, counts, pack_spikes), saved, inputs)
 
 
-def differentiable_results(program, requiring, store_state_seqs: bool, seqs_first: bool):
-    """Per result of a call, whether it requires grad when the inputs, initial states and
-    parameters marked in `requiring` do (PyTorch's rule over the step, Program.results_requiring_grad),
-    in the call's order: the outputs, then the state sequences (when stored) before the final
-    states if `seqs_first`, else after."""
-    flags = program.results_requiring_grad(list(requiring))
-    num_outputs = len(program.differentiable_outputs)
-    outputs, per_state = flags[:num_outputs], flags[num_outputs:]
-    seqs = per_state if store_state_seqs else []
-    return (*outputs, *([*seqs, *per_state] if seqs_first else [*per_state, *seqs]))
+def differentiable_results(program, requiring, steps: int, store_state_seqs: bool, seqs_first: bool):
+    """Per result of a call of `steps` steps, whether it requires grad when the inputs, initial
+    states and parameters marked in `requiring` do (PyTorch's rule over a loop of the step,
+    Program.results_requiring_grad), in the call's order: the outputs, then the state sequences
+    (when stored) before the final states if `seqs_first`, else after."""
+    flags = program.results_requiring_grad(list(requiring), steps)
+    ns = len(program.differentiable_states)
+    no = len(flags) - 2 * ns
+    outputs, finals, seqs = flags[:no], flags[no:no + ns], flags[no + ns:] if store_state_seqs else []
+    return (*outputs, *([*seqs, *finals] if seqs_first else [*finals, *seqs]))
 
 
 def requiring_grad(counts, inputs, init_states, params):
@@ -638,7 +638,7 @@ class TrainingCall:
 
     __slots__ = ("handle", "counts", "store_state_seqs", "checkpoint_every", "packed_outputs",
                  "pack_spikes", "plan", "first_saved", "output_packed", "saved_packed", "reduces_params",
-                 "num_saved", "gradient_flows", "_without_gradient")
+                 "num_saved", "gradient_flows", "_settled", "_without_gradient")
 
     def __init__(self, handle, program, counts, store_state_seqs, checkpoint_every, packed_outputs, pack_spikes):
         self.handle, self.counts = handle, counts
@@ -655,19 +655,26 @@ class TrainingCall:
         self.reduces_params = "scalar" in counts.params  # the CUDA backward needs a workspace
         # Tensors `saved` holds: per step, the computed saved values; with checkpoints, one per state.
         self.num_saved = counts.states if self.plan is None else sum(1 for j, _ in self.plan if j < 0)
-        self._without_gradient = {}  # see without_gradient
+        self._settled, self._without_gradient = {}, {}  # see without_gradient
         # Per input, state and parameter: False where its gradient reaches no result (None, as
         # PyTorch gives it, not zeros).
         self.gradient_flows = tuple(program.differentiable_arguments)
 
-    def without_gradient(self, requiring):
-        """The indices of the results that carry no gradient when the inputs, initial states and
-        parameters marked in `requiring` (see requiring_grad) require grad: returned without
-        requires_grad, as a loop of the same step returns them."""
-        found = self._without_gradient.get(requiring)
+    def without_gradient(self, requiring, steps):
+        """The indices of the results of a call of `steps` steps that carry no gradient when the
+        inputs, initial states and parameters marked in `requiring` (see requiring_grad) require
+        grad: returned without requires_grad, as a loop of the same step returns them."""
+        # From `settled` steps on the flags no longer change: such calls share one entry, also
+        # when `steps` is symbolic (torch.compile with dynamic sizes), without a guard; otherwise a
+        # symbolic `steps` is made concrete (a guard: a graph per length where flags depend on it).
+        settled = self._settled.get(requiring)
+        if settled is None:
+            settled = self._settled[requiring] = self.program.requires_grad_settles_after(list(requiring))
+        steps = settled if settled >= 0 and statically_known_true(steps >= settled) else int(steps)
+        found = self._without_gradient.get((requiring, steps))
         if found is None:
-            flags = differentiable_results(self.program, requiring, self.store_state_seqs, seqs_first=False)
-            found = self._without_gradient[requiring] = tuple(i for i, d in enumerate(flags) if not d)
+            flags = differentiable_results(self.program, requiring, steps, self.store_state_seqs, seqs_first=False)
+            found = self._without_gradient[requiring, steps] = tuple(i for i, d in enumerate(flags) if not d)
         return found
 
     @property
@@ -880,7 +887,8 @@ def keep_for_backward(ctx, call, results, inputs, init_states, params, seed=None
     seed = seed if call.counts.random else None
     ctx.save_for_backward(*saved, *params, *seed_tensors(seed), *(() if anchor is None else (anchor,)))
     ctx.num_saved, ctx.num_params = len(saved), len(params)
-    without_gradient = call.without_gradient(requiring_grad(call.counts, inputs, init_states, params))
+    requiring = requiring_grad(call.counts, inputs, init_states, params)
+    without_gradient = call.without_gradient(requiring, inputs[0].shape[0])
     if without_gradient:
         ctx.mark_non_differentiable(*(results[i] for i in without_gradient))
     ctx.has_seed = seed is not None

@@ -439,6 +439,12 @@ void backward_step(BackwardCall& c, Slots<F>& s, int64_t t, int64_t start, int64
     if (c.grad_params[k].present()) add_lanes(s[accumulators + k], s[c.grad_param_slots[k]], n);
   }
   // Last: exchanging slots moves the step's values away.
+  if (p.states_need_staging) {
+    const int32_t staging = accumulators + num_params;
+    for (int32_t i = 0; i < states; ++i) copy_lanes(s[staging + i], s[c.grad_prev_state_slots[i]], n);
+    for (int32_t i = 0; i < states; ++i) copy_lanes(s[p.carry_slot[i]], s[staging + i], n);
+    return;
+  }
   for (int32_t i = 0; i < states; ++i) {
     F* carry = s[p.carry_slot[i]];
     const F* grad_prev = s[c.grad_prev_state_slots[i]];
@@ -488,8 +494,8 @@ void backward_block(BackwardCall& c, int64_t block) {
   const int64_t start = block * kBlock, n = std::min(kBlock, c.neurons - start);
   const int32_t states = static_cast<int32_t>(p.carry_slot.size());
   const int32_t num_params = static_cast<int32_t>(c.param_kinds.size());
-  const int32_t accumulators = p.num_slots;  // one per parameter
-  Slots<F> s(p.num_slots + num_params);
+  const int32_t accumulators = p.num_slots;  // one per parameter, then room to stage the carries
+  Slots<F> s(p.num_slots + num_params + (p.states_need_staging ? states : 0));
   fill_constants(p, c.params, c.param_kinds, s, start, n);
   for (int32_t i = 0; i < states; ++i) {
     if (c.grad_final_states[i].present()) {

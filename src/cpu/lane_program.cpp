@@ -163,13 +163,12 @@ LaneProgram compile_lane_program(const ir::Step& step, const ir::Step& forward, 
       p.result_slots.push_back(slot);
     }
   }
-  if (is_forward) {
-    for (int i = 0; i < forward.num_states; ++i) {
-      const ir::Node& next = step.nodes[step.next_states[i]];
-      if (next.op == ir::Op::State && next.index != i) p.states_need_staging = true;
-    }
-  }
   const std::vector<ir::ValueId>& carries = is_forward ? step.next_states : step.grad_prev_states;
+  const ir::Op carried = is_forward ? ir::Op::State : ir::Op::GradState;
+  for (int i = 0; i < forward.num_states; ++i) {
+    const ir::Node& next = step.nodes[carries[i]];
+    if (next.op == carried && next.index != i) p.states_need_staging = true;
+  }
   for (int i = 0; i < forward.num_states; ++i) {
     const ir::ValueId id = carries[i];
     const bool shared = std::count(carries.begin(), carries.end(), id) > 1;

@@ -45,8 +45,9 @@ struct LaneProgram {
   std::vector<LaneInstr> instrs;
   // Slots the instructions write that are read after the step (its results and `kept` values).
   std::vector<int32_t> result_slots;
-  // Forward: some next state is another state's previous value, so states are updated through
-  // a copy (a plain in-place update would overwrite a value still to be read).
+  // Some next state (backward: some gradient carry) is another state's previous value (carry),
+  // so the carries are updated through a copy (a plain in-place update would overwrite a value
+  // still to be read).
   bool states_need_staging = false;
   // Per state: the new carry (next state / gradient carry) is an instruction's value in a slot
   // of its own, so the executor moves it into the carry by exchanging the two slots' arrays.

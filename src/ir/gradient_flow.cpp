@@ -1,4 +1,5 @@
-// Which values of a step carry a gradient, by PyTorch's requires_grad rule: see spikejit/ir.h.
+// Which values of a step and of a call carry a gradient, by PyTorch's requires_grad rule: see
+// spikejit/ir.h.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -11,13 +12,9 @@ namespace {
 
 using Flags = std::vector<bool>;
 
-// into |= from, elementwise; returns whether `into` changed.
-bool merge(Flags& into, const Flags& from) {
-  bool changed = false;
-  for (size_t a = 0; a < into.size(); ++a) {
-    if (from[a] && !into[a]) into[a] = changed = true;
-  }
-  return changed;
+// into |= from, elementwise.
+void merge(Flags& into, const Flags& from) {
+  for (size_t a = 0; a < into.size(); ++a) into[a] = into[a] || from[a];
 }
 
 // Per node of the step: the arguments (inputs, states, parameters) whose gradient reaches it.
@@ -38,19 +35,68 @@ std::vector<Flags> sources_per_node(const Step& forward) {
   return from;
 }
 
-// Over several steps a result also carries what reaches the states it reads: closes the
-// sources of the step's results (outputs, then next states) over the states, to a fixed point.
-void close_over_states(std::vector<Flags>& sources, const Step& forward) {
-  const size_t ni = static_cast<size_t>(forward.num_inputs);
-  const size_t no = forward.outputs.size();
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (Flags& reaching : sources) {
-      for (size_t j = 0; j < static_cast<size_t>(forward.num_states); ++j) {
-        if (reaching[ni + j]) changed = merge(reaching, sources[no + j]) || changed;
+// A call's requires_grad flags step by step, until the states' flags repeat: they are a function
+// of the flags before the step, so they repeat within 2^states steps and from then on cycle.
+struct Walk {
+  // Per number of steps k taken (0 to the last simulated): the states' flags after k steps, and
+  // the outputs' and next states' flags over the first k steps (any step's).
+  std::vector<Flags> states, outputs, seqs;
+  int64_t cycle_start = -1;  // states.back() repeats states[cycle_start]; -1: none within the steps
+
+  size_t last() const { return states.size() - 1; }
+  // The states' flags after `steps` steps.
+  const Flags& states_after(int64_t steps) const {
+    const int64_t k = static_cast<int64_t>(last());
+    if (steps <= k) return states[static_cast<size_t>(steps)];
+    const int64_t period = k - cycle_start;
+    return states[static_cast<size_t>(cycle_start + (steps - cycle_start) % period)];
+  }
+  // Per output, final state and state sequence, after `steps` steps. Empty sequences (no step)
+  // require grad as those of one step do: as PyTorch's ops on empty tensors, by what they are
+  // computed from.
+  Flags flags(int64_t steps) const {
+    const size_t k = static_cast<size_t>(std::min<int64_t>(std::max<int64_t>(steps, 1), static_cast<int64_t>(last())));
+    Flags all = outputs[k];
+    const Flags& finals = states_after(steps);
+    all.insert(all.end(), finals.begin(), finals.end());
+    all.insert(all.end(), seqs[k].begin(), seqs[k].end());
+    return all;
+  }
+};
+
+Walk walk(const GradientFlow& flow, const Flags& requiring, int64_t max_steps) {
+  if (requiring.size() != flow.arguments.size()) {
+    throw ArgumentError("requiring",
+                        std::to_string(flow.arguments.size()) + " flags (one per input, state and parameter)",
+                        std::to_string(requiring.size()));
+  }
+  const size_t no = flow.outputs.size(), ns = flow.states.size(), ni = flow.num_inputs;
+  Walk w;
+  w.states.emplace_back(requiring.begin() + static_cast<std::ptrdiff_t>(ni),
+                        requiring.begin() + static_cast<std::ptrdiff_t>(ni + ns));
+  w.outputs.emplace_back(no, false);
+  w.seqs.emplace_back(ns, false);
+  Flags carrying = requiring;
+  for (int64_t step = 0; step < max_steps && w.cycle_start < 0; ++step) {
+    std::copy(w.states.back().begin(), w.states.back().end(), carrying.begin() + static_cast<std::ptrdiff_t>(ni));
+    Flags outputs = w.outputs.back(), seqs = w.seqs.back(), next(ns, false);
+    for (size_t r = 0; r < no + ns; ++r) {
+      bool carries = false;
+      for (size_t a = 0; a < carrying.size(); ++a) carries = carries || (flow.sources[r][a] && carrying[a]);
+      if (r < no) {
+        outputs[r] = outputs[r] || carries;
+      } else {
+        next[r - no] = carries;
+        seqs[r - no] = seqs[r - no] || carries;
       }
     }
+    const auto again = std::find(w.states.begin(), w.states.end(), next);
+    if (again != w.states.end()) w.cycle_start = again - w.states.begin();
+    w.states.push_back(std::move(next));
+    w.outputs.push_back(std::move(outputs));
+    w.seqs.push_back(std::move(seqs));
   }
+  return w;
 }
 
 }  // namespace
@@ -58,6 +104,7 @@ void close_over_states(std::vector<Flags>& sources, const Step& forward) {
 GradientFlow gradient_flow(const Step& forward) {
   const std::vector<Flags> from = sources_per_node(forward);
   GradientFlow flow;
+  flow.num_inputs = static_cast<size_t>(forward.num_inputs);
   flow.arguments.assign(static_cast<size_t>(forward.num_inputs + forward.num_states) + forward.params.size(), false);
   auto record = [&](ValueId v, Flags& carries) {
     const Flags& reaching = from[static_cast<size_t>(v)];
@@ -67,22 +114,24 @@ GradientFlow gradient_flow(const Step& forward) {
   };
   for (ValueId v : forward.outputs) record(v, flow.outputs);
   for (ValueId v : forward.next_states) record(v, flow.states);
-  close_over_states(flow.sources, forward);
   return flow;
 }
 
-std::vector<bool> GradientFlow::requires_grad(const std::vector<bool>& requiring) const {
-  if (requiring.size() != arguments.size()) {
-    throw ArgumentError("requiring", std::to_string(arguments.size()) + " flags (one per input, state and parameter)",
-                        std::to_string(requiring.size()));
-  }
-  std::vector<bool> result;
-  for (const Flags& reaching : sources) {
-    bool carries = false;
-    for (size_t a = 0; a < requiring.size(); ++a) carries = carries || (reaching[a] && requiring[a]);
-    result.push_back(carries);
-  }
-  return result;
+std::vector<bool> GradientFlow::requires_grad(const std::vector<bool>& requiring, int64_t steps) const {
+  if (steps < 0) throw ArgumentError("steps", "a number of steps >= 0", std::to_string(steps));
+  return walk(*this, requiring, std::max<int64_t>(steps, 1)).flags(steps);
+}
+
+int64_t GradientFlow::settles_after(const std::vector<bool>& requiring) const {
+  // The walk ends where the states' flags repeat; a longer call's flags are then those of the
+  // last step if the repeat is of the step before (a period of 1), else they cycle.
+  const Walk w = walk(*this, requiring, int64_t{1} << 16);
+  const int64_t k = static_cast<int64_t>(w.last());
+  if (w.cycle_start < 0 || k - w.cycle_start != 1) return -1;
+  const Flags settled = w.flags(k);
+  int64_t from = k;
+  while (from > 0 && w.flags(from - 1) == settled) --from;
+  return from;
 }
 
 }  // namespace spikejit::ir

@@ -892,14 +892,38 @@ k = k + 1
   EXPECT_EQ(flow.outputs, (std::vector<bool>{false, false, true}));
   EXPECT_EQ(flow.states, (std::vector<bool>{true, true, true}));
   EXPECT_EQ(flow.arguments, (std::vector<bool>{true, true, false, true, false}));  // x; v, n, k; theta
-  // With only some arguments requiring grad (x; v, n, k; theta), as a loop in PyTorch gives:
-  // n = floor(v + x) carries what reaches v, over later steps too; k only its own.
+  // Over a call with only some arguments requiring grad (x; v, n, k; theta), as a loop in PyTorch
+  // gives, per output (s, m, y), final state and state sequence (v, n, k):
   using Flags = std::vector<bool>;
-  EXPECT_EQ(flow.requires_grad({true, false, false, false, false}), (Flags{false, false, true, true, true, false}));
-  EXPECT_EQ(flow.requires_grad({false, false, false, true, true}), (Flags{false, false, false, false, false, true}));
-  EXPECT_EQ(flow.requires_grad({false, false, false, false, false}), Flags(6, false));
-  EXPECT_THROW(flow.requires_grad({true}), ArgumentError);
-  // A state carries, at later steps, what reaches the states it reads (a reads b, b reads x).
+  EXPECT_EQ(flow.requires_grad({true, false, false, false, false}, 3),
+            (Flags{false, false, true, true, true, false, true, true, false}));
+  EXPECT_EQ(flow.requires_grad({false, false, false, true, true}, 3),
+            (Flags{false, false, false, false, false, true, false, false, true}));
+  EXPECT_EQ(flow.requires_grad({false, false, false, false, false}, 3), Flags(9, false));
+  // T = 0: the initial states; the empty sequences as those of one step.
+  EXPECT_EQ(flow.requires_grad({true, true, true, true, true}, 0),
+            (Flags{false, false, true, true, true, true, true, true, true}));
+  EXPECT_EQ(flow.requires_grad({true, false, false, false, false}, 0),
+            (Flags{false, false, true, false, false, false, true, true, false}));
+  EXPECT_EQ(flow.settles_after({true, false, false, false, false}), 1);
+  EXPECT_THROW(flow.requires_grad({true}, 3), ArgumentError);
+  EXPECT_THROW(flow.requires_grad({true, true, true, true, true}, -1), ArgumentError);
+  // A state's requires_grad carries from step to step: k reads n, n only a comparison, so k's
+  // value requires grad after one step (from n's initial value) and not after two.
+  const Program relay = Program::from_text(R"(
+neuron relay
+input x
+state k = 0, n = 0
+output y
+y = k * 3
+k = n * 2
+n = float(x >= 0)
+)");
+  const ir::GradientFlow& relayed = relay.gradient_flow();
+  EXPECT_EQ(relayed.requires_grad({true, true, true}, 1), (Flags{true, true, false, true, false}));
+  EXPECT_EQ(relayed.requires_grad({true, true, true}, 5), (Flags{true, false, false, true, false}));
+  EXPECT_EQ(relayed.settles_after({true, true, true}), 2);
+  // A gradient from x takes one step per state of a chain: a reads b, b reads x.
   const Program chain = Program::from_text(R"(
 neuron chain
 input x
@@ -909,8 +933,28 @@ y = a * 2
 a = b
 b = x
 )");
-  EXPECT_EQ(chain.gradient_flow().requires_grad({true, false, false}), (Flags{true, true, true}));
-  EXPECT_EQ(chain.gradient_flow().requires_grad({false, false, true}), (Flags{true, true, false}));
+  const ir::GradientFlow& chained = chain.gradient_flow();
+  EXPECT_EQ(chained.requires_grad({true, false, false}, 1), (Flags{false, false, true, false, true}));
+  EXPECT_EQ(chained.requires_grad({true, false, false}, 2), (Flags{false, true, true, true, true}));
+  EXPECT_EQ(chained.requires_grad({true, false, false}, 9), (Flags{true, true, true, true, true}));
+  EXPECT_EQ(chained.settles_after({true, false, false}), 3);
+  EXPECT_EQ(chained.requires_grad({false, false, true}, 9), (Flags{true, false, false, true, false}));
+  // Two states that swap values: a's flag passes to b and back, so it never settles.
+  const Program swap = Program::from_text(R"(
+neuron swap
+input x
+state a = 0, b = 0
+output y
+y = x * 2
+t = a
+a = b
+b = t
+)");
+  const ir::GradientFlow& swapped = swap.gradient_flow();
+  EXPECT_EQ(swapped.requires_grad({false, true, false}, 7), (Flags{false, false, true, true, true}));
+  EXPECT_EQ(swapped.requires_grad({false, true, false}, 8), (Flags{false, true, false, true, true}));
+  EXPECT_EQ(swapped.settles_after({false, true, false}), -1);
+  EXPECT_EQ(swapped.settles_after({false, true, true}), 0);
   for (const ir::Neuron& n : {builtins::if_neuron(), builtins::lif_neuron(), builtins::plif_neuron()}) {
     const Program p(n);
     EXPECT_EQ(p.gradient_flow().outputs, std::vector<bool>{true}) << n.name;

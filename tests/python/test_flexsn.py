@@ -432,6 +432,50 @@ def test_results_reached_only_from_arguments_without_grad_do_not_require_grad(pa
     torch.testing.assert_close(got, want)
 
 
+def relay_core(x, k, n):
+    """k takes n's value, n a comparison's: k's value has a gradient after one step, not after two."""
+    return k * 3.0, n * 2.0, (x >= 0).to(x.dtype)
+
+
+@pytest.mark.parametrize("path", ["cpp", "python", "custom op", "double backward"])
+@pytest.mark.parametrize("steps", [1, 5])
+@pytest.mark.parametrize("device", device_params(), indirect=True)
+def test_requires_grad_carries_from_step_to_step_as_in_a_loop(path, steps, device, monkeypatch):
+    """A state's requires_grad is its value's from the step before, as in a loop: k's final value
+    requires grad after one step (from the initial n) but not after five (n is a comparison);
+    the custom op under torch.compile with a dynamic length too (no guard on it needed)."""
+    node = spikejit.FlexSN(relay_core, 1, 2, 1, store_state_seqs=True, strict=True)
+    monkeypatch.setattr(spikejit._kernel_calls, "CPP_CALLS", path == "cpp")
+    x, k0, n0 = (random_input(*shape, device=device).requires_grad_() for shape in ((steps, 3), (3,), (3,)))
+
+    def run(x, k0, n0):
+        (y,), finals, seqs = node.multi_step_functional_forward(x, states=[k0, n0])
+        return y, *finals, *seqs  # y, k, n, k_seq, n_seq
+
+    if path == "double backward":
+        with spikejit.double_backward():
+            results = run(x, k0, n0)
+    elif path == "custom op":
+        torch._dynamo.reset()
+        with fresh_cache():
+            results = torch.compile(run, fullgraph=True, dynamic=True)(x, k0, n0)
+    else:
+        results = run(x, k0, n0)
+    k, n, steps_taken = k0, n0, []
+    for t in range(steps):
+        y, k, n = relay_core(x[t], k, n)
+        steps_taken.append((y, k, n))
+    y, k_seq, n_seq = (torch.stack(seq) for seq in zip(*steps_taken))
+    expected = (y, k, n, k_seq, n_seq)
+    assert [r.requires_grad for r in results] == [r.requires_grad for r in expected]
+    assert results[1].requires_grad == (steps == 1)
+    for got, want in zip(results, expected):
+        torch.testing.assert_close(got, want)
+    got = torch.autograd.grad([r.sum() for r in results if r.requires_grad], [k0, n0])
+    want = torch.autograd.grad([r.sum() for r in expected if r.requires_grad], [k0, n0])
+    torch.testing.assert_close(got, want)
+
+
 @pytest.mark.parametrize("device", device_params(), indirect=True)
 def test_zero_steps(device):
     node = spikejit.FlexSN(strange_core, 2, 2, 2, store_state_seqs=True)

@@ -100,6 +100,15 @@ class Buffer {
   bool same_bits(const Buffer& o) const {
     return dtype_ == o.dtype_ && shape_ == o.shape_ && storage_ == o.storage_;
   }
+  // Equal values: bit for bit, except that +0 and -0 are equal (and NaN equals NaN).
+  bool same_values(const Buffer& o) const {
+    if (dtype_ != o.dtype_ || shape_ != o.shape_) return false;
+    for (int64_t i = 0; i < numel(); ++i) {
+      const double a = get(i), b = o.get(i);
+      if (!(a == b || (std::isnan(a) && std::isnan(b)))) return false;
+    }
+    return true;
+  }
   TensorView view() { return TensorView(storage_.data(), dtype_, shape_); }
 
  private:
