@@ -2,8 +2,9 @@
 states, outputs, a learnable parameter, and a random program over them of arithmetic,
 transcendentals, comparisons, surrogate spikes, where, min/max, rounding and detach) and checks
 that the kernels give the loop's outputs, final states, state sequences, requires_grad flags and
-gradients (None where the loop gives None), in float64 on the CPU. The cores change with the
-test seed (conftest: SPIKEJIT_TEST_SEED replays one)."""
+gradients (None where the loop gives None), in float64 on the CPU, on the eager paths and with
+checkpoints or packed spikes saved. The cores change with the test seed (conftest:
+SPIKEJIT_TEST_SEED replays one)."""
 import random
 
 import pytest
@@ -81,15 +82,19 @@ def eager_loop(core, num_outputs, inputs, states):
     return sequences[:num_outputs], states, sequences[num_outputs:]
 
 
-@pytest.mark.parametrize("path", ["cpp", "python"])
+# The eager paths (C++ and Python), and the C++ path saving checkpoints or packed spikes.
+PATHS = {"cpp": {}, "python": {}, "checkpoints": dict(checkpoint_every=2), "packed spikes": dict(pack_spikes=True)}
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
 @pytest.mark.parametrize("case", range(CASES))
 def test_a_random_core_equals_an_eager_loop(case, path, seed, monkeypatch):
     rng = random.Random(seed * CASES + case)
     theta = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
     core, ni, ns, no, description = draw_core(rng, theta)
     print(description)
-    node = spikejit.FlexSN(core, ni, ns, no, store_state_seqs=True, strict=True)
-    monkeypatch.setattr(spikejit._kernel_calls, "CPP_CALLS", path == "cpp")
+    node = spikejit.FlexSN(core, ni, ns, no, store_state_seqs=True, strict=True, **PATHS[path])
+    monkeypatch.setattr(spikejit._kernel_calls, "CPP_CALLS", path != "python")
     inputs = [random_input(STEPS, *SHAPE, dtype=torch.float64) for _ in range(ni)]
     states = [random_input(*SHAPE, dtype=torch.float64, scale=0.5) for _ in range(ns)]
     # A random half of the arguments (and always one) require grad.
