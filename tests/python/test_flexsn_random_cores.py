@@ -2,13 +2,15 @@
 states, outputs, a learnable parameter, and a random program over them of arithmetic,
 transcendentals, comparisons, surrogate spikes, where, min/max, rounding and detach) and checks
 that the kernels give the loop's outputs, final states, state sequences, requires_grad flags and
-gradients (None where the loop gives None), in float64 on the CPU, on the eager paths and with
-checkpoints or packed spikes saved. The cores change with the test seed (conftest:
+gradients (None where the loop gives None), in float64 on the CPU, on the eager paths, with
+checkpoints or packed spikes saved, and (a few) under torch.compile. The cores change with the test seed (conftest:
 SPIKEJIT_TEST_SEED replays one)."""
 import random
 
 import pytest
 import torch
+import torch._dynamo
+from torch._inductor.utils import fresh_cache
 
 import spikejit
 from conftest import random_input
@@ -92,19 +94,37 @@ def test_a_random_core_equals_an_eager_loop(case, path, seed, monkeypatch):
     rng = random.Random(seed * CASES + case)
     theta = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
     core, ni, ns, no, description = draw_core(rng, theta)
-    print(description)
     node = spikejit.FlexSN(core, ni, ns, no, store_state_seqs=True, strict=True, **PATHS[path])
     monkeypatch.setattr(spikejit._kernel_calls, "CPP_CALLS", path != "python")
+    check_against_the_loop(node.multi_step_functional_forward, core, ni, ns, no, theta, rng, description)
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_a_random_core_compiled_equals_an_eager_loop(case, seed):
+    """The custom op under torch.compile(fullgraph=True), traced afresh."""
+    rng = random.Random(seed * CASES + case)
+    theta = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
+    core, ni, ns, no, description = draw_core(rng, theta)
+    node = spikejit.FlexSN(core, ni, ns, no, store_state_seqs=True, strict=True)
+    torch._dynamo.reset()
+    with fresh_cache():
+        compiled = torch.compile(node.multi_step_functional_forward, fullgraph=True)
+        check_against_the_loop(compiled, core, ni, ns, no, theta, rng, description)
+
+
+def check_against_the_loop(forward, core, ni, ns, no, theta, rng, description):
+    """forward(*inputs, states=...) -> (outputs, finals, seqs) against eager_loop: values,
+    requires_grad, gradients (of a random half of the inputs and initial states, and theta)."""
+    print(description)
     inputs = [random_input(STEPS, *SHAPE, dtype=torch.float64) for _ in range(ni)]
     states = [random_input(*SHAPE, dtype=torch.float64, scale=0.5) for _ in range(ns)]
-    # A random half of the arguments (and always one) require grad.
     arguments = [*inputs, *states]
     for i, t in enumerate(arguments):
         if i == 0 or rng.random() < 0.5:
             t.requires_grad_()
     leaves = [t for t in arguments if t.requires_grad] + [theta]
 
-    outputs, finals, seqs = node.multi_step_functional_forward(*inputs, states=states)
+    outputs, finals, seqs = forward(*inputs, states=states)
     got = [*outputs, *finals, *seqs]
     want_outputs, want_finals, want_seqs = eager_loop(core, no, inputs, states)
     want = [*want_outputs, *want_finals, *want_seqs]
