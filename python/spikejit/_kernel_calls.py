@@ -615,7 +615,8 @@ def differentiable_results(program, requiring, steps: int, store_state_seqs: boo
     flags = program.results_requiring_grad(list(requiring), steps)
     ns = len(program.differentiable_states)
     no = len(flags) - 2 * ns
-    outputs, finals, seqs = flags[:no], flags[no:no + ns], flags[no + ns:] if store_state_seqs else []
+    outputs, finals, seqs = flags[:no], flags[no:no + ns], flags[no + ns:]
+    seqs = seqs if store_state_seqs else []
     return (*outputs, *([*seqs, *finals] if seqs_first else [*finals, *seqs]))
 
 
